@@ -1,0 +1,51 @@
+"""Hardware descriptions, block-mask formats and the console script."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from jobs import cli
+from wavealign import blockmask, hardware
+
+
+def test_paper_gpus_have_the_papers_wave_sizes():
+    assert hardware.get("h100").wave_size("fa4") == 132
+    assert hardware.get("a40").wave_size("flashinfer") == 168
+    assert hardware.get("H200").l2_bytes == 60 << 20
+
+
+@pytest.mark.parametrize(("device_name", "expected"), [
+    ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A40", "a40"),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", None),
+])
+def test_device_names_map_to_hardware_ids(device_name, expected):
+    found = hardware.from_device_name(device_name)
+    assert (found.name if found else None) == expected
+
+
+def test_kv_index_form_round_trips_through_the_dense_mask():
+    mask = torch.rand(3, 7, 9) < 0.4
+    counts, indices = blockmask.to_kv_indices(mask)
+    assert torch.equal(counts, mask.sum(-1, dtype=torch.int32))
+    assert torch.equal(blockmask.from_kv_indices(counts, indices), mask)
+
+
+def test_kv_indices_out_of_range_are_rejected():
+    counts = torch.tensor([[2]], dtype=torch.int32)
+    with pytest.raises(ValueError, match="kv_indices must lie in"):
+        blockmask.from_kv_indices(counts, torch.tensor([[[0, 5]]], dtype=torch.int32), num_kv_blocks=4)
+
+
+def test_cli_lists_commands_and_rejects_unknown_ones(capsys):
+    assert cli.main([]) == 0
+    assert "demo" in capsys.readouterr().out
+    assert cli.main(["no-such-command"]) == 2
+    assert "unknown command 'no-such-command'" in capsys.readouterr().err
+
+
+def test_demo_command_reports_a_smaller_union_and_exactness():
+    result = subprocess.run([sys.executable, "-m", "jobs.cli", "demo", "--q-blocks", "300", "--heads", "2"],
+                            capture_output=True, text=True, check=True)
+    assert "bitwise: True" in result.stdout

@@ -1,0 +1,177 @@
+"""The reorder contract: permutations, stage properties, exactness, degenerate inputs and errors."""
+
+import math
+
+import hypothesis.strategies as st
+import pytest
+import torch
+from hypothesis import given, settings
+
+from wavealign import blockmask, kernels, reorder, synthetic
+
+
+@st.composite
+def masks(draw, max_heads=3, max_blocks=40):
+    heads = draw(st.integers(1, max_heads))
+    mb = draw(st.integers(1, max_blocks))
+    nb = draw(st.integers(1, max_blocks))
+    density = draw(st.floats(0.0, 1.0))
+    seed = draw(st.integers(0, 2**16))
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand(heads, mb, nb, generator=gen) < density
+
+
+def wave_union(mask: torch.Tensor, order: reorder.RowOrder) -> float:
+    rows = reorder.permute_mask(mask, order)
+    h, mb, nb = rows.shape
+    w = order.wave_size
+    rows = torch.cat([rows, rows.new_zeros(h, (-mb) % w, nb)], dim=1)
+    return float(rows.reshape(h, -1, w, nb).any(2).sum(-1).float().mean())
+
+
+@settings(max_examples=60, deadline=None)
+@given(mask=masks(), stages=st.sampled_from(reorder.STAGES), wave=st.integers(1, 16))
+def test_perm_is_a_permutation_per_head_and_inverse_inverts_it(mask, stages, wave):
+    order = reorder.plan(mask, wave_size=wave, stages=stages)
+    mb = mask.shape[1]
+    assert order.perm.shape == order.inverse.shape == mask.shape[:2]
+    assert order.perm.dtype == torch.int64
+    assert torch.equal(order.perm.sort(-1).values, torch.arange(mb).expand_as(order.perm))
+    assert torch.equal(torch.gather(order.perm, -1, order.inverse), torch.arange(mb).expand_as(order.perm))
+
+
+@settings(max_examples=60, deadline=None)
+@given(mask=masks(), stages=st.sampled_from(["temporal", "both"]), wave=st.integers(1, 16))
+def test_nnz_is_non_increasing_within_each_wave_bucket(mask, stages, wave):
+    order = reorder.plan(mask, wave_size=wave, stages=stages)
+    nnz = torch.gather(mask.sum(-1), 1, order.perm)
+    for start in range(0, mask.shape[1], wave):
+        bucket = nnz[:, start:start + wave]
+        assert (bucket[:, 1:] <= bucket[:, :-1]).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(mask=masks(max_blocks=12), block=st.sampled_from([1, 4, 8]), ragged=st.integers(0, 7),
+       stages=st.sampled_from(reorder.STAGES))
+def test_permute_rows_then_restore_rows_is_the_identity(mask, block, ragged, stages):
+    heads, mb, _ = mask.shape
+    n = max(1, mb * block - min(ragged, block - 1))  # a ragged last block when ragged > 0
+    order = reorder.plan(mask, wave_size=3, stages=stages)
+    q = torch.randn(2, heads, n, 5)
+    permuted = reorder.permute_rows(q, order, block)
+    assert torch.equal(reorder.restore_rows(permuted, order, block), q)
+    first_slot = int(order.perm[0, 0])
+    assert torch.equal(permuted[:, 0, :1], q[:, 0, first_slot * block:first_slot * block + 1])
+
+
+@settings(max_examples=15, deadline=None)
+@given(mask=masks(max_heads=2, max_blocks=10), stages=st.sampled_from(reorder.STAGES),
+       seed=st.integers(0, 1000))
+def test_reference_output_with_reorder_equals_it_without_bitwise(mask, stages, seed):
+    heads, mb, nb = mask.shape
+    block = 8
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, heads, mb * block, 16, generator=gen)
+    k, v = (torch.randn(1, heads, nb * block, 16, generator=gen) for _ in range(2))
+    ref = kernels.get("reference")
+    order = reorder.plan(mask, wave_size=4, stages=stages)
+    plain = ref(q, k, v, mask, block_size=block)
+    gathered = reorder.restore_rows(
+        ref(reorder.permute_rows(q, order, block), k, v, reorder.permute_mask(mask, order), block_size=block),
+        order, block)
+    in_kernel = ref(q, k, v, mask, order=order, block_size=block)
+    assert torch.equal(plain, gathered)
+    assert torch.equal(plain, in_kernel)
+
+
+def test_stage1_groups_rows_of_planted_prototypes():
+    mask = synthetic.planted_mask(3, 400, 400, density=0.2, prototypes=5, seed=3)
+    shuffled = wave_union(mask, reorder.plan(mask, wave_size=64, stages="none"))
+    spatial = wave_union(mask, reorder.plan(mask, wave_size=64, stages="spatial"))
+    assert spatial < 0.6 * shuffled
+
+
+def _subspace_angle_deg(a: torch.Tensor, b: torch.Tensor) -> float:
+    qa, qb = torch.linalg.qr(a)[0], torch.linalg.qr(b)[0]
+    cosines = torch.linalg.svdvals(qa.T @ qb)
+    return math.degrees(math.acos(float(cosines.min().clamp(-1, 1))))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_subspace_iteration_matches_dense_svd_of_centered_mask(seed):
+    # three prototypes: the centered mask is near rank 2, so T = 10 iterations converge
+    mask = synthetic.planted_mask(1, 120, 90, density=0.3, prototypes=3, noise=0.05, seed=seed)
+    centered = mask[0].double() - mask[0].double().mean(0, keepdim=True)
+    svd = torch.linalg.svd(centered, full_matrices=False)
+    u, sigma = reorder.centered_top2(mask, iters=10, seed=seed)
+    assert _subspace_angle_deg(u[0].double(), svd.U[:, :2]) < 1.0
+    assert torch.allclose(sigma[0].double(), svd.S[:2], rtol=1e-3)
+
+
+def test_same_seed_gives_the_same_order_and_another_seed_still_a_valid_one():
+    mask = synthetic.random_mask(4, 300, 300, 0.2, seed=5)
+    a, b = reorder.plan(mask, seed=7), reorder.plan(mask, seed=7)
+    assert torch.equal(a.perm, b.perm)
+    c = reorder.plan(mask, seed=8)
+    assert torch.equal(c.perm.sort(-1).values, a.perm.sort(-1).values)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.zeros(2, 20, 30, dtype=torch.bool),                       # every row empty
+    lambda: torch.ones(2, 20, 30, dtype=torch.bool),                        # every row full
+    lambda: (torch.rand(1, 1, 30) < 0.4).expand(2, 20, 30).contiguous(),     # identical rows
+    lambda: torch.stack([torch.arange(30) < (10 if i % 2 else 20) for i in range(20)]).unsqueeze(0),  # rank 1
+    lambda: torch.rand(3, 1, 7) < 0.5,                                       # MB = 1
+    lambda: torch.rand(3, 2, 7) < 0.5,                                       # MB = 2
+])
+def test_degenerate_masks_fall_back_to_the_original_order_in_stage1(make):
+    mask = make()
+    order = reorder.plan(mask, stages="spatial")
+    assert torch.equal(order.perm, torch.arange(mask.shape[1]).expand(mask.shape[0], -1))
+
+
+def test_mask_smaller_than_a_wave_is_one_bucket_sorted_by_nnz():
+    mask = synthetic.random_mask(2, 50, 60, 0.3, nnz_spread=0.9, seed=1)
+    order = reorder.plan(mask, wave_size=132, stages="both")
+    nnz = torch.gather(mask.sum(-1), 1, order.perm)
+    assert (nnz[:, 1:] <= nnz[:, :-1]).all()
+
+
+def test_kv_index_form_gives_the_same_order_as_the_dense_mask():
+    mask = synthetic.planted_mask(3, 100, 80, seed=2)
+    assert torch.equal(reorder.plan(blockmask.to_kv_indices(mask)).perm, reorder.plan(mask).perm)
+
+
+def test_batched_mask_plans_each_batch_and_head():
+    mask = torch.stack([synthetic.planted_mask(2, 60, 60, seed=s) for s in (1, 2)])
+    order = reorder.plan(mask, wave_size=16)
+    assert order.perm.shape == (2, 2, 60)
+    assert torch.equal(order.perm[1], reorder.plan(mask[1], wave_size=16).perm)
+    assert reorder.plan(mask[:1], wave_size=16).perm.shape == (2, 60)
+    assert torch.equal(reorder.permute_mask(mask, order)[1], reorder.permute_mask(
+        mask[1], reorder.plan(mask[1], wave_size=16)))
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda m: reorder.plan(m.int()), "dtype torch.bool"),
+    (lambda m: reorder.plan(m[0]), r"\(H, MB, NB\)"),
+    (lambda m: reorder.plan(m[:, :0]), "must not be empty"),
+    (lambda m: reorder.plan(m, stages="all"), "stages must be one of"),
+    (lambda m: reorder.plan(m, wave_size=0), "wave_size must be >= 1"),
+    (lambda m: reorder.plan(m, iters=0), "iters must be >= 1"),
+    (lambda m: reorder.plan((m.sum(-1),)), r"\(kv_num_blocks, kv_indices\)"),
+    (lambda m: reorder.permute_rows(torch.randn(1, 2, 100, 8), reorder.plan(m), 16), "MB=10"),
+    (lambda m: reorder.permute_rows(torch.randn(1, 3, 160, 8), reorder.plan(m), 16), "H=3 heads"),
+    (lambda m: reorder.permute_rows(torch.randn(2, 160, 8), reorder.plan(m), 16), r"\(B, H, N, D\)"),
+    (lambda m: reorder.permute_rows(torch.randn(1, 2, 0, 8), reorder.plan(m), 16), "must not be empty"),
+    (lambda m: reorder.restore_rows(torch.randn(1, 2, 160, 8), reorder.plan(m), 0), "block_size must be"),
+    (lambda m: reorder.permute_mask(m[:, :5], reorder.plan(m)), r"\(H, MB\)"),
+    (lambda m: kernels.get("reference")(*(torch.randn(1, 2, 170, 8),) * 3, m, block_size=16), "mask has shape"),
+    (lambda m: kernels.get("reference")(torch.randn(1, 2, 160, 8), torch.randn(1, 2, 160, 4),
+                                        torch.randn(1, 2, 160, 4), m, block_size=16), "must share B, H"),
+    (lambda m: kernels.get("nope"), "unknown backend 'nope'"),
+])
+def test_bad_input_raises_a_value_error_naming_it(call, message):
+    mask = synthetic.random_mask(2, 10, 10, 0.3)
+    with pytest.raises(ValueError, match=message):
+        call(mask)

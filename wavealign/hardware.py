@@ -1,0 +1,165 @@
+"""Descriptions of the GPUs WaveAlign targets: the facts the skip model, the simulator and the sweep need.
+
+Each entry is mirrored by ``conf/hardware/<name>.yaml``. Figures are vendor datasheet values unless a
+``measured`` note says otherwise; ``sources`` cites where each came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU model. ``ctas_per_sm`` maps a backend name to its resident CTAs per SM (default 1)."""
+
+    name: str
+    display_name: str
+    ray_accelerator_type: str
+    compute_capability: tuple[int, int]
+    sm_count: int
+    l2_bytes: int
+    hbm_bytes_per_s: float
+    peak_bf16_flops: float
+    default_block_size: int
+    default_backend: str
+    ctas_per_sm: dict[str, int] = field(default_factory=dict)
+    device_name_patterns: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+
+    def wave_size(self, backend: str | None = None) -> int:
+        """Rows that run at once: SMs x resident CTAs per SM for ``backend`` (the paper's wave)."""
+        return self.sm_count * self.ctas_per_sm.get(backend or self.default_backend, 1)
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        """Operational intensity where the bf16 compute roof meets the HBM roof."""
+        return self.peak_bf16_flops / self.hbm_bytes_per_s
+
+
+_ENTRIES = (
+    Hardware(
+        name="h100",
+        display_name="NVIDIA H100 SXM5 80GB",
+        ray_accelerator_type="H100",
+        compute_capability=(9, 0),
+        sm_count=132,
+        l2_bytes=50 * MiB,
+        hbm_bytes_per_s=3.35e12,
+        peak_bf16_flops=989.4e12,
+        default_block_size=128,
+        default_backend="fa4",
+        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
+        device_name_patterns=("H100 80GB HBM3", "H100 SXM", "H100"),
+        sources=(
+            "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 132 SMs, 3.35 TB/s, 989 TFLOP/s dense BF16)",
+            "NVIDIA Hopper architecture whitepaper (50 MB L2)",
+            "WaveAlign paper, Sec. V: FA4 128x128 tiles, 1 CTA/SM, wave 132",
+        ),
+    ),
+    Hardware(
+        name="h200",
+        display_name="NVIDIA H200 SXM 141GB",
+        ray_accelerator_type="H200",
+        compute_capability=(9, 0),
+        sm_count=132,
+        l2_bytes=60 * MiB,
+        hbm_bytes_per_s=4.8e12,
+        peak_bf16_flops=989.4e12,
+        default_block_size=128,
+        default_backend="triton",
+        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
+        device_name_patterns=("H200",),
+        sources=(
+            "NVIDIA H200 datasheet (141 GB HBM3e, 4.8 TB/s; compute as H100 SXM)",
+            "torch.cuda.get_device_properties on the project's H200: 132 SMs, L2 60 MiB",
+        ),
+    ),
+    Hardware(
+        name="a40",
+        display_name="NVIDIA A40 48GB",
+        ray_accelerator_type="A40",
+        compute_capability=(8, 6),
+        sm_count=84,
+        l2_bytes=6 * MiB,
+        hbm_bytes_per_s=696e9,
+        peak_bf16_flops=149.7e12,
+        default_block_size=64,
+        default_backend="flashinfer",
+        ctas_per_sm={"flashinfer": 2, "triton": 2, "flex": 1},
+        device_name_patterns=("A40",),
+        sources=(
+            "NVIDIA A40 datasheet (84 SMs, 696 GB/s GDDR6, 149.7 TFLOP/s dense BF16)",
+            "NVIDIA GA102 whitepaper (6 MB L2)",
+            "WaveAlign paper, Sec. V: FlashInfer 64x64 tiles, 2 CTAs/SM, wave 168",
+        ),
+    ),
+    Hardware(
+        name="a100",
+        display_name="NVIDIA A100 SXM4 80GB",
+        ray_accelerator_type="A100",
+        compute_capability=(8, 0),
+        sm_count=108,
+        l2_bytes=40 * MiB,
+        hbm_bytes_per_s=2.039e12,
+        peak_bf16_flops=312e12,
+        default_block_size=128,
+        default_backend="triton",
+        ctas_per_sm={"flashinfer": 1, "triton": 1, "flex": 1},
+        device_name_patterns=("A100",),
+        sources=("NVIDIA A100 datasheet (80GB SXM: 2,039 GB/s, 312 TFLOP/s BF16)",
+                 "NVIDIA Ampere GA100 whitepaper (108 SMs, 40 MB L2)"),
+    ),
+    Hardware(
+        name="b200",
+        display_name="NVIDIA B200 180GB",
+        ray_accelerator_type="B200",
+        compute_capability=(10, 0),
+        sm_count=148,
+        l2_bytes=126 * MiB,
+        hbm_bytes_per_s=8.0e12,
+        peak_bf16_flops=2250e12,
+        default_block_size=128,
+        default_backend="fa4",
+        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
+        device_name_patterns=("B200",),
+        sources=("NVIDIA DGX B200 / HGX B200 datasheet (8 TB/s HBM3e, 2.25 PFLOP/s dense BF16 per GPU)",
+                 "CUDA device query reports of B200 (148 SMs, 126 MB L2)"),
+    ),
+)
+
+REGISTRY: dict[str, Hardware] = {hw.name: hw for hw in _ENTRIES}
+
+
+def names() -> list[str]:
+    """The hardware ids, as used by ``conf/hardware/``."""
+    return sorted(REGISTRY)
+
+
+def get(name: str | Hardware) -> Hardware:
+    """Look a GPU up by id (``"h100"``); a ``Hardware`` passes through."""
+    if isinstance(name, Hardware):
+        return name
+    try:
+        return REGISTRY[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown hardware {name!r}; expected one of {names()}") from None
+
+
+def from_device_name(device_name: str) -> Hardware | None:
+    """Map a CUDA device name (``torch.cuda.get_device_name()``) to its description, if known."""
+    for hw in _ENTRIES:
+        if any(p.lower() in device_name.lower() for p in hw.device_name_patterns):
+            return hw
+    return None
+
+
+def detect(device: int | None = None) -> Hardware | None:
+    """The description of the current CUDA device, or None without CUDA or for an unknown GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    return from_device_name(torch.cuda.get_device_name(device))

@@ -1,0 +1,62 @@
+"""A small name -> object registry that discovers its entries from the modules of one package.
+
+Adding a method or backend is one module that registers itself (plus one YAML in ``conf/``); nothing
+else changes, because every submodule of the package is imported on first lookup.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Entries keyed by name, filled by importing every submodule of ``package`` on first use."""
+
+    def __init__(self, kind: str, package: str) -> None:
+        self.kind = kind
+        self.package = package
+        self._entries: dict[str, T] = {}
+        self._discovered = False
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator that files ``obj`` under ``name``; a second entry of the same name is an error."""
+
+        def add(obj: T) -> T:
+            if name in self._entries and self._entries[name] is not obj:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._entries[name] = obj
+            return obj
+
+        return add
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        self._discovered = True
+        pkg = importlib.import_module(self.package)
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            if not mod.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{mod.name}")
+
+    def get(self, name: str) -> T:
+        self._discover()
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.kind} {name!r}; expected one of {self.names()}") from None
+
+    def names(self) -> list[str]:
+        self._discover()
+        return sorted(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __contains__(self, name: object) -> bool:
+        self._discover()
+        return name in self._entries

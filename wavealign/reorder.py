@@ -1,0 +1,224 @@
+"""WaveAlign's row reordering: plan a per-head launch order of query blocks, apply it, undo it.
+
+Stage 1 (paper Alg. 1) sorts rows by the polar angle of their coordinates in the top-2 left singular
+subspace of the column-centered mask, so rows with similar K/V sets run in the same wave. Stage 2
+(Alg. 2) sorts each wave-sized bucket by descending NNZ, so a wave's short rows hand over to the next
+wave's long ones. Only the order changes: every backend computes the same blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from wavealign.blockmask import MaskLike, as_dense
+
+STAGES = ("none", "spatial", "temporal", "both")
+# Stage 1 falls back to the original order when sigma_2 <= RANK_TOL * sigma_1 (centered rank < 2)
+RANK_TOL = 1e-4
+# bytes of float32 mask copy per batched Stage-1 chunk; bounds memory, not the result
+CHUNK_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """A launch order per head: slot ``p`` of head ``h`` runs query block ``perm[h, p]``.
+
+    ``perm`` and ``inverse`` are int64 of shape (H, MB), or (B, H, MB) for a batched mask with B > 1.
+    """
+
+    perm: torch.Tensor
+    inverse: torch.Tensor
+    wave_size: int
+    stages: str
+
+    @property
+    def num_q_blocks(self) -> int:
+        return self.perm.shape[-1]
+
+    @classmethod
+    def from_perm(cls, perm: torch.Tensor, wave_size: int, stages: str) -> RowOrder:
+        """Wrap a permutation, computing its inverse."""
+        perm = perm.long()
+        inverse = torch.empty_like(perm)
+        inverse.scatter_(-1, perm, torch.arange(perm.shape[-1], device=perm.device).expand_as(perm))
+        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages)
+
+    @classmethod
+    def identity(cls, *lead: int, device: str | torch.device = "cpu", wave_size: int = 132) -> RowOrder:
+        """The original order for leading dims ``lead`` = (H, MB) or (B, H, MB)."""
+        perm = torch.arange(lead[-1], device=device).expand(*lead).contiguous()
+        return cls(perm=perm, inverse=perm.clone(), wave_size=wave_size, stages="none")
+
+
+def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", iters: int = 10,
+         seed: int = 0, rayleigh_ritz: bool = True) -> RowOrder:
+    """Compute the WaveAlign launch order of ``mask`` (bool (H, MB, NB), (B, H, MB, NB), or kv indices).
+
+    ``stages`` picks the paper's ablation variant: "none" (Original), "spatial" (O+S1), "temporal"
+    (O+S2) or "both" (O+S1+S2). The result is deterministic for a given seed and device.
+    """
+    dense = as_dense(mask)
+    if stages not in STAGES:
+        raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
+    if int(wave_size) < 1:
+        raise ValueError(f"wave_size must be >= 1, got {wave_size}")
+    if int(iters) < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    lead = dense.shape[:-2] if not (dense.dim() == 4 and dense.shape[0] == 1) else dense.shape[1:-2]
+    mb, nb = dense.shape[-2:]
+    rows = dense.reshape(-1, mb, nb)
+    order = torch.arange(mb, device=dense.device).expand(rows.shape[0], mb)
+    if stages in ("spatial", "both"):
+        order = spatial_order(rows, iters=iters, seed=seed, rayleigh_ritz=rayleigh_ritz)
+    if stages in ("temporal", "both"):
+        order = temporal_order(rows.sum(-1), order, wave_size)
+    return RowOrder.from_perm(order.reshape(*lead, mb), wave_size=int(wave_size), stages=stages)
+
+
+def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,
+                  rayleigh_ritz: bool = True) -> torch.Tensor:
+    """Stage 1 for a (G, MB, NB) bool mask: (G, MB) row order by the polar angle of (u1, u2)."""
+    g, mb, _ = mask.shape
+    per_chunk = max(1, CHUNK_BYTES // max(1, 4 * mask[0].numel()))
+    return torch.cat([_spatial_chunk(mask[i:i + per_chunk], iters, seed, rayleigh_ritz)
+                      for i in range(0, g, per_chunk)]) if g else mask.new_zeros((0, mb), dtype=torch.long)
+
+
+def centered_top2(mask: torch.Tensor, iters: int = 10, seed: int = 0,
+                  rayleigh_ritz: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 1, matrix-free: top-2 left singular vectors (G, MB, 2) and values (G, 2) of the
+    column-centered (G, MB, NB) mask, never forming the centered mask or a Gram matrix."""
+    g, mb, _ = mask.shape
+    m = mask.float()
+    c = m.sum(1)  # Alg. 1 line 1: c = M^T 1, column sums (G, NB)
+    # Alg. 1 line 2: random orthonormal start, drawn on the CPU so every device starts alike
+    start = torch.randn(mb, 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    x = _orth2(start.float().to(mask.device).expand(g, mb, 2).contiguous())
+    for _ in range(iters):
+        y = _centered_t_matvec(m, c, x)  # Alg. 1 line 4: Y = M^T X - (1/MB) c (1^T X)
+        z = torch.bmm(m, y) - torch.einsum("gn,gnk->gk", c, y).unsqueeze(1) / mb  # line 5: Z = MY - (1/MB) 1 (c^T Y)
+        x = _orth2(z)  # line 6: X = orth(Z)
+    y = _centered_t_matvec(m, c, x)
+    # Rayleigh-Ritz: the 2x2 quotient of C C^T on span(X) gives sigma_1^2 >= sigma_2^2 and their vectors
+    evals, evecs = torch.linalg.eigh(torch.bmm(y.transpose(1, 2), y).double())  # ascending
+    if rayleigh_ritz:
+        x = torch.bmm(x.double(), evecs.flip(-1)).float()
+    return x, evals.flip(-1).clamp_min(0).sqrt().float()
+
+
+def _spatial_chunk(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool) -> torch.Tensor:
+    g, mb, _ = mask.shape
+    u, sigma = centered_top2(mask, iters, seed, rayleigh_ritz)
+    u = _canonical_signs(u)
+    order = _stable_argsort(torch.atan2(u[..., 1], u[..., 0]))
+    # rank < 2 after centering: the angle carries no information, keep the original order
+    low_rank = sigma[:, 1] <= RANK_TOL * sigma[:, 0].clamp_min(1e-30)
+    if mb < 3:
+        low_rank[:] = True
+    identity = torch.arange(mb, device=mask.device).expand(g, mb)
+    return torch.where(low_rank.unsqueeze(-1), identity, order)
+
+
+def _centered_t_matvec(m: torch.Tensor, c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """(M - (1/MB) 1 c^T)^T X without forming the centered mask: M^T X - (1/MB) c (1^T X)."""
+    return torch.bmm(m.transpose(1, 2), x) - c.unsqueeze(-1) * x.sum(1, keepdim=True) / m.shape[1]
+
+
+def _orth2(z: torch.Tensor) -> torch.Tensor:
+    """Closed-form orthonormalisation of the two columns of each (G, MB, 2) block (Gram-Schmidt, twice)."""
+    eps = torch.finfo(z.dtype).tiny
+    q1 = z[..., 0] / z[..., 0].norm(dim=-1, keepdim=True).clamp_min(eps)
+    q2 = z[..., 1]
+    for _ in range(2):  # a second pass restores orthogonality lost to cancellation
+        q2 = q2 - (q1 * q2).sum(-1, keepdim=True) * q1
+    q2 = q2 / q2.norm(dim=-1, keepdim=True).clamp_min(eps)
+    return torch.stack((q1, q2), dim=-1)
+
+
+def _canonical_signs(u: torch.Tensor) -> torch.Tensor:
+    """Flip each singular vector so its largest-magnitude entry is positive (an SVD's sign is arbitrary)."""
+    pivot = u.abs().argmax(dim=1, keepdim=True)
+    sign = torch.sign(torch.gather(u, 1, pivot))
+    return u * torch.where(sign == 0, torch.ones_like(sign), sign)
+
+
+def _stable_argsort(key: torch.Tensor) -> torch.Tensor:
+    return torch.sort(key, dim=-1, stable=True).indices
+
+
+def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> torch.Tensor:
+    """Stage 2 (Alg. 2): within consecutive ``wave_size`` buckets of ``order``, descending NNZ, stably."""
+    mb = order.shape[-1]
+    nnz_in_order = torch.gather(nnz.long(), -1, order)
+    bucket = torch.arange(mb, device=order.device) // wave_size
+    # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties
+    key = bucket * (int(nnz_in_order.max()) + 1) - nnz_in_order if mb else bucket
+    return torch.gather(order, -1, _stable_argsort(key))
+
+
+def _block_row_index(order_perm: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
+    """Token index (…, N) that lays query blocks out in ``order_perm`` order; a ragged block keeps its length."""
+    mb = order_perm.shape[-1]
+    starts = order_perm * block_size
+    lengths = (seq_len - starts).clamp(max=block_size)
+    offsets = torch.arange(block_size, device=order_perm.device)
+    index = starts.unsqueeze(-1) + offsets
+    keep = offsets < lengths.unsqueeze(-1)
+    flat = index.reshape(-1, mb * block_size)[keep.reshape(-1, mb * block_size)]
+    return flat.reshape(*order_perm.shape[:-1], seq_len)
+
+
+def _check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"{name} must be a (B, H, N, D) tensor, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+    if int(block_size) < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    mb = -(-x.shape[2] // block_size)
+    if mb != order.num_q_blocks:
+        raise ValueError(
+            f"{name} has N={x.shape[2]} tokens = {mb} blocks of block_size={block_size}, but the order "
+            f"covers MB={order.num_q_blocks} query blocks")
+    heads = order.perm.shape[-2]
+    if x.shape[1] != heads:
+        raise ValueError(f"{name} has H={x.shape[1]} heads, but the order has {heads}")
+    if order.perm.dim() == 3 and order.perm.shape[0] != x.shape[0]:
+        raise ValueError(f"{name} has B={x.shape[0]}, but the order is batched with B={order.perm.shape[0]}")
+
+
+def _gather_rows(x: torch.Tensor, perm: torch.Tensor, block_size: int) -> torch.Tensor:
+    b, h, n, d = x.shape
+    index = _block_row_index(perm.to(x.device), n, block_size).expand(b, h, n)
+    return torch.gather(x, 2, index.unsqueeze(-1).expand(b, h, n, d))
+
+
+def permute_rows(q: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
+    """Gather the query blocks of ``q`` (B, H, N, D) into launch order (a ragged last block keeps its length)."""
+    _check_rows(q, order, block_size, "q")
+    return _gather_rows(q, order.perm, block_size)
+
+
+def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
+    """Undo ``permute_rows`` on an output (B, H, N, D) computed in launch order."""
+    _check_rows(out, order, block_size, "out")
+    index = _block_row_index(order.perm.to(out.device), out.shape[2], block_size)
+    restored = torch.empty_like(out)
+    b, h, n, d = out.shape
+    restored.scatter_(2, index.expand(b, h, n).unsqueeze(-1).expand(b, h, n, d), out)
+    return restored
+
+
+def permute_mask(mask: torch.Tensor, order: RowOrder) -> torch.Tensor:
+    """Reorder the rows of a (H, MB, NB) or (B, H, MB, NB) bool mask into launch order."""
+    mask = as_dense(mask)
+    if mask.shape[-2] != order.num_q_blocks or mask.shape[-3] != order.perm.shape[-2]:
+        raise ValueError(f"mask has (H, MB)={tuple(mask.shape[-3:-1])}, but the order has "
+                         f"{tuple(order.perm.shape[-2:])}")
+    perm = order.perm.to(mask.device)
+    if perm.dim() == 2 and mask.dim() == 4:
+        perm = perm.expand(mask.shape[0], *perm.shape)
+    return torch.gather(mask, -2, perm.unsqueeze(-1).expand_as(mask))
