@@ -89,20 +89,25 @@ def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,
 def centered_top2(mask: torch.Tensor, iters: int = 10, seed: int = 0,
                   rayleigh_ritz: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Alg. 1, matrix-free: top-2 left singular vectors (G, MB, 2) and values (G, 2) of the
-    column-centered (G, MB, NB) mask, never forming the centered mask or a Gram matrix."""
+    column-centered (G, MB, NB) mask, never forming the centered mask or a Gram matrix.
+
+    The 2-column blocks are kept transposed, (G, 2, MB), so both products stream M row-major
+    (X^T M and Y^T M^T), several times faster on CPU BLAS than M^T X.
+    """
     g, mb, _ = mask.shape
     m = mask.float()
-    c = m.sum(1)  # Alg. 1 line 1: c = M^T 1, column sums (G, NB)
+    c = m.sum(1, keepdim=True)  # Alg. 1 line 1: c = M^T 1, column sums (G, 1, NB)
     # Alg. 1 line 2: random orthonormal start, drawn on the CPU so every device starts alike
-    start = torch.randn(mb, 2, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    x = _orth2(start.float().to(mask.device).expand(g, mb, 2).contiguous())
+    start = torch.randn(2, mb, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    xt = _orth2(start.float().to(mask.device).expand(g, 2, mb).contiguous())
     for _ in range(iters):
-        y = _centered_t_matvec(m, c, x)  # Alg. 1 line 4: Y = M^T X - (1/MB) c (1^T X)
-        z = torch.bmm(m, y) - torch.einsum("gn,gnk->gk", c, y).unsqueeze(1) / mb  # line 5: Z = MY - (1/MB) 1 (c^T Y)
-        x = _orth2(z)  # line 6: X = orth(Z)
-    y = _centered_t_matvec(m, c, x)
+        yt = _centered_t_matvec(m, c, xt)  # Alg. 1 line 4: Y = M^T X - (1/MB) c (1^T X)
+        zt = torch.bmm(yt, m.transpose(1, 2)) - (yt * c).sum(-1, keepdim=True) / mb  # line 5: Z = MY - (1/MB) 1 (c^T Y)
+        xt = _orth2(zt)  # line 6: X = orth(Z)
+    yt = _centered_t_matvec(m, c, xt)
     # Rayleigh-Ritz: the 2x2 quotient of C C^T on span(X) gives sigma_1^2 >= sigma_2^2 and their vectors
-    evals, evecs = torch.linalg.eigh(torch.bmm(y.transpose(1, 2), y).double())  # ascending
+    evals, evecs = torch.linalg.eigh(torch.bmm(yt, yt.transpose(1, 2)).double())  # ascending
+    x = xt.transpose(1, 2)
     if rayleigh_ritz:
         x = torch.bmm(x.double(), evecs.flip(-1)).float()
     return x, evals.flip(-1).clamp_min(0).sqrt().float()
@@ -121,20 +126,20 @@ def _spatial_chunk(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: boo
     return torch.where(low_rank.unsqueeze(-1), identity, order)
 
 
-def _centered_t_matvec(m: torch.Tensor, c: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """(M - (1/MB) 1 c^T)^T X without forming the centered mask: M^T X - (1/MB) c (1^T X)."""
-    return torch.bmm(m.transpose(1, 2), x) - c.unsqueeze(-1) * x.sum(1, keepdim=True) / m.shape[1]
+def _centered_t_matvec(m: torch.Tensor, c: torch.Tensor, xt: torch.Tensor) -> torch.Tensor:
+    """((M - (1/MB) 1 c^T)^T X)^T = X^T M - (1/MB) (X^T 1) c^T, for X^T of shape (G, 2, MB)."""
+    return torch.bmm(xt, m) - xt.sum(-1, keepdim=True) * c / m.shape[1]
 
 
-def _orth2(z: torch.Tensor) -> torch.Tensor:
-    """Closed-form orthonormalisation of the two columns of each (G, MB, 2) block (Gram-Schmidt, twice)."""
-    eps = torch.finfo(z.dtype).tiny
-    q1 = z[..., 0] / z[..., 0].norm(dim=-1, keepdim=True).clamp_min(eps)
-    q2 = z[..., 1]
+def _orth2(zt: torch.Tensor) -> torch.Tensor:
+    """Closed-form orthonormalisation of the two rows of each (G, 2, MB) block (Gram-Schmidt, twice)."""
+    eps = torch.finfo(zt.dtype).tiny
+    q1 = zt[:, 0] / zt[:, 0].norm(dim=-1, keepdim=True).clamp_min(eps)
+    q2 = zt[:, 1]
     for _ in range(2):  # a second pass restores orthogonality lost to cancellation
         q2 = q2 - (q1 * q2).sum(-1, keepdim=True) * q1
     q2 = q2 / q2.norm(dim=-1, keepdim=True).clamp_min(eps)
-    return torch.stack((q1, q2), dim=-1)
+    return torch.stack((q1, q2), dim=1)
 
 
 def _canonical_signs(u: torch.Tensor) -> torch.Tensor:
