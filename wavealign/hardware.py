@@ -75,6 +75,8 @@ _ENTRIES = (
         sources=(
             "NVIDIA H200 datasheet (141 GB HBM3e, 4.8 TB/s; compute as H100 SXM)",
             "torch.cuda.get_device_properties on the project's H200: 132 SMs, L2 60 MiB",
+            "ncu launch__occupancy_limit_* on the H200, 2026-11-29: 1 CTA/SM for triton (228 regs x 256 threads) "
+            "and flex (169-198 regs); benchmarks/results/kernels-h200/TUNING.md",
         ),
     ),
     Hardware(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from wavealign import stage1_cuda
 from wavealign.blockmask import MaskLike, as_dense
 
 STAGES = ("none", "spatial", "temporal", "both")
@@ -81,7 +82,8 @@ def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,
                   rayleigh_ritz: bool = True) -> torch.Tensor:
     """Stage 1 for a (G, MB, NB) bool mask: (G, MB) row order by the polar angle of (u1, u2)."""
     g, mb, _ = mask.shape
-    per_chunk = max(1, CHUNK_BYTES // max(1, 4 * mask[0].numel()))
+    # the CUDA path holds the mask as bits (1/32 of the float copy), so all heads go in one batch
+    per_chunk = g if stage1_cuda.usable(mask) else max(1, CHUNK_BYTES // max(1, 4 * mask[0].numel()))
     return torch.cat([_spatial_chunk(mask[i:i + per_chunk], iters, seed, rayleigh_ritz)
                       for i in range(0, g, per_chunk)]) if g else mask.new_zeros((0, mb), dtype=torch.long)
 
@@ -92,8 +94,11 @@ def centered_top2(mask: torch.Tensor, iters: int = 10, seed: int = 0,
     column-centered (G, MB, NB) mask, never forming the centered mask or a Gram matrix.
 
     The 2-column blocks are kept transposed, (G, 2, MB), so both products stream M row-major
-    (X^T M and Y^T M^T), several times faster on CPU BLAS than M^T X.
+    (X^T M and Y^T M^T), several times faster on CPU BLAS than M^T X. A CUDA mask takes the packed
+    tensor-core path below (same start, same iterations, float32-level accuracy).
     """
+    if stage1_cuda.usable(mask):
+        return stage1_cuda.centered_top2(mask, iters, seed, rayleigh_ritz)
     g, mb, _ = mask.shape
     m = mask.float()
     c = m.sum(1, keepdim=True)  # Alg. 1 line 1: c = M^T 1, column sums (G, 1, NB)
