@@ -1,0 +1,119 @@
+"""GPU backends against the reference, the in-kernel/out-of-kernel row order, and the GPU reorder plan."""
+
+import pytest
+import torch
+
+from wavealign import kernels, reorder, synthetic
+from wavealign.kernels.reference import reference_attention
+
+pytestmark = pytest.mark.gpu
+
+FAST_BACKENDS = ["triton", "flex"]
+# (batch, heads, seq_len, head_dim, block_size): ragged and whole last blocks, both head dims
+SHAPES = [(1, 2, 1000, 128, 128), (2, 3, 768, 64, 128), (1, 2, 700, 128, 64), (1, 1, 4096, 128, 128)]
+
+
+def _inputs(batch, heads, seq_len, head_dim, block_size, seed, density=0.4):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=gen, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    blocks = -(-seq_len // block_size)
+    mask = synthetic.random_mask(heads, blocks, blocks, density, nnz_spread=0.5, seed=seed).cuda()
+    mask[0, min(1, blocks - 1)] = False  # an empty row must give zeros
+    return q, k, v, mask
+
+
+def _run_poisoned(backend, q, k, v, mask, order=None, block_size=128):
+    """Fill the memory the output will most likely reuse with NaN, so an unwritten element shows."""
+    poison = torch.full_like(q, float("nan"))
+    del poison
+    return backend(q, k, v, mask, order=order, block_size=block_size)
+
+
+def _relative_error(out, ref):
+    return float((out.float() - ref).norm() / ref.norm())
+
+
+@pytest.mark.parametrize("name", FAST_BACKENDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backend_matches_reference_in_bf16(name, shape):
+    if name == "flex" and shape[-1] != 128:
+        pytest.skip("the flex baseline runs 128x128 mask blocks only")
+    q, k, v, mask = _inputs(*shape, seed=hash(shape) % 1000)
+    block_size = shape[-1]
+    out = _run_poisoned(kernels.get(name), q, k, v, mask, block_size=block_size)
+    ref = reference_attention(q.float(), k.float(), v.float(), mask, block_size=block_size)
+    assert torch.isfinite(out).all()
+    assert _relative_error(out, ref) <= 1e-2
+
+
+@pytest.mark.parametrize("name", FAST_BACKENDS)
+def test_empty_rows_give_zeros(name):
+    q, k, v, mask = _inputs(1, 2, 1000, 128, 128, seed=3)
+    out = _run_poisoned(kernels.get(name), q, k, v, mask)
+    assert torch.count_nonzero(out[0, 0, 128:256]) == 0
+
+
+@pytest.mark.parametrize("name", FAST_BACKENDS)
+@pytest.mark.parametrize("stages", ["both", "spatial"])
+def test_row_order_leaves_output_bitwise_equal(name, stages):
+    q, k, v, mask = _inputs(1, 3, 3000, 128, 128, seed=7)
+    order = reorder.plan(mask, wave_size=8, stages=stages)
+    backend = kernels.get(name)
+    plain = backend(q, k, v, mask)
+    permuted = _run_poisoned(backend, q, k, v, mask, order=order)
+    assert torch.equal(plain, permuted)
+
+
+def test_triton_head_orders_give_the_same_output():
+    q, k, v, mask = _inputs(2, 3, 1500, 64, 128, seed=11)
+    order = reorder.plan(mask, wave_size=4)
+    run = kernels.get("triton")
+    assert torch.equal(run(q, k, v, mask, order=order, head_order="parallel"),
+                       run(q, k, v, mask, order=order, head_order="sequential"))
+
+
+def test_triton_pointer_and_tma_loads_agree():
+    q, k, v, mask = _inputs(1, 2, 1000, 128, 128, seed=13)
+    run = kernels.get("triton")
+    assert torch.equal(run(q, k, v, mask, use_tma=False), run(q, k, v, mask, use_tma=True))
+
+
+def test_triton_reads_the_kv_index_form():
+    from wavealign import blockmask
+
+    q, k, v, mask = _inputs(1, 2, 900, 128, 128, seed=17)
+    run = kernels.get("triton")
+    assert torch.equal(run(q, k, v, blockmask.to_kv_indices(mask)), run(q, k, v, mask))
+
+
+def _wave_union(mask, perm, wave_size):
+    rows = torch.gather(mask, 1, perm.unsqueeze(-1).expand_as(mask))
+    waves = rows.split(wave_size, dim=1)
+    return float(sum(w.any(1).sum() for w in waves)) / len(waves)
+
+
+@pytest.mark.parametrize("stages", ["spatial", "both"])
+def test_gpu_plan_agrees_with_cpu_plan(stages):
+    mask = synthetic.planted_mask(4, 600, 600, 0.25, seed=5)
+    cpu = reorder.plan(mask, wave_size=64, stages=stages)
+    gpu = reorder.plan(mask.cuda(), wave_size=64, stages=stages)
+    perm = gpu.perm.cpu()
+    assert torch.equal(perm.sort(-1).values, torch.arange(600).expand(4, 600))
+    # float32 rounding may swap rows at equal angles; the waves they form must be as tight
+    assert _wave_union(mask, perm, 64) <= 1.02 * _wave_union(mask, cpu.perm, 64)
+
+
+def test_gpu_temporal_plan_equals_cpu_plan():
+    mask = synthetic.random_mask(4, 500, 500, 0.3, nnz_spread=0.8, seed=9)
+    assert torch.equal(reorder.plan(mask.cuda(), wave_size=64, stages="temporal").perm.cpu(),
+                       reorder.plan(mask, wave_size=64, stages="temporal").perm)
+
+
+def test_gpu_stage1_finds_the_cpu_subspace():
+    mask = synthetic.planted_mask(3, 500, 450, 0.3, seed=21)
+    u_cpu, s_cpu = reorder.centered_top2(mask)
+    u_gpu, s_gpu = reorder.centered_top2(mask.cuda())
+    cosines = torch.linalg.svdvals(torch.bmm(u_cpu.double().transpose(1, 2), u_gpu.cpu().double()))
+    assert cosines.min() > 1 - 1e-5
+    assert torch.allclose(s_gpu.cpu(), s_cpu, rtol=1e-4)

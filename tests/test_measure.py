@@ -1,0 +1,141 @@
+"""Measurement: parsing Nsight Compute's CSV (format captured from a real run on the H200), the ncu
+command line, timing summaries and the derived figures."""
+
+import csv
+import io
+
+import pytest
+
+from wavealign.measure import derived, ncu, timing
+
+# `ncu --import R --csv --page raw --print-units base` on the H200 (ncu 2025.3, driver 580.159.04), trimmed
+# to the identity columns and the collected metrics (the real page also carries ~300 device__attribute_*
+# columns). Every field is quoted and integers carry thousands separators. Rows: the triton kernel and
+# flex's kernel at 75,600 tokens x 2 heads.
+HEADER = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+          "Grid Size", "Device", "CC", "device__attribute_display_name", "lts__t_sector_hit_rate.pct",
+          "dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+          "sm__throughput.avg.pct_of_peak_sustained_elapsed", "gpu__time_duration.sum",
+          "launch__occupancy_limit_blocks", "launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
+          "launch__occupancy_limit_warps", "launch__registers_per_thread",
+          "sm__warps_active.avg.pct_of_peak_sustained_active"]
+UNITS = [""] * 12 + ["%", "byte", "byte", "%", "%", "ns", "block", "block", "block", "block", "register/thread", "%"]
+ROWS = [
+    ["0", "828", "python3.12", "127.0.0.1", "_block_sparse_attn_fwd", "1", "7", "(256, 1, 1)", "(591, 2, 1)", "0",
+     "9.0", "NVIDIA H200", "87.26", "662,599,936", "37,442,816", "4.14", "39.34", "3,509,760", "32", "1", "1", "8",
+     "164", "12.50"],
+    ["4", "828", "python3.12", "127.0.0.1", "triton_tem_fused_flex_attention_0", "1", "7", "(256, 1, 1)",
+     "(591, 1, 2)", "0", "9.0", "NVIDIA H200", "87.07", "732,609,280", "38,248,448", "4.68", "40.25", "3,424,320",
+     "32", "1", "1", "8", "198", "12.50"],
+]
+
+
+def _csv(header=HEADER, units=UNITS, rows=ROWS) -> str:
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([header, units, *rows])
+    return out.getvalue()
+
+
+CAPTURED = _csv()
+
+
+def test_captured_csv_gives_one_record_per_kernel_in_order():
+    records = ncu.parse_raw_csv(CAPTURED)
+    assert [r.kernel_name for r in records] == ["_block_sparse_attn_fwd", "triton_tem_fused_flex_attention_0"]
+
+
+def test_thousands_separators_and_base_units_are_read():
+    first = ncu.parse_raw_csv(CAPTURED)[0]
+    assert first.dram_read_bytes == 662_599_936
+    assert first.duration_ms == pytest.approx(3.50976)
+    assert first.l2_hit_pct == pytest.approx(87.26)
+
+
+def test_residency_is_the_least_occupancy_limit():
+    records = ncu.parse_raw_csv(CAPTURED)
+    assert [r.ctas_per_sm for r in records] == [1, 1]
+    assert records[1].registers_per_thread == 198
+
+
+def test_residency_is_absent_without_occupancy_metrics():
+    keep = [i for i, name in enumerate(HEADER) if name not in ncu.OCCUPANCY_METRICS.values()]
+    text = _csv([HEADER[i] for i in keep], [UNITS[i] for i in keep], [[r[i] for i in keep] for r in ROWS])
+    assert ncu.parse_raw_csv(text)[0].ctas_per_sm is None
+
+
+def test_scaled_units_are_converted_to_the_record_units():
+    text = CAPTURED.replace('"byte","byte"', '"Gbyte","byte"').replace('"ns"', '"msecond"')
+    text = text.replace('"662,599,936"', '"0.5"').replace('"3,509,760"', '"2.5"')
+    first = ncu.parse_raw_csv(text)[0]
+    assert (first.dram_read_bytes, first.duration_ms) == (0.5e9, 2.5)
+
+
+def test_csv_without_the_metrics_is_rejected():
+    with pytest.raises(ValueError, match="lacks the metrics"):
+        ncu.parse_raw_csv('"ID","Kernel Name"\n"",""\n"0","k"\n')
+
+
+def test_text_that_is_not_a_report_is_rejected():
+    with pytest.raises(ValueError, match="'ID' header"):
+        ncu.parse_raw_csv("==ERROR== Failed to profile\n")
+
+
+def test_unreadable_counter_values_are_rejected_not_zeroed():
+    with pytest.raises(ValueError):
+        ncu.parse_raw_csv(CAPTURED.replace('"87.26"', '"n/a"'))
+
+
+def test_command_keeps_clocks_and_profiles_only_marked_regions():
+    cmd = ncu.ncu_command(["python3", "x.py"], "rep", kernel_regex="attn", nvtx_include="cell/")
+    assert cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--profile-from-start") + 1] == "off"
+    assert cmd[cmd.index("--kernel-name") + 1] == "regex:attn"
+    assert cmd[cmd.index("--nvtx-include") + 1] == "cell/"
+    assert cmd[-2:] == ["python3", "x.py"]
+
+
+def test_missing_ncu_is_reported_as_unavailable(tmp_path):
+    result, _ = ncu.collect(["true"], tmp_path / "r", ncu="ncu-that-does-not-exist")
+    assert isinstance(result, ncu.NcuUnavailable)
+    assert "not on PATH" in result.reason
+
+
+def test_summary_gives_median_and_quartiles():
+    t = timing.summarize([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (t.median_ms, t.p25_ms, t.p75_ms, t.min_ms, t.iqr_ms) == (3.0, 2.0, 4.0, 1.0, 2.0)
+
+
+def test_summary_of_nothing_is_an_error():
+    with pytest.raises(ValueError, match="samples_ms"):
+        timing.summarize([])
+
+
+def test_attention_flops_count_both_products_at_the_density():
+    assert derived.attention_flops(1000, 2000, 128, 40, 0.25) == 4 * 1000 * 2000 * 128 * 40 * 0.25
+
+
+def test_effective_tflops():
+    assert derived.effective_tflops(2e12, 4.0) == pytest.approx(500.0)
+
+
+def test_gap_is_one_when_the_speedup_reaches_one_over_rho():
+    g = derived.gap_to_bound(dense_ms=100.0, sparse_ms=25.0, density=0.25)
+    assert (g.bound_speedup, g.actual_speedup, g.gap) == (4.0, 4.0, 1.0)
+
+
+def test_gap_grows_as_the_sparse_kernel_falls_short():
+    assert derived.gap_to_bound(100.0, 40.0, 0.25).gap == pytest.approx(1.6)
+
+
+def test_operational_intensity_is_flops_per_dram_byte():
+    assert derived.operational_intensity(1e12, 4e9) == 250.0
+
+
+@pytest.mark.parametrize(("fn", "args"), [(derived.gap_to_bound, (1.0, 1.0, 0.0)),
+                                          (derived.effective_tflops, (1.0, 0.0)),
+                                          (derived.operational_intensity, (1.0, 0.0)),
+                                          (derived.attention_flops, (1, 1, 1, 1, 1.5))])
+def test_derived_figures_reject_impossible_inputs(fn, args):
+    with pytest.raises(ValueError):
+        fn(*args)
+

@@ -1,0 +1,155 @@
+"""Nsight Compute collector: run a program under ``ncu --clock-control none`` and parse its counters.
+
+The program marks the launches to profile with ``torch.cuda.profiler.start()/stop()`` (ncu runs with
+``--profile-from-start off``), optionally inside an NVTX range, and ncu keeps only kernels whose name
+matches a regex. The report is exported, then read back as the raw CSV page with base units, and each
+kernel becomes an ``NcuRecord``. Where counters can't be read, the result is ``NcuUnavailable`` with the
+reason, never a record of zeros.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+# record field -> ncu metric. The L2 hit rate counts 32-byte sectors of all L2 traffic (loads and stores).
+METRICS = {
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct",
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
+    "dram_throughput_pct": "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm_throughput_pct": "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "duration_ns": "gpu__time_duration.sum",
+}
+# theoretical residency: CTAs per SM is the least of the per-resource launch limits
+OCCUPANCY_METRICS = {
+    "limit_blocks": "launch__occupancy_limit_blocks",
+    "limit_registers": "launch__occupancy_limit_registers",
+    "limit_shared_mem": "launch__occupancy_limit_shared_mem",
+    "limit_warps": "launch__occupancy_limit_warps",
+    "registers_per_thread": "launch__registers_per_thread",
+    "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+}
+# base units ncu prints with --print-units base, scaled to the record's units
+_UNIT_SCALE = {"": 1.0, "%": 1.0, "byte": 1.0, "nsecond": 1.0, "block": 1.0, "register/thread": 1.0,
+               "warp": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
+               "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+
+
+@dataclass(frozen=True)
+class NcuRecord:
+    """One profiled kernel launch; residency fields are None unless occupancy metrics were collected."""
+
+    kernel_name: str
+    l2_hit_pct: float
+    dram_read_bytes: float
+    dram_write_bytes: float
+    dram_throughput_pct: float
+    sm_throughput_pct: float
+    duration_ms: float
+    grid_size: str = ""
+    block_size: str = ""
+    ctas_per_sm: int | None = None
+    registers_per_thread: int | None = None
+    achieved_occupancy_pct: float | None = None
+
+
+@dataclass(frozen=True)
+class NcuUnavailable:
+    """Counters could not be read; ``reason`` says why (missing tool, permissions, no kernel matched...)."""
+
+    reason: str
+
+
+def ncu_command(program: list[str], report: str | Path, *, kernel_regex: str | None = None,
+                nvtx_include: str | None = None, occupancy: bool = False, ncu: str = "ncu") -> list[str]:
+    """The ncu command line that profiles ``program``'s start/stop regions into ``report`` (.ncu-rep)."""
+    metrics = list(METRICS.values()) + (list(OCCUPANCY_METRICS.values()) if occupancy else [])
+    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+           "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite"]
+    if kernel_regex:
+        cmd += ["--kernel-name", f"regex:{kernel_regex}"]
+    if nvtx_include:
+        cmd += ["--nvtx", "--nvtx-include", nvtx_include]
+    return [*cmd, *program]
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def parse_raw_csv(text: str) -> list[NcuRecord]:
+    """Parse ``ncu --import R --csv --page raw --print-units base``: a header row of metric names,
+    a row of units, then one row per kernel."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
+    if start is None or len(rows) < start + 2:
+        raise ValueError("ncu CSV text must have an 'ID' header row and a units row, got "
+                         f"{text[:200]!r}")
+    header, units = rows[start], rows[start + 1]
+    column = {name: i for i, name in enumerate(header)}
+    missing = [m for m in METRICS.values() if m not in column]
+    if missing:
+        raise ValueError(f"ncu CSV lacks the metrics {missing}; expected the columns of {sorted(METRICS)}")
+
+    def value(row: list[str], metric: str) -> float:
+        i = column[metric]
+        return _number(row[i]) * _UNIT_SCALE.get(units[i], 1.0)
+
+    records = []
+    for row in rows[start + 2:]:
+        residency = {}
+        if all(m in column for m in OCCUPANCY_METRICS.values()):
+            limits = [value(row, OCCUPANCY_METRICS[k])
+                      for k in ("limit_blocks", "limit_registers", "limit_shared_mem", "limit_warps")]
+            residency = {"ctas_per_sm": int(min(limits)),
+                         "registers_per_thread": int(value(row, OCCUPANCY_METRICS["registers_per_thread"])),
+                         "achieved_occupancy_pct": value(row, OCCUPANCY_METRICS["achieved_occupancy_pct"])}
+        records.append(NcuRecord(
+            kernel_name=row[column["Kernel Name"]],
+            l2_hit_pct=value(row, METRICS["l2_hit_pct"]),
+            dram_read_bytes=value(row, METRICS["dram_read_bytes"]),
+            dram_write_bytes=value(row, METRICS["dram_write_bytes"]),
+            dram_throughput_pct=value(row, METRICS["dram_throughput_pct"]),
+            sm_throughput_pct=value(row, METRICS["sm_throughput_pct"]),
+            duration_ms=value(row, METRICS["duration_ns"]) / 1e6,
+            grid_size=row[column["Grid Size"]] if "Grid Size" in column else "",
+            block_size=row[column["Block Size"]] if "Block Size" in column else "",
+            **residency,
+        ))
+    return records
+
+
+def collect(program: list[str], report: str | Path, *, kernel_regex: str | None = None,
+            nvtx_include: str | None = None, occupancy: bool = False, timeout_s: float = 600,
+            ncu: str = "ncu", csv_path: str | Path | None = None) -> tuple[list[NcuRecord] | NcuUnavailable, str]:
+    """Profile ``program`` and return (records in launch order, or why there are none; program stdout).
+    ``csv_path`` keeps a copy of the raw CSV page."""
+    exe = shutil.which(ncu)
+    if exe is None:
+        return NcuUnavailable(f"{ncu!r} is not on PATH"), ""
+    cmd = ncu_command(program, report, kernel_regex=kernel_regex, nvtx_include=nvtx_include,
+                      occupancy=occupancy, ncu=exe)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return NcuUnavailable(f"ncu did not finish within {timeout_s:.0f} s"), ""
+    report_file = Path(str(report) if str(report).endswith(".ncu-rep") else f"{report}.ncu-rep")
+    if run.returncode != 0 or not report_file.exists():
+        tail = (run.stderr or run.stdout).strip().splitlines()[-5:]
+        return NcuUnavailable(f"ncu exited with {run.returncode}: {' | '.join(tail)}"), run.stdout
+    text = subprocess.run([exe, "--import", str(report_file), "--csv", "--page", "raw", "--print-units", "base"],
+                          capture_output=True, text=True, timeout=timeout_s).stdout
+    if csv_path is not None:
+        Path(csv_path).write_text(text)
+    try:
+        records = parse_raw_csv(text)
+    except ValueError as err:
+        return NcuUnavailable(f"no readable counters: {err}"), run.stdout
+    if not records:
+        return NcuUnavailable("ncu profiled no kernel (no launch matched the filters)"), run.stdout
+    return records, run.stdout
