@@ -1,0 +1,224 @@
+"""Measure how the four sparse-attention methods' masks look on a synthetic video-DiT workload (Table I).
+
+For each chosen head of one layer it builds every method's block mask at the paper's settings (XAttention
+tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and MInference with per-head tuned configs, tuned here and
+cached under --out), records density and adjacent-row Jaccard per (head, method), draws one head's mask per
+method (full and zoomed), writes rows.csv / rows.json / summary.json under --out and prints a markdown table.
+
+GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 101 latent frames = 363600 tokens):
+    wavealign mask-fidelity --out docs/mask_fidelity --heads 8 --device cuda
+CPU, a small smoke run:
+    wavealign mask-fidelity --out /tmp/mf --model wan2.1-1.3b --frames 9 --resolution 480p --heads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from wavealign import masks, skip, workloads
+from wavealign.masks import minference, spargeattn
+from wavealign.masks._draw import save_mask_png
+
+METHODS = ("minference", "flexprefill", "xattention", "spargeattn")
+# the paper's Table I: mean mask density at Wan2.1-14B, 364K tokens
+PAPER_DENSITY = {"minference": 0.183, "flexprefill": 0.294, "xattention": 0.288, "spargeattn": 0.283}
+
+
+@dataclass(frozen=True)
+class FidelityRow:
+    """One (head, method) mask of the run."""
+
+    model: str
+    layer: int
+    step: int
+    head: int
+    head_type: str
+    method: str
+    params: str
+    seq_len_tokens: int
+    num_blocks: int
+    block_size: int
+    density: float
+    adjacent_jaccard: float
+    nnz_cv: float
+    build_ms: float
+    tune_ms: float
+
+
+def _parse_heads(spec: str, num_heads: int) -> list[int]:
+    """``"8"`` -> 8 heads spread evenly over the layer; ``"0,5,17"`` -> exactly those heads."""
+    try:
+        if "," not in spec:
+            count = int(spec)
+            if not 1 <= count <= num_heads:
+                raise ValueError
+            return sorted({round(i * num_heads / count) for i in range(count)})
+        heads = [int(h) for h in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"--heads must be a count in [1, {num_heads}] or a comma list of heads, got {spec!r}") \
+            from None
+    if min(heads) < 0 or max(heads) >= num_heads:
+        raise ValueError(f"--heads must lie in [0, {num_heads}), got {spec!r}")
+    return heads
+
+
+def _device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} asked for CUDA, but torch {torch.__version__} sees no CUDA device")
+    return device
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _method_params(method: str, args: argparse.Namespace, head: int, tuned: dict[str, Path]) -> dict:
+    if method == "xattention":
+        return {"threshold": args.xattention_threshold}
+    if method == "flexprefill":
+        return {"gamma": args.flexprefill_gamma}
+    return {"tuned_config": str(tuned[method]), "model": args.model, "layer": args.layer, "heads": [head]}
+
+
+def _tune(method: str, q, k, v, args: argparse.Namespace, head: int, cache: Path) -> float:
+    """Tune ``head`` into ``cache`` unless it holds the head already; returns the tuning time in ms."""
+    from wavealign.masks import _tuned
+
+    if cache.exists() and _tuned.key(args.model, args.layer, head) in _tuned.load(cache, method):
+        return 0.0
+    start = time.perf_counter()
+    if method == "spargeattn":
+        spargeattn.autotune(q, k, v, args.block_size, model=args.model, layer=args.layer, heads=[head],
+                            cache=str(cache), l1_bound=args.l1_bound, sample_blocks=args.sample_blocks)
+    else:
+        minference.search(q, k, v, args.block_size, model=args.model, layer=args.layer, heads=[head],
+                          cache=str(cache), budget=args.minference_budget if args.minference_budget > 0 else None,
+                          recall_target=args.recall_target, sample_blocks=args.sample_blocks)
+    return (time.perf_counter() - start) * 1e3
+
+
+def _summary(rows: list[FidelityRow]) -> list[dict]:
+    out = []
+    for method in dict.fromkeys(r.method for r in rows):
+        mine = [r for r in rows if r.method == method]
+        density = sum(r.density for r in mine) / len(mine)
+        out.append({"method": method, "heads": len(mine), "mean_density": density,
+                    "paper_density": PAPER_DENSITY.get(method),
+                    "mean_adjacent_jaccard": sum(r.adjacent_jaccard for r in mine) / len(mine),
+                    "mean_build_ms": sum(r.build_ms for r in mine) / len(mine)})
+    return out
+
+
+def _markdown(summary: list[dict], title: str) -> str:
+    lines = [f"**{title}**", "", "| method | heads | density | paper | delta (pts) | adjacent Jaccard |",
+             "|---|---|---|---|---|---|"]
+    for s in summary:
+        paper = s["paper_density"]
+        delta = f"{100 * (s['mean_density'] - paper):+.1f}" if paper is not None else "-"
+        lines.append(f"| {s['method']} | {s['heads']} | {s['mean_density']:.1%} | "
+                     f"{f'{paper:.1%}' if paper is not None else '-'} | {delta} | {s['mean_adjacent_jaccard']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="wavealign mask-fidelity", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="wavealign-runs/mask-fidelity", help="output folder")
+    parser.add_argument("--model", default="wan2.1-14b", choices=workloads.models())
+    parser.add_argument("--frames", type=int, default=401)
+    parser.add_argument("--resolution", default="720p")
+    parser.add_argument("--heads", default="8", help="a count (spread evenly) or a comma list of heads")
+    parser.add_argument("--layer", type=int, default=20)
+    parser.add_argument("--step", type=int, default=25, help="denoising step of the generator (0..49)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-size", type=int, default=128)
+    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--xattention-threshold", type=float, default=0.9)
+    parser.add_argument("--flexprefill-gamma", type=float, default=0.6)
+    parser.add_argument("--l1-bound", type=float, default=0.06, help="SpargeAttn autotune output-error bound")
+    parser.add_argument("--minference-budget", type=float, default=0.2,
+                        help="MInference kernel-aware search: density (FLOPs) budget; <= 0 searches by recall")
+    parser.add_argument("--recall-target", type=float, default=0.95,
+                        help="MInference search recall target (with --minference-budget 0)")
+    parser.add_argument("--sample-blocks", type=int, default=8, help="query blocks sampled by the tuners")
+    parser.add_argument("--picture-head", type=int, default=None, help="head drawn per method (default: first)")
+    parser.add_argument("--hardware", default="h100", help="hardware id for the skip features")
+    args = parser.parse_args(argv)
+
+    device = _device(args.device)
+    wl = workloads.preset(args.model, args.frames, args.resolution)
+    heads = _parse_heads(args.heads, wl.heads)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(methods) - set(masks.available()))
+    if unknown:
+        raise ValueError(f"--methods must be among {masks.available()}, got unknown {unknown}")
+    picture_head = heads[0] if args.picture_head is None else args.picture_head
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tuned = {m: out / f"{m}_tuned.json" for m in ("spargeattn", "minference")}
+    command = "wavealign mask-fidelity " + shlex.join(argv)
+    print(f"{args.model} {args.frames} frames {args.resolution}: {wl.seq_len} tokens "
+          f"({wl.latent_frames} x {wl.grid_height} x {wl.grid_width}), {wl.num_blocks(args.block_size)} blocks of "
+          f"{args.block_size}; layer {args.layer}, heads {heads}, device {device}", flush=True)
+
+    rows: list[FidelityRow] = []
+    for spec, q, k, v in workloads.iter_heads(wl, heads, layer=args.layer, step=args.step, seed=args.seed,
+                                              device=device):
+        for method in methods:
+            try:
+                tune_ms = _tune(method, q, k, v, args, spec.head, tuned[method]) if method in tuned else 0.0
+                params = _method_params(method, args, spec.head, tuned) if method in METHODS else {}
+                _sync(device)
+                start = time.perf_counter()
+                mask = masks.build(method, q, k, v, block_size=args.block_size, **params)
+                _sync(device)
+                build_ms = (time.perf_counter() - start) * 1e3
+            except (RuntimeError, ValueError) as err:
+                raise RuntimeError(f"{method} failed on head {spec.head} ({spec.head_type}) of {args.model} at "
+                                   f"{wl.seq_len} tokens on {device}: {err}") from err
+            feats = skip.features(mask[0], args.hardware, block_size=args.block_size)
+            shown = {key: val for key, val in params.items() if key not in ("heads", "model", "layer")}
+            rows.append(FidelityRow(args.model, args.layer, args.step, spec.head, spec.head_type, method,
+                                    json.dumps(shown), wl.seq_len, mask.shape[-1], args.block_size, feats.density,
+                                    feats.adjacent_jaccard, feats.nnz_cv, build_ms, tune_ms))
+            print(f"  head {spec.head:2d} {spec.head_type:9s} {method:12s} density {feats.density:6.1%}  "
+                  f"jaccard {feats.adjacent_jaccard:.3f}  build {build_ms:8.1f} ms  tune {tune_ms:8.1f} ms",
+                  flush=True)
+            if spec.head == picture_head:
+                frame_blocks = max(1, round(3 * wl.tokens_per_frame / args.block_size))
+                save_mask_png(mask[0, 0].cpu(), out / f"mask_{method}.png",
+                              f"{method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {spec.head} "
+                              f"({spec.head_type})", zoom_blocks=min(frame_blocks, mask.shape[-1]))
+        del q, k, v
+
+    summary = _summary(rows)
+    with open(out / "rows.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
+        writer.writeheader()
+        writer.writerows(asdict(r) for r in rows)
+    (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    (out / "summary.json").write_text(json.dumps({"command": command, "device": str(device),
+                                                  "seq_len_tokens": wl.seq_len, "heads": heads,
+                                                  "summary": summary}, indent=1))
+    print()
+    print(_markdown(summary, f"{args.model}, {wl.seq_len} tokens, layer {args.layer}, {len(heads)} heads "
+                             f"({command})"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

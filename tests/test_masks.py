@@ -1,0 +1,209 @@
+"""Specification of wavealign.masks: the registry, each method's rules, and the tuned-config caches."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wavealign import masks, synthetic, workloads
+from wavealign.masks import flexprefill, minference, spargeattn, xattention
+from wavealign.masks._draw import main as draw_main
+
+BLOCK = 64
+
+
+@pytest.fixture(scope="module")
+def qkv():
+    """Two heads of a small Wan-1.3B 480p workload (3 latent frames, 4680 tokens, 74 blocks of 64)."""
+    wl = workloads.preset("wan2.1-1.3b", 9, "480p")
+    return workloads.synthetic(wl, heads=[0, 1], seed=0)
+
+
+def test_available_lists_the_four_methods_and_both_controls():
+    assert masks.available() == ["dense", "flexprefill", "minference", "random", "spargeattn", "xattention"]
+
+
+def test_each_method_exposes_its_parameters_with_defaults():
+    assert masks.get("xattention").params["threshold"] == 0.9
+    assert masks.get("xattention").params["stride"] == 8
+    assert masks.get("flexprefill").params["gamma"] == 0.6
+    assert set(masks.get("spargeattn").params) >= {"simthreshd1", "cdfthreshd", "attention_sink"}
+    assert masks.get("dense").params == {}
+
+
+@pytest.mark.parametrize("name", ["dense", "flexprefill", "minference", "random", "spargeattn", "xattention"])
+def test_each_method_gives_a_bool_mask_of_shape_b_h_mb_nb(qkv, name):
+    q, k, v = qkv
+    mask = masks.build(name, q, k, v, block_size=BLOCK)
+    assert mask.dtype == torch.bool
+    assert mask.shape == (1, 2, 74, 74)
+
+
+def test_unknown_parameters_are_rejected_by_name():
+    q = torch.randn(1, 1, 128, 16)
+    with pytest.raises(ValueError, match="tau"):
+        masks.build("xattention", q, q, q, block_size=BLOCK, tau=0.9)
+
+
+def test_unknown_methods_are_rejected_with_the_known_names():
+    with pytest.raises(ValueError, match="xattention"):
+        masks.get("sparse-magic")
+
+
+def test_bad_qkv_shapes_are_rejected():
+    q = torch.randn(1, 128, 16)
+    with pytest.raises(ValueError, match=r"q must be .*\(B, H, N, D\)"):
+        masks.build("dense", q, q, q)
+
+
+def test_dense_selects_every_block(qkv):
+    assert masks.build("dense", *qkv, block_size=BLOCK).all()
+
+
+def test_random_reuses_the_synthetic_random_mask(qkv):
+    got = masks.build("random", *qkv, block_size=BLOCK, density=0.3, nnz_spread=0.5, seed=4)
+    want = synthetic.random_mask(2, 74, 74, 0.3, nnz_spread=0.5, seed=4)
+    assert torch.equal(got[0], want)
+
+
+def test_xattention_keeps_the_block_that_crosses_the_threshold():
+    scores = torch.tensor([[0.5, 0.25, 0.125, 0.125]])
+    kept = xattention.select_blocks(scores, 0.6, keep_first_block=False, keep_diagonal=False)
+    assert kept.tolist() == [[True, True, False, False]]  # 0.5 < 0.6, so the 0.25 block that crosses it stays
+    exact = xattention.select_blocks(scores, 0.5, keep_first_block=False, keep_diagonal=False)
+    assert exact.tolist() == [[True, False, False, False]]  # 0.5 reaches 0.5: nothing more is needed
+
+
+def test_xattention_counts_forced_blocks_first():
+    scores = torch.tensor([[0.125, 0.5, 0.25, 0.125]])
+    kept = xattention.select_blocks(scores, 0.6, keep_first_block=True, keep_diagonal=False)
+    assert kept.tolist() == [[True, True, False, False]]
+
+
+def test_xattention_selects_kv_block_0_in_every_row_by_default_like_upstream(qkv):
+    mask = masks.build("xattention", *qkv, block_size=BLOCK)
+    assert mask[..., 0].all()
+    assert mask.diagonal(dim1=-2, dim2=-1).all()
+
+
+def test_xattention_antidiagonal_scores_are_block_masses_summing_to_group_count():
+    q, k = torch.randn(2, 200, 16).unbind(0)
+    scores = xattention.block_scores(q, k, block_size=64, stride=8)
+    assert scores.shape == (4, 4)
+    # each of the 25 query groups is a distribution over key groups: rows of 8 groups each, last holds 1
+    assert torch.allclose(scores.sum(-1), torch.tensor([8.0, 8.0, 8.0, 1.0]), atol=1e-4)
+
+
+def test_spargeattn_drops_the_block_that_crosses_the_cdf_threshold():
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    assert spargeattn.cdf_select(probs, 0.8).tolist() == [[True, True, False, False]]
+    assert spargeattn.cdf_select(probs, 0.79).tolist() == [[True, False, False, False]]
+    assert spargeattn.cdf_select(probs, 0.1).tolist() == [[True, False, False, False]]  # at least one
+
+
+def test_spargeattn_computes_non_self_similar_blocks_as_whole_rows_and_columns():
+    gen = torch.Generator().manual_seed(0)
+    n, d = 8 * BLOCK, 32
+    # self-similar blocks: one direction per block plus a little noise; block 2 of q and block 5 of k: noise
+    base = torch.randn(8, d, generator=gen).repeat_interleave(BLOCK, 0)
+    q = base + 0.05 * torch.randn(n, d, generator=gen)
+    k = base.flip(0) + 0.05 * torch.randn(n, d, generator=gen)
+    q[2 * BLOCK:3 * BLOCK] = torch.randn(BLOCK, d, generator=gen)
+    k[5 * BLOCK:6 * BLOCK] = torch.randn(BLOCK, d, generator=gen)
+    q, k = q.view(1, 1, n, d), k.view(1, 1, n, d)
+    mask = masks.build("spargeattn", q, k, k, block_size=BLOCK, simthreshd1=0.5, cdfthreshd=0.3)[0, 0]
+    assert mask[2].all() and mask[:, 5].all()
+    assert not mask.all()
+
+
+def test_spargeattn_attention_sink_adds_kv_block_0(qkv):
+    mask = masks.build("spargeattn", *qkv, block_size=BLOCK, simthreshd1=0.0, cdfthreshd=0.1, attention_sink=True)
+    assert mask[..., 0].all()
+
+
+@pytest.mark.parametrize(("name", "param", "values", "fixed"), [
+    ("xattention", "threshold", (0.5, 0.8, 0.9, 0.95), {}),
+    ("flexprefill", "gamma", (0.3, 0.6, 0.9), {}),
+    ("spargeattn", "cdfthreshd", (0.3, 0.6, 0.9, 0.99), {"simthreshd1": 0.0}),
+])
+def test_density_is_non_decreasing_in_the_threshold(qkv, name, param, values, fixed):
+    densities = [float(masks.build(name, *qkv, block_size=BLOCK, **fixed, **{param: x}).float().mean())
+                 for x in values]
+    assert densities == sorted(densities)
+    assert densities[0] < densities[-1]
+
+
+def test_flexprefill_always_keeps_kv_block_0_and_the_diagonal(qkv):
+    mask = masks.build("flexprefill", *qkv, block_size=BLOCK, gamma=0.1, min_budget=0)
+    assert mask[..., 0].all()
+    assert mask.diagonal(dim1=-2, dim2=-1).all()
+
+
+def test_flexprefill_min_budget_keeps_at_least_that_many_vertical_blocks():
+    q = torch.randn(1, 1, 16 * BLOCK, 32, generator=torch.Generator().manual_seed(1))
+    mask = masks.build("flexprefill", q, q, q, block_size=BLOCK, gamma=0.01, min_budget=4 * BLOCK, tau=0.0)[0, 0]
+    assert int(mask.all(0).sum()) >= 4
+
+
+def test_flexprefill_js_distance_is_zero_for_equal_and_positive_for_different_distributions():
+    p = torch.tensor([0.5, 0.25, 0.25])
+    assert flexprefill.js_distance(p, p) == pytest.approx(0.0, abs=1e-6)
+    assert flexprefill.js_distance(p, torch.tensor([0.1, 0.1, 0.8])) > 0.2
+
+
+def test_minference_vertical_slash_keeps_first_tokens_and_nearest_diagonals_on_both_sides(qkv):
+    # the forced columns and diagonals count in the budgets, as upstream: 30 and 100 are exactly them
+    mask = masks.build("minference", *qkv, block_size=BLOCK, vertical_size=30, slash_size=100)
+    assert mask[..., 0].all()  # the first 30 tokens live in kv block 0
+    r = torch.arange(mask.shape[-1] - 1)
+    assert mask[..., r, r + 1].all() and mask[..., r + 1, r].all()  # distances < 100 cross both neighbours
+
+
+def test_minference_a_shape_is_a_sink_column_and_a_symmetric_band():
+    mask = minference.a_shape(20 * BLOCK, BLOCK, init=BLOCK, local=2 * BLOCK, device=torch.device("cpu"))
+    assert mask[:, 0].all()
+    assert torch.equal(mask[1:, 1:], mask[1:, 1:].T)
+    assert not mask[10, 15]
+
+
+def test_minference_block_sparse_keeps_top_k_blocks_per_row_plus_the_diagonal(qkv):
+    mask = masks.build("minference", *qkv, block_size=BLOCK, pattern="block_sparse", top_k=5)
+    nnz = mask.sum(-1)
+    assert int(nnz.min()) >= 5 and int(nnz.max()) <= 6
+
+
+def test_spargeattn_autotune_caches_per_head_configs_that_build_then_uses(qkv, tmp_path):
+    q, k, v = qkv
+    cache = tmp_path / "sparge.json"
+    configs = spargeattn.autotune(q, k, v, BLOCK, model="wan2.1-1.3b", layer=3, heads=[7, 9], cache=str(cache),
+                                  l1_bound=0.1, sample_blocks=4)
+    assert set(configs) == {"wan2.1-1.3b/3/7", "wan2.1-1.3b/3/9"}
+    assert all(c["l1_error"] <= 0.1 for c in configs.values())
+    mask = masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=str(cache), model="wan2.1-1.3b",
+                       layer=3, heads=[7, 9])
+    for i, key in enumerate(("wan2.1-1.3b/3/7", "wan2.1-1.3b/3/9")):
+        assert float(mask[0, i].float().mean()) == pytest.approx(configs[key]["density"])
+
+
+def test_minference_search_picks_a_candidate_per_head_and_caches_it(qkv, tmp_path):
+    q, k, v = qkv
+    cache = tmp_path / "minf.json"
+    configs = minference.search(q, k, v, BLOCK, model="m", layer=0, cache=str(cache), sample_blocks=4)
+    assert set(configs) == {"m/0/0", "m/0/1"}
+    assert all(c["pattern"] in minference.PATTERNS for c in configs.values())
+    mask = masks.build("minference", q, k, v, block_size=BLOCK, tuned_config=str(cache), model="m", layer=0)
+    assert float(mask[0, 0].float().mean()) == pytest.approx(configs["m/0/0"]["density"])
+
+
+def test_a_tuned_config_file_of_another_method_is_rejected(qkv, tmp_path):
+    q, k, v = qkv
+    cache = tmp_path / "minf.json"
+    minference.search(q[:, :1], k[:, :1], v[:, :1], BLOCK, model="m", layer=0, cache=str(cache), sample_blocks=2)
+    with pytest.raises(ValueError, match="spargeattn"):
+        masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=str(cache))
+
+
+def test_a_method_module_draws_its_mask_to_a_png(tmp_path):
+    out = tmp_path / "dense.png"
+    assert draw_main("dense", ["--out", str(out), "--frames", "5"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,64 @@
+"""Dynamic block-sparse attention masks, one module per method, keyed by name (mirrored by ``conf/method/``).
+
+    m = build("xattention", q, k, v, block_size=128, threshold=0.9)   # bool (B, H, MB, NB)
+    get("xattention").params                                          # {"threshold": 0.9, "stride": 8, ...}
+
+q, k, v are (B, H, N, D); MB = NB = ceil(N / block_size). Methods work one head at a time and in chunks of
+query rows, so 364K tokens fit on a GPU and 32K on a CPU. ``python -m wavealign.masks.<name>`` draws one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from wavealign.registry import Registry
+
+
+@dataclass(frozen=True)
+class MaskMethod:
+    """A mask method: ``build(q, k, v, block_size, **params)`` and its tunable params with their defaults."""
+
+    name: str
+    build: Callable[..., torch.Tensor]
+    params: MappingProxyType
+    description: str
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
+                 **params: Any) -> torch.Tensor:
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            raise ValueError(f"{self.name} has no parameter(s) {unknown}; expected some of {sorted(self.params)}")
+        return self.build(q, k, v, block_size=block_size, **{**self.params, **params})
+
+
+REGISTRY: Registry[MaskMethod] = Registry("mask method", __name__)
+
+
+def register(name: str, build: Callable[..., torch.Tensor], params: dict[str, Any], description: str) -> MaskMethod:
+    """File a method under ``name``; called once by the method's own module."""
+    method = MaskMethod(name, build, MappingProxyType(dict(params)), description)
+    if build.__module__ == "__main__":
+        # ``python -m wavealign.masks.<name>``: the registry imports the module again under its real name
+        return method
+    return REGISTRY.register(name)(method)
+
+
+def get(name: str) -> MaskMethod:
+    """The method called ``name``; a ValueError lists the known names otherwise."""
+    return REGISTRY.get(name)
+
+
+def available() -> list[str]:
+    """Every registered method name, sorted."""
+    return REGISTRY.names()
+
+
+def build(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
+          **params: Any) -> torch.Tensor:
+    """The bool block mask (B, H, MB, NB) of method ``name`` on q, k, v (B, H, N, D)."""
+    return get(name)(q, k, v, block_size=block_size, **params)

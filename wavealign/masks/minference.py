@@ -1,0 +1,206 @@
+"""MInference (Jiang et al., 2024): per-head vertical-slash, A-shape or block-sparse patterns, searched
+per head against dense attention.
+
+- *vertical_slash*: softmax(q_last k^T / sqrt(d)) of the last ``last_q`` query tokens estimates which key
+  columns (verticals) and which diagonals (slashes) hold attention; the top ``vertical_size`` columns and
+  top ``slash_size`` diagonals are kept, the first ``n_init`` tokens and the nearest ``n_local`` diagonals
+  always. A kv block is on for a query block if it holds a chosen column or a chosen diagonal crosses it.
+- *a_shape*: the first ``n_init`` tokens (sink) plus a local band of ``n_local`` tokens.
+- *block_sparse*: the ``top_k`` kv blocks per query block by mean-pooled q . k.
+
+Bidirectional port: the last query rows see every key, so the estimate uses no causal mask; a diagonal is
+scored by its distance |i - j| from the main diagonal (the last rows only see keys behind them), and each
+chosen distance is kept on both sides of the diagonal; the A-shape band is symmetric too.
+
+The paper runs MInference with a pre-searched config: ``search_head`` scores each candidate of
+``CANDIDATES`` by the dense attention mass it recalls on sampled query blocks and, as MInference's
+kernel-aware search, keeps the best-recall candidate within a FLOPs (density) ``budget``; the default
+budget 0.2 is a choice for video (upstream derives its target from an LLM A-shape config), so MInference's
+density is bounded by it. ``budget=None`` keeps instead the sparsest candidate reaching ``recall_target``.
+Results are cached per (model, layer, head) in a JSON file (``tuned_config``) that ``build`` reads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from wavealign import masks
+from wavealign.masks import _tuned
+from wavealign.masks._common import (
+    block_mass,
+    block_rows,
+    check_qkv,
+    num_blocks,
+    per_head,
+    pool_blocks,
+    sample_query_blocks,
+)
+
+PATTERNS = ("vertical_slash", "a_shape", "block_sparse")
+PARAMS: dict[str, Any] = {"pattern": "vertical_slash", "vertical_size": 1000, "slash_size": 6096, "last_q": 64,
+                          "n_init": 30, "n_local": 100, "a_shape_init": 128, "a_shape_local": 4096, "top_k": 100,
+                          "tuned_config": None, "model": "", "layer": 0, "heads": None}
+# the search space: MInference's published per-head settings, plus sparser and denser variants
+CANDIDATES: tuple[dict[str, Any], ...] = (
+    {"pattern": "vertical_slash", "vertical_size": 100, "slash_size": 800},
+    {"pattern": "vertical_slash", "vertical_size": 500, "slash_size": 2000},
+    {"pattern": "vertical_slash", "vertical_size": 1000, "slash_size": 6096},
+    {"pattern": "vertical_slash", "vertical_size": 3500, "slash_size": 200},
+    {"pattern": "vertical_slash", "vertical_size": 3000, "slash_size": 12000},
+    {"pattern": "a_shape", "a_shape_init": 128, "a_shape_local": 4096},
+    {"pattern": "a_shape", "a_shape_init": 1024, "a_shape_local": 16384},
+    {"pattern": "block_sparse", "top_k": 50},
+    {"pattern": "block_sparse", "top_k": 100},
+    {"pattern": "block_sparse", "top_k": 300},
+)
+
+
+def _diagonal_mask(signed_offsets: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
+    """(MB, NB) blocks crossed by any diagonal i - j = o for o in ``signed_offsets`` (bool over o + n - 1)."""
+    nb = num_blocks(n, block_size)
+    # block (r, c) holds offsets i - j in [(r - c) bs - (bs - 1), (r - c) bs + (bs - 1)]
+    prefix = torch.nn.functional.pad(torch.cumsum(signed_offsets.long(), 0), (1, 0))
+    delta = torch.arange(-(nb - 1), nb, device=signed_offsets.device)
+    lo = (delta * block_size - (block_size - 1) + n - 1).clamp(0, 2 * n - 1)
+    hi = (delta * block_size + block_size + n - 1).clamp(0, 2 * n - 1)
+    hit = (prefix[hi] - prefix[lo]) > 0
+    r = torch.arange(nb, device=signed_offsets.device)
+    return hit[(r.unsqueeze(1) - r.unsqueeze(0)) + nb - 1]
+
+
+def _column_mask(columns: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
+    nb = num_blocks(n, block_size)
+    on = torch.zeros(nb, dtype=torch.bool, device=columns.device)
+    on[columns // block_size] = True
+    return on.unsqueeze(0).expand(nb, nb)
+
+
+def _mirrored(distances: torch.Tensor, n: int) -> torch.Tensor:
+    offsets = torch.zeros(2 * n - 1, dtype=torch.bool, device=distances.device)
+    offsets[n - 1 + distances] = True
+    offsets[n - 1 - distances] = True
+    return offsets
+
+
+def vertical_slash(q: torch.Tensor, k: torch.Tensor, block_size: int, vertical_size: int, slash_size: int,
+                   last_q: int, n_init: int, n_local: int) -> torch.Tensor:
+    """Vertical-slash block mask (MB, NB) of one head (q, k each (N, D))."""
+    n, d = k.shape
+    rows = q[-last_q:].float()
+    probs = torch.softmax((rows @ k.float().T) / math.sqrt(d), dim=-1)
+    vertical = probs.sum(0)
+    vertical[:n_init] = float("inf")
+    columns = torch.topk(vertical, min(vertical_size, n)).indices
+    # diagonal distance |i - j| of every (row, key) entry, summed per distance
+    i = torch.arange(n - rows.shape[0], n, device=k.device).unsqueeze(1)
+    dist = (i - torch.arange(n, device=k.device).unsqueeze(0)).abs()
+    slash = torch.zeros(n, device=k.device).index_add_(0, dist.flatten(), probs.flatten())
+    slash[:n_local] = float("inf")
+    distances = torch.topk(slash, min(slash_size, n)).indices
+    return _column_mask(columns, n, block_size) | _diagonal_mask(_mirrored(distances, n), n, block_size)
+
+
+def a_shape(n: int, block_size: int, init: int, local: int, device: torch.device) -> torch.Tensor:
+    """Sink columns (first ``init`` tokens) plus a symmetric band of ``local`` tokens, (MB, NB)."""
+    sink = _column_mask(torch.arange(min(init, n), device=device), n, block_size)
+    band = _mirrored(torch.arange(min(local, n), device=device), n)
+    return sink | _diagonal_mask(band, n, block_size)
+
+
+def block_sparse(q: torch.Tensor, k: torch.Tensor, block_size: int, top_k: int) -> torch.Tensor:
+    """The ``top_k`` kv blocks of each query block by pooled q . k, plus the diagonal, (MB, NB)."""
+    scores = pool_blocks(q, block_size) @ pool_blocks(k, block_size).T
+    nb = scores.shape[0]
+    top = torch.topk(scores, min(top_k, nb), dim=-1).indices
+    mask = torch.zeros(nb, nb, dtype=torch.bool, device=q.device).scatter_(-1, top, True)
+    mask.fill_diagonal_(True)
+    return mask
+
+
+def head_mask(q: torch.Tensor, k: torch.Tensor, block_size: int, cfg: dict[str, Any]) -> torch.Tensor:
+    """The block mask (MB, NB) of one head under a full config (``PARAMS`` keys)."""
+    pattern = cfg["pattern"]
+    if pattern == "vertical_slash":
+        return vertical_slash(q, k, block_size, cfg["vertical_size"], cfg["slash_size"], cfg["last_q"],
+                              cfg["n_init"], cfg["n_local"])
+    if pattern == "a_shape":
+        return a_shape(k.shape[0], block_size, cfg["a_shape_init"], cfg["a_shape_local"], k.device)
+    if pattern == "block_sparse":
+        return block_sparse(q, k, block_size, cfg["top_k"])
+    raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
+
+
+def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, **params: Any) -> torch.Tensor:
+    """MInference block mask (B, H, MB, NB); per-head searched configs from ``tuned_config`` when given.
+
+    ``heads`` names the model heads that q's H heads are (default 0..H-1), to look up searched configs.
+    """
+    check_qkv(q, k, v, block_size)
+    if params["pattern"] not in PATTERNS:
+        raise ValueError(f"pattern must be one of {PATTERNS}, got {params['pattern']!r}")
+    for name in ("vertical_size", "slash_size", "last_q", "n_init", "n_local", "a_shape_init", "a_shape_local",
+                 "top_k"):
+        if not isinstance(params[name], int) or params[name] < 0 or (name == "last_q" and params[name] < 1):
+            raise ValueError(f"{name} must be a non-negative int (last_q >= 1), got {params[name]!r}")
+    head_ids = list(range(q.shape[1])) if params["heads"] is None else list(params["heads"])
+    if len(head_ids) != q.shape[1]:
+        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {params['heads']}")
+    tuned = _tuned.lookup(params["tuned_config"], "minference", params["model"], params["layer"], head_ids)
+    return per_head(q, k, v, block_size,
+                    lambda h, qh, kh, _v: head_mask(qh, kh, block_size, {**params, **(tuned[h] or {})}))
+
+
+def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budget: float | None = 0.2,
+                recall_target: float = 0.95, sample_blocks: int = 8) -> dict[str, Any]:
+    """Pick one head's pattern from ``CANDIDATES`` by the dense attention mass it recalls on sampled query
+    blocks, with its recall and density.
+
+    With a ``budget`` (a density, i.e. a FLOPs target) this is MInference's kernel-aware search: the
+    best-recall candidate whose density fits the budget (the sparsest one if none fits). With
+    ``budget=None`` it is the sparsest candidate reaching ``recall_target`` (else the best-recall one).
+    """
+    nb = num_blocks(k.shape[0], block_size)
+    blocks = sample_query_blocks(nb, sample_blocks).to(q.device)
+    q_rows, owner = block_rows(q, blocks, block_size)
+    mass = block_mass(q_rows, k, block_size)
+    results = []
+    for cand in CANDIDATES:
+        mask = head_mask(q, k, block_size, {**PARAMS, **cand})
+        recall = float((mass * mask[blocks][owner]).sum(-1).mean())
+        results.append({**cand, "recall": recall, "density": float(mask.float().mean())})
+    if budget is not None:
+        fitting = [r for r in results if r["density"] <= budget]
+        if not fitting:
+            return min(results, key=lambda r: r["density"])
+        return max(fitting, key=lambda r: (r["recall"], -r["density"]))
+    passing = [r for r in results if r["recall"] >= recall_target]
+    return min(passing, key=lambda r: r["density"]) if passing else max(results, key=lambda r: r["recall"])
+
+
+def search(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, model: str, layer: int,
+           heads: list[int] | None = None, cache: str | None = None, budget: float | None = 0.2,
+           recall_target: float = 0.95, sample_blocks: int = 8) -> dict[str, dict[str, Any]]:
+    """Search every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
+    check_qkv(q, k, v, block_size)
+    if q.shape[0] != 1:
+        raise ValueError(f"search takes one batch element, got q of shape {tuple(q.shape)}")
+    head_ids = list(range(q.shape[1])) if heads is None else list(heads)
+    if len(head_ids) != q.shape[1]:
+        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {heads}")
+    configs = {_tuned.key(model, layer, hid): search_head(q[0, i], k[0, i], block_size, budget=budget,
+                                                           recall_target=recall_target, sample_blocks=sample_blocks)
+               for i, hid in enumerate(head_ids)}
+    if cache is not None:
+        _tuned.save(cache, "minference", configs)
+    return configs
+
+
+masks.register("minference", build, PARAMS, "vertical-slash / A-shape / block-sparse, searched per head (MInference)")
+
+if __name__ == "__main__":
+    from wavealign.masks._draw import main
+
+    raise SystemExit(main("minference"))

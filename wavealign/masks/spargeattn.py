@@ -1,0 +1,175 @@
+"""SpargeAttn (Zhang et al., 2025) block prediction from pooled Q/K, and its per-head autotune.
+
+Per head: K is smoothed by subtracting its mean key; Q and smoothed K are mean-pooled per block. A block
+is *self-similar* when the mean pairwise cosine of its tokens (self-pairs included) exceeds
+``simthreshd1``; pooling only represents self-similar blocks, so a non-self-similar query block is
+computed against every kv block (a whole row) and a non-self-similar kv block by every query block (a
+whole column). For the rest, softmax(pooled_q pooled_k^T / sqrt(d)) over the self-similar kv blocks is
+sorted and blocks are kept while the cumulative mass stays <= ``cdfthreshd``: **the crossing block is
+not kept**, but at least one block is. ``attention_sink`` adds kv-block 0 to every row.
+
+Bidirectional: upstream's non-causal path, unchanged (no causal mask on the pooled scores).
+
+The paper runs SpargeAttn with a pre-autotuned config: ``autotune`` searches ``simthreshd1`` over a grid
+and, for each, bisects ``cdfthreshd`` for the smallest value whose output L1 error
+sum|o - o_dense| / sum|o_dense| on sampled query blocks stays under ``l1_bound``; the sparsest passing
+setting wins. Tuned configs are cached per (model, layer, head) in a JSON file (``tuned_config``), which
+``build`` reads when given one, falling back to the params for heads it does not hold.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from wavealign import masks
+from wavealign.masks import _tuned
+from wavealign.masks._common import (
+    BlockPartials,
+    block_rows,
+    check_fraction,
+    check_qkv,
+    num_blocks,
+    per_head,
+    pool_blocks,
+    sample_query_blocks,
+)
+
+PARAMS: dict[str, Any] = {"simthreshd1": 0.6, "cdfthreshd": 0.98, "attention_sink": False,
+                          "tuned_config": None, "model": "", "layer": 0, "heads": None}
+SIM_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def _pool_and_similarity(x: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean-pooled blocks (NB, D) and each block's mean pairwise cosine similarity (NB,)."""
+    unit = x.float() / x.float().norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    n = x.shape[0]
+    counts = torch.full((num_blocks(n, block_size),), float(block_size), device=x.device)
+    counts[-1] = n - (len(counts) - 1) * block_size
+    # mean over all ordered token pairs of u_i . u_j = |sum_i u_i|^2 / n^2
+    unit_sum = pool_blocks(unit, block_size) * counts.unsqueeze(-1)
+    return pool_blocks(x, block_size), unit_sum.pow(2).sum(-1) / counts.pow(2)
+
+
+def cdf_select(probs: torch.Tensor, cdfthreshd: float) -> torch.Tensor:
+    """Per row of ``probs`` (MB, NB), the highest blocks while their cumulative mass stays <= ``cdfthreshd``:
+    the block whose cdf crosses the threshold is dropped, but every row keeps at least one block."""
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    cdf = torch.cumsum(sorted_p, dim=-1)
+    keep_n = (cdf <= cdfthreshd).sum(-1, keepdim=True).clamp(min=1)
+    take = torch.arange(probs.shape[-1], device=probs.device) < keep_n
+    return torch.zeros_like(take).scatter_(-1, order, take)
+
+
+class _HeadStats:
+    """What SpargeAttn's prediction needs of one head, computed once and reused across thresholds."""
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, block_size: int) -> None:
+        k_smooth = k.float() - k.float().mean(0, keepdim=True)
+        self.pooled_q, self.sim_q = _pool_and_similarity(q, block_size)
+        self.pooled_k, self.sim_k = _pool_and_similarity(k_smooth, block_size)
+        self.scores = (self.pooled_q @ self.pooled_k.T) / math.sqrt(q.shape[-1])
+
+    def mask(self, simthreshd1: float, cdfthreshd: float, attention_sink: bool) -> torch.Tensor:
+        q_sim, k_sim = self.sim_q > simthreshd1, self.sim_k > simthreshd1
+        probs = torch.softmax(self.scores.masked_fill(~k_sim, float("-inf")), dim=-1).nan_to_num(0.0)
+        mask = cdf_select(probs, cdfthreshd)
+        mask[:, ~k_sim] = True
+        mask[~q_sim, :] = True
+        if attention_sink:
+            mask[:, 0] = True
+        return mask
+
+
+def _check(simthreshd1: float, cdfthreshd: float) -> None:
+    if not -1.0 <= simthreshd1 <= 1.0:
+        raise ValueError(f"simthreshd1 must be a cosine in [-1, 1], got {simthreshd1!r}")
+    check_fraction("cdfthreshd", cdfthreshd)
+
+
+def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, simthreshd1: float,
+          cdfthreshd: float, attention_sink: bool, tuned_config: str | None, model: str, layer: int,
+          heads: list[int] | None) -> torch.Tensor:
+    """SpargeAttn block mask (B, H, MB, NB); per-head tuned configs from ``tuned_config`` when given.
+
+    ``heads`` names the model heads that q's H heads are (default 0..H-1), to look up tuned configs.
+    """
+    check_qkv(q, k, v, block_size)
+    _check(simthreshd1, cdfthreshd)
+    head_ids = list(range(q.shape[1])) if heads is None else list(heads)
+    if len(head_ids) != q.shape[1]:
+        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {heads}")
+    tuned = _tuned.lookup(tuned_config, "spargeattn", model, layer, head_ids)
+
+    def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, _v: torch.Tensor) -> torch.Tensor:
+        cfg = tuned[h] or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}
+        return _HeadStats(qh, kh, block_size).mask(cfg["simthreshd1"], cfg["cdfthreshd"], attention_sink)
+
+    return per_head(q, k, v, block_size, head_mask)
+
+
+def tune_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, l1_bound: float = 0.06,
+              sample_blocks: int = 8, bisect_steps: int = 8, attention_sink: bool = False) -> dict[str, float]:
+    """Autotune one head (q, k, v each (N, D)): the sparsest (simthreshd1, cdfthreshd) with L1 error
+    under ``l1_bound`` on ``sample_blocks`` evenly spread query blocks; returns it with its density and error."""
+    stats = _HeadStats(q, k, block_size)
+    blocks = sample_query_blocks(stats.scores.shape[0], sample_blocks)
+    q_rows, owner = block_rows(q, blocks, block_size)
+    partials = BlockPartials(q_rows, k, v, block_size)
+    dense = partials.output(torch.ones_like(partials.den, dtype=torch.bool))
+    dense_l1 = dense.abs().sum().clamp_min(1e-12)
+
+    def error(mask: torch.Tensor) -> float:
+        out = partials.output(mask[blocks.to(mask.device)][owner])
+        return float((out - dense).abs().sum() / dense_l1)
+
+    best: dict[str, float] | None = None
+    for sim in SIM_GRID:
+        lo, hi = 0.0, 1.0  # error(hi) is 0 only if every block is kept; bisect the smallest passing cdf
+        hi_mask = stats.mask(sim, hi, attention_sink)
+        hi_err = error(hi_mask)
+        if hi_err > l1_bound:
+            continue
+        for _ in range(bisect_steps):
+            mid = (lo + hi) / 2
+            mid_mask = stats.mask(sim, mid, attention_sink)
+            mid_err = error(mid_mask)
+            if mid_err <= l1_bound:
+                hi, hi_mask, hi_err = mid, mid_mask, mid_err
+            else:
+                lo = mid
+        candidate = {"simthreshd1": sim, "cdfthreshd": hi, "density": float(hi_mask.float().mean()),
+                     "l1_error": hi_err}
+        if best is None or candidate["density"] < best["density"]:
+            best = candidate
+    if best is None:  # nothing passes: the densest setting (all blocks) is exact
+        best = {"simthreshd1": 1.0, "cdfthreshd": 1.0, "density": 1.0, "l1_error": 0.0}
+    return best
+
+
+def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, model: str,
+             layer: int, heads: list[int] | None = None, cache: str | None = None, l1_bound: float = 0.06,
+             sample_blocks: int = 8) -> dict[str, dict[str, float]]:
+    """Tune every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
+    check_qkv(q, k, v, block_size)
+    if q.shape[0] != 1:
+        raise ValueError(f"autotune takes one batch element, got q of shape {tuple(q.shape)}")
+    head_ids = list(range(q.shape[1])) if heads is None else list(heads)
+    if len(head_ids) != q.shape[1]:
+        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {heads}")
+    configs = {_tuned.key(model, layer, hid): tune_head(q[0, i], k[0, i], v[0, i], block_size, l1_bound=l1_bound,
+                                                         sample_blocks=sample_blocks)
+               for i, hid in enumerate(head_ids)}
+    if cache is not None:
+        _tuned.save(cache, "spargeattn", configs)
+    return configs
+
+
+masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)")
+
+if __name__ == "__main__":
+    from wavealign.masks._draw import main
+
+    raise SystemExit(main("spargeattn"))
