@@ -14,7 +14,6 @@ CPU, a small smoke run:
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shlex
 import sys
@@ -22,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from wavealign import masks, skip, workloads
@@ -133,6 +133,18 @@ def _markdown(summary: list[dict], title: str) -> str:
     return "\n".join(lines)
 
 
+def _write_outputs(out: Path, rows: list[FidelityRow], command: str, device, seq_len: int,
+                   heads: list[int]) -> dict:
+    """Write rows.csv/rows.json/summary.json for the rows so far; return the summary."""
+    summary = _summary(rows)
+    pd.DataFrame([asdict(r) for r in rows]).to_csv(out / "rows.csv", index=False)
+    (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    (out / "summary.json").write_text(json.dumps({"command": command, "device": str(device), "seq_len_tokens": seq_len,
+                                                  "heads": heads, "heads_done": sorted({r.head for r in rows}),
+                                                  "summary": summary}, indent=1))
+    return summary
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="wavealign mask-fidelity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -204,16 +216,9 @@ def main(argv: list[str]) -> int:
                               f"{method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {spec.head} "
                               f"({spec.head_type})", zoom_blocks=min(frame_blocks, mask.shape[-1]))
         del q, k, v
+        _write_outputs(out, rows, command, device, wl.seq_len, heads)  # a cut-short run keeps its heads
 
-    summary = _summary(rows)
-    with open(out / "rows.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
-        writer.writeheader()
-        writer.writerows(asdict(r) for r in rows)
-    (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
-    (out / "summary.json").write_text(json.dumps({"command": command, "device": str(device),
-                                                  "seq_len_tokens": wl.seq_len, "heads": heads,
-                                                  "summary": summary}, indent=1))
+    summary = _write_outputs(out, rows, command, device, wl.seq_len, heads)
     print()
     print(_markdown(summary, f"{args.model}, {wl.seq_len} tokens, layer {args.layer}, {len(heads)} heads "
                              f"({command})"))
