@@ -22,7 +22,7 @@ endif
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/wavealign demo
+	$(VENV)/bin/wavealign sweep
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,263 @@
+"""The sweep's structured config (Hydra 1.3): schema dataclasses, composition from ``conf/``, validation.
+
+``load(overrides)`` composes ``conf/config.yaml`` with Hydra-style overrides
+(``sweep=paper_h100 grid.seq_k=[148,364] ray.address=auto``) against the dataclasses below, so a typo'd
+key fails at composition; ``validate`` then checks every name against the project's registries and every
+number against its range, before anything runs. Errors are ``ConfigError`` naming the offender.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from wavealign import hardware as hardware_registry
+from wavealign import kernels, reorder
+from wavealign.pipeline import CPU, SIM_BACKEND, SYNTHETIC_METHODS
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+SKIP_MODES = ("force", "policy")
+
+
+class ConfigError(ValueError):
+    """A sweep config that cannot run; the message names the key, the value and what was expected."""
+
+
+@dataclass
+class VariantConfig:
+    """A reorder variant: which WaveAlign stages, and whether the skip policy may veto them."""
+
+    stages: str = "both"
+    skip: str = "force"  # "force" applies ``stages``; "policy" lets wavealign.skip fall back to "none"
+
+
+@dataclass
+class GridConfig:
+    """One cartesian grid of cells. Lists are axes; ``*_params`` map a name to its own parameter axes."""
+
+    hardware: list[str] = field(default_factory=lambda: [CPU])  # GPU ids, or "cpu" for CPU workers
+    backend: list[str] = field(default_factory=lambda: ["reference"])
+    method: list[str] = field(default_factory=lambda: ["synthetic-planted"])
+    workload: list[str] = field(default_factory=lambda: ["shape-2h"])
+    seq_k: list[float] = field(default_factory=lambda: [4.0])  # thousands of tokens (nearest valid shape)
+    variant: list[str] = field(default_factory=lambda: ["original", "wavealign"])
+    wave_size: list[Any] = field(default_factory=lambda: [None])  # None: the hardware's wave for the backend
+    seed: list[int] = field(default_factory=lambda: [0])
+    # e.g. {xattention: {threshold: [0.8, 0.9]}}: each listed value is an axis (a scalar is one value)
+    method_params: dict[str, Any] = field(default_factory=dict)
+    backend_params: dict[str, Any] = field(default_factory=dict)
+    block_size: Any = None  # None: the hardware's default block size
+    cpu_profile: str = "h100"  # GPU description whose wave size and skip profile "cpu" cells plan for
+    reps: int = 5
+    warmup: int = 1
+    ncu: bool = False  # GPU cells also profile one launch under Nsight Compute (ncu_* columns)
+
+
+@dataclass
+class RayConfig:
+    """Where cells run: an embedded local Ray (address None), ``auto``, or ``ray://host:port``."""
+
+    address: Any = None
+    num_cpus: Any = None  # embedded Ray only; None = this machine's
+    num_gpus: Any = None
+    object_store_mb: Any = None
+    max_retries: int = 2  # a worker that dies mid-cell is restarted and the cell retried this often
+    wait_for_nodes: bool = False  # keep cells for absent GPU types waiting instead of unschedulable
+    wait_timeout_s: float = 3600.0
+
+
+@dataclass
+class MlflowConfig:
+    """MLflow tracking; the default store is ``<run_root>/mlflow.db`` (sqlite)."""
+
+    enabled: bool = True
+    tracking_uri: Any = None
+    experiment: str = "wavealign"
+
+
+@dataclass
+class SweepConfig:
+    """The whole sweep: ``grid`` plus any ``extra_grids``, where results go, and how to run."""
+
+    name: str = "custom"
+    run_root: str = "wavealign-runs"
+    grid: GridConfig = field(default_factory=GridConfig)
+    extra_grids: dict[str, GridConfig] = field(default_factory=dict)
+    variants: dict[str, VariantConfig] = field(default_factory=dict)
+    ray: RayConfig = field(default_factory=RayConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    resume: bool = True  # skip cells already done in the dataset
+    force: bool = False  # re-run them anyway
+    dry_run: bool = False
+    progress: bool = True
+    batch_cells: int = 32  # cells per Parquet file / MLflow batch
+    flush_s: float = 15.0  # a partial batch is written after this many seconds
+
+
+@dataclass
+class NamedConfig:
+    """The form of ``conf/method``, ``conf/backend`` and ``conf/hardware`` entries."""
+
+    name: str = "?"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkloadConfig:
+    """``conf/workload/<name>.yaml``: a model preset (Q/K/V from wavealign.workloads) or a bare shape."""
+
+    name: str = "?"
+    model: Any = None  # a wavealign.workloads preset id; None = bare shape with random Q/K/V
+    resolution: Any = None
+    heads: list[int] = field(default_factory=lambda: [0])  # preset heads to take
+    num_heads: int = 1  # bare shapes
+    head_dim: int = 128
+    layer: int = 0
+
+
+def register_schema() -> None:
+    """File the schema in Hydra's ConfigStore as ``sweep_schema`` (``conf/config.yaml``'s first default)."""
+    ConfigStore.instance().store(name="sweep_schema", node=SweepConfig)
+
+
+def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``overrides`` and validate it; raises ``ConfigError``."""
+    register_schema()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name="wavealign-sweep"):
+            cfg = compose(config_name="config", overrides=list(overrides or []))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"config: {_message(exc)}") from None
+    validate(cfg, conf_dir)
+    return cfg
+
+
+def _message(exc: BaseException) -> str:
+    """Hydra's and OmegaConf's message without their trailing full-key/object-type context lines."""
+    text = str(exc) if exc.__cause__ is None else f"{exc.__cause__}\n{exc}"
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("To append to your config")]
+    kept = [ln for ln in lines if not ln.startswith(("full_key:", "object_type=", "reference_type="))]
+    return " ".join(kept) or type(exc).__name__
+
+
+def group_entry(group: str, name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
+    """Read ``conf/<group>/<name>.yaml`` against its schema (unknown keys are an error)."""
+    path = conf_dir / group / f"{name}.yaml"
+    known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
+    if not path.is_file():
+        raise ConfigError(f"{group} {name!r} has no conf/{group}/{name}.yaml; expected one of {known}")
+    schema = WorkloadConfig if group == "workload" else NamedConfig
+    try:
+        entry = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"conf/{group}/{name}.yaml: {_message(exc)}") from None
+    if entry.name != name:
+        raise ConfigError(f"conf/{group}/{name}.yaml declares name {entry.name!r}; expected {name!r}")
+    return entry
+
+
+def method_names() -> list[str]:
+    """Mask methods a cell may name: the ``wavealign.masks`` registry plus the Q/K-free synthetic masks."""
+    try:
+        from wavealign import masks
+    except ImportError:
+        return sorted(SYNTHETIC_METHODS)
+    available = getattr(masks, "available", None)
+    return sorted(set(available() if available else []) | set(SYNTHETIC_METHODS))
+
+
+def backend_names() -> list[str]:
+    return sorted({*kernels.names(), SIM_BACKEND})
+
+
+def grids(cfg: DictConfig) -> dict[str, DictConfig]:
+    """The sweep's grids by name: ``grid`` and each of ``extra_grids``."""
+    return {"grid": cfg.grid, **{f"extra_grids.{k}": v for k, v in cfg.extra_grids.items()}}
+
+
+def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
+    """Check names against the registries and numbers against their ranges; raise ``ConfigError``."""
+    for name, variant in cfg.variants.items():
+        if variant.stages not in reorder.STAGES:
+            raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {reorder.STAGES}")
+        if variant.skip not in SKIP_MODES:
+            raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {SKIP_MODES}")
+    if cfg.batch_cells < 1:
+        raise ConfigError(f"batch_cells={cfg.batch_cells}; expected >= 1")
+    if cfg.ray.max_retries < 0:
+        raise ConfigError(f"ray.max_retries={cfg.ray.max_retries}; expected >= 0")
+    for where, grid in grids(cfg).items():
+        _validate_grid(where, grid, cfg, conf_dir)
+
+
+def _check_names(where: str, values, known: list[str]) -> None:
+    if len(values) == 0:
+        raise ConfigError(f"{where} is empty; expected at least one of {known}")
+    for value in values:
+        if value not in known:
+            raise ConfigError(f"{where} has unknown {where.rsplit('.', 1)[-1]} {value!r}; expected one of {known}")
+
+
+def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, conf_dir: Path) -> None:
+    gpu_ids = hardware_registry.names()
+    _check_names(f"{where}.hardware", grid.hardware, [*gpu_ids, CPU])
+    _check_names(f"{where}.backend", grid.backend, backend_names())
+    _check_names(f"{where}.method", grid.method, method_names())
+    _check_names(f"{where}.variant", grid.variant, sorted(cfg.variants))
+    if grid.cpu_profile not in gpu_ids:
+        raise ConfigError(f"{where}.cpu_profile={grid.cpu_profile!r}; expected one of {gpu_ids}")
+    for hw in grid.hardware:
+        if hw != CPU:
+            group_entry("hardware", hw, conf_dir)
+    for backend in grid.backend:
+        group_entry("backend", backend, conf_dir)
+    for method in grid.method:
+        if method not in SYNTHETIC_METHODS:
+            group_entry("method", method, conf_dir)
+    if len(grid.workload) == 0:
+        raise ConfigError(f"{where}.workload is empty; expected names from conf/workload/")
+    for name in grid.workload:
+        _validate_workload(group_entry("workload", name, conf_dir))
+    for k in grid.seq_k:
+        if not isinstance(k, int | float) or k <= 0:
+            raise ConfigError(f"{where}.seq_k has {k!r}; expected positive thousands of tokens")
+    for w in grid.wave_size:
+        if w is not None and (not isinstance(w, int) or w < 1):
+            raise ConfigError(f"{where}.wave_size has {w!r}; expected a positive integer or null")
+    if grid.block_size is not None and (not isinstance(grid.block_size, int) or grid.block_size < 1):
+        raise ConfigError(f"{where}.block_size={grid.block_size!r}; expected a positive integer or null")
+    for key in ("reps", "warmup"):
+        if grid[key] < (1 if key == "reps" else 0):
+            raise ConfigError(f"{where}.{key}={grid[key]}; expected >= {1 if key == 'reps' else 0}")
+    for kind, names in (("method", grid.method), ("backend", grid.backend)):
+        for name, axes in grid[f"{kind}_params"].items():
+            if name not in names:
+                raise ConfigError(f"{where}.{kind}_params.{name}: {kind} {name!r} is not in {where}.{kind} "
+                                  f"{list(names)}")
+            if not isinstance(axes, DictConfig):
+                raise ConfigError(f"{where}.{kind}_params.{name} must map parameter names to values, got {axes!r}")
+
+
+def _validate_workload(wl: DictConfig) -> None:
+    where = f"conf/workload/{wl.name}.yaml"
+    if wl.model is not None:
+        from wavealign import workloads
+
+        if wl.model not in workloads.models():
+            raise ConfigError(f"{where}: model {wl.model!r}; expected one of {workloads.models()}")
+        if len(wl.heads) == 0 or min(wl.heads) < 0 or max(wl.heads) >= workloads.MODELS[wl.model].heads:
+            raise ConfigError(f"{where}: heads {list(wl.heads)}; expected indices in "
+                              f"[0, {workloads.MODELS[wl.model].heads}) of {wl.model}")
+    for key in ("num_heads", "head_dim"):
+        if wl[key] < 1:
+            raise ConfigError(f"{where}: {key}={wl[key]}; expected >= 1")
+    if wl.layer < 0:
+        raise ConfigError(f"{where}: layer={wl.layer}; expected >= 0")

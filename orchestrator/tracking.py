@@ -1,0 +1,223 @@
+"""MLflow recording, from the driver only: a parent run per sweep, a child run per dataset row.
+
+Parquet is the record of truth; MLflow is a view of it. Every child run carries the row's ``result_id``,
+and ``sync`` logs whatever rows MLflow lacks (after an unreachable server, or a driver killed between the
+Parquet write and the MLflow calls), so runs and rows match one to one. A child run is complete once its
+``wavealign.logged`` tag is set, in the same ``log_batch`` call as its params and metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import queue
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# fail fast on an unreachable server instead of MLflow's minutes of retries; the sweep goes on without it
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+import pyarrow as pa
+from mlflow.entities import Dataset, DatasetInput, Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+from orchestrator import dataset
+
+TAG = "wavealign."
+PARAM_COLUMNS = ("hardware", "profile_hardware", "backend", "method", "variant", "stages", "skip_mode", "workload",
+                 "model", "resolution", "frames", "seq_len_tokens", "num_heads", "head_dim", "block_size",
+                 "wave_size", "seed", "layer", "method_params", "backend_params", "reps", "warmup",
+                 "ncu_requested")
+TAG_COLUMNS = ("cell_id", "group_id", "result_id", "sweep_id", "status", "simulated", "timer", "device",
+               "gpu_name", "host", "git_sha", "ray_node_id", "worker_pid", "stages_applied", "reorder_applied",
+               "skip_reorder", "skip_reason", "ncu_unavailable", "error")
+_MAX_VALUE_CHARS = 5000
+
+
+def default_tracking_uri(run_root: str | Path) -> str:
+    return f"sqlite:///{Path(run_root).resolve() / 'mlflow.db'}"
+
+
+def ui_command(tracking_uri: str) -> str:
+    """How to open this store in the MLflow UI."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri}"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+class Tracker:
+    """An MLflow client that turns itself off, with a reason, at the first failure: the sweep goes on."""
+
+    def __init__(self, tracking_uri: str, experiment: str, artifact_root: Path | None = None) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment
+        self.down_reason: str | None = None
+        self.client: MlflowClient | None = None
+        self.experiment_id = self._guard(lambda: self._connect(artifact_root))
+
+    @property
+    def available(self) -> bool:
+        return self.down_reason is None
+
+    def _guard(self, action):
+        if not self.available:
+            return None
+        try:
+            return action()
+        except Exception as exc:  # any failure of the tracking service: record it, keep the sweep going
+            self.down_reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            return None
+
+    def _connect(self, artifact_root: Path | None) -> str:
+        """The client and the experiment's id (created, with its artifacts under ``artifact_root`` for a
+        local store, if it does not exist)."""
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        found = self.client.get_experiment_by_name(self.experiment_name)
+        if found is not None:
+            return found.experiment_id
+        local = not self.tracking_uri.startswith(("http://", "https://", "databricks"))
+        location = artifact_root.resolve().as_uri() if (artifact_root and local) else None
+        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+
+    def parent_run(self, sweep_id: str, sweep_name: str, config_path: Path | None = None) -> str | None:
+        """The sweep's parent run (reused on resume), with the resolved config as an artifact."""
+        def find_or_create() -> str:
+            runs = self.client.search_runs(
+                [self.experiment_id], f"tags.`{TAG}sweep_id` = '{sweep_id}' and tags.`{TAG}kind` = 'sweep'",
+                max_results=1)
+            if runs:
+                return runs[0].info.run_id
+            run = self.client.create_run(self.experiment_id, run_name=f"{sweep_name}-{sweep_id[:8]}",
+                                         tags={f"{TAG}kind": "sweep", f"{TAG}sweep_id": sweep_id,
+                                               f"{TAG}sweep_name": sweep_name})
+            if config_path is not None and config_path.is_file():
+                self.client.log_artifact(run.info.run_id, str(config_path))
+            return run.info.run_id
+        return self._guard(find_or_create)
+
+    def logged_result_ids(self, sweep_id: str) -> set[str] | None:
+        """``result_id`` of every complete child run of ``sweep_id``; incomplete ones are deleted."""
+        def collect() -> set[str]:
+            found, token = set(), None
+            while True:
+                page = self.client.search_runs(
+                    [self.experiment_id], f"tags.`{TAG}sweep_id` = '{sweep_id}' and tags.`{TAG}kind` = 'cell'",
+                    max_results=1000, page_token=token)
+                for run in page:
+                    if run.data.tags.get(f"{TAG}logged") == "1":
+                        found.add(run.data.tags[f"{TAG}result_id"])
+                    else:  # created, then the driver died before its log_batch: log it again
+                        self.client.delete_run(run.info.run_id)
+                token = page.token
+                if not token:
+                    return found
+        return self._guard(collect)
+
+    def log_rows(self, parent_run_id: str | None, rows: Iterable[dict[str, Any]]) -> int:
+        """One child run per row: create it, then one ``log_batch`` of params, metrics and tags."""
+        def log() -> int:
+            count = 0
+            for row in rows:
+                self._log_row(parent_run_id, row)
+                count += 1
+            return count
+        if parent_run_id is None:
+            return 0
+        return self._guard(log) or 0
+
+    def _log_row(self, parent_run_id: str, row: dict[str, Any]) -> None:
+        started = row.get("started_at") or row.get("recorded_at")
+        start_ms = int(_epoch_s(started) * 1000) if started is not None else None
+        run = self.client.create_run(
+            self.experiment_id, start_time=start_ms,
+            run_name=f"{row['hardware']}/{row['backend']}/{row['method']}/{row['variant']}/{row['cell_id'][:8]}",
+            tags={"mlflow.parentRunId": parent_run_id, f"{TAG}kind": "cell",
+                  f"{TAG}sweep_id": row["sweep_id"], f"{TAG}result_id": row["result_id"]})
+        params = [Param(k, _text(row[k])) for k in PARAM_COLUMNS if row.get(k) is not None]
+        metrics = [Metric(k, float(v), start_ms or 0, 0) for k, v in _metrics(row)]
+        tags = [RunTag(f"{TAG}{k}", _text(row[k])) for k in TAG_COLUMNS if row.get(k) is not None]
+        tags.append(RunTag(f"{TAG}logged", "1"))
+        self.client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
+        finished = row.get("finished_at")
+        self.client.set_terminated(run.info.run_id, "FINISHED" if row["status"] == "done" else "FAILED",
+                                   end_time=int(_epoch_s(finished) * 1000) if finished is not None else None)
+
+    def log_dataset(self, parent_run_id: str | None, run_root: Path, summary_path: Path | None = None) -> None:
+        """Attach the Parquet dataset (as an MLflow dataset input) and the summary table to the parent run."""
+        def attach() -> None:
+            folder = dataset.results_dir(run_root).resolve()
+            files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet"))
+            digest = hashlib.sha256("\n".join(files).encode()).hexdigest()[:32]
+            entity = Dataset(name="wavealign-results", digest=digest, source_type="local",
+                             source=folder.as_uri(), schema=dataset.SCHEMA.to_string(show_schema_metadata=False)[:6000])
+            self.client.log_inputs(parent_run_id, datasets=[DatasetInput(dataset=entity, tags=[])])
+            if summary_path is not None and summary_path.is_file():
+                self.client.log_artifact(parent_run_id, str(summary_path))
+        if parent_run_id is not None:
+            self._guard(attach)
+
+
+class BackgroundLogger:
+    """Logs row batches on one driver thread, so workers are not kept waiting on MLflow (a child run costs
+    a few store round trips); ``close`` waits until everything submitted is logged."""
+
+    def __init__(self, tracker: Tracker, parent_run_id: str | None) -> None:
+        self.tracker, self.parent_run_id = tracker, parent_run_id
+        self._queue: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="wavealign-mlflow", daemon=True)
+        self._thread.start()
+
+    def submit(self, rows: list[dict[str, Any]]) -> None:
+        self._queue.put(list(rows))
+
+    def _drain(self) -> None:
+        while (rows := self._queue.get()) is not None:
+            self.tracker.log_rows(self.parent_run_id, rows)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
+def _epoch_s(value: Any) -> float:
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
+
+
+def _text(value: Any) -> str:
+    return str(value)[:_MAX_VALUE_CHARS]
+
+
+def _metrics(row: dict[str, Any]) -> list[tuple[str, float]]:
+    out = []
+    for field in dataset.SCHEMA:
+        value = row.get(field.name)
+        numeric = pa.types.is_floating(field.type) or pa.types.is_integer(field.type)
+        numeric = numeric and field.name not in (*PARAM_COLUMNS, *TAG_COLUMNS, "schema_version")
+        if numeric and value is not None and not (isinstance(value, float) and math.isnan(value)):
+            out.append((field.name, float(value)))
+    return out
+
+
+def sync(run_root: str | Path, tracker: Tracker) -> dict[str, int]:
+    """Log every dataset row MLflow lacks, per sweep; returns rows logged per sweep id."""
+    table = dataset.read(run_root)
+    logged: dict[str, int] = {}
+    if table.num_rows == 0 or not tracker.available:
+        return logged
+    rows = table.to_pylist()
+    by_sweep: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_sweep.setdefault(row["sweep_id"], []).append(row)
+    for sweep_id, sweep_rows in by_sweep.items():
+        config = Path(run_root) / "sweeps" / sweep_id / "config.yaml"
+        parent = tracker.parent_run(sweep_id, sweep_rows[0]["sweep_name"] or "sweep", config)
+        have = tracker.logged_result_ids(sweep_id)
+        if parent is None or have is None:
+            break
+        missing = [r for r in sweep_rows if r["result_id"] not in have]
+        logged[sweep_id] = tracker.log_rows(parent, missing)
+    return logged

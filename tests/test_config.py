@@ -1,0 +1,125 @@
+"""The sweep config: Hydra composition, validation messages, grid expansion and the conf/ <-> registry mirror."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator import config, grid
+from wavealign import hardware, kernels, masks
+from wavealign.pipeline import SIM_BACKEND
+
+CONF = Path(config.CONF_DIR)
+# a small CPU-only grid the expansion tests start from
+CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[synthetic-planted]",
+            "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original,wavealign]"]
+
+
+def names_in(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def test_conf_method_mirrors_the_mask_registry():
+    assert names_in("method") == masks.available()
+
+
+def test_conf_backend_mirrors_the_kernel_registry_plus_sim():
+    assert names_in("backend") == sorted([*kernels.names(), SIM_BACKEND])
+
+
+def test_conf_hardware_mirrors_the_hardware_registry():
+    assert names_in("hardware") == hardware.names()
+
+
+@pytest.mark.parametrize("sweep", names_in("sweep"))
+def test_every_shipped_sweep_composes_validates_and_expands(sweep):
+    cfg = config.load([f"sweep={sweep}"])
+    assert cfg.name == sweep and grid.expand(cfg).cells
+
+
+def test_the_four_issue_sweeps_ship():
+    assert {"smoke", "paper_h100", "paper_a40", "h200"} <= set(names_in("sweep"))
+
+
+def test_overrides_work_the_hydra_way():
+    cfg = config.load(["sweep=paper_h100", "grid.seq_k=[148,364]", "ray.address=auto"])
+    assert list(cfg.grid.seq_k) == [148, 364] and cfg.ray.address == "auto"
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("grid.seqk=[1]", "Key 'seqk' not in 'GridConfig'"),
+    ("grid.method=[xattenton]", "unknown method 'xattenton'"),
+    ("grid.backend=[cudnn]", "unknown backend 'cudnn'"),
+    ("grid.hardware=[v100]", "unknown hardware 'v100'"),
+    ("grid.seq_k=[-148]", "seq_k has -148"),
+    ("grid.wave_size=[0]", "wave_size has 0"),
+    ("grid.reps=0", "grid.reps=0"),
+    ("grid.variant=[fastest]", "unknown variant 'fastest'"),
+    ("variants.original.stages=diagonal", "variants.original.stages='diagonal'"),
+    ("+grid.method_params.xattention.threshold=[0.9]", "method 'xattention' is not in grid.method"),
+    ("grid.cpu_profile=tpu", "grid.cpu_profile='tpu'"),
+])
+def test_bad_config_is_rejected_naming_the_offender(override, message):
+    with pytest.raises(config.ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        config.load([*CPU_GRID, override])
+
+
+def test_a_backend_that_runs_on_none_of_the_hardware_is_rejected():
+    cfg = config.load([*CPU_GRID, "grid.backend=[sim]"])
+    with pytest.raises(config.ConfigError, match=r"backend 'sim' cannot run on any of grid\.hardware"):
+        grid.expand(cfg)
+
+
+def test_an_unknown_method_parameter_is_rejected():
+    cfg = config.load([*CPU_GRID, "+grid.method_params.synthetic-planted.densty=[0.1]"])
+    with pytest.raises(config.ConfigError, match=r"\['densty'\] of 'synthetic-planted'"):
+        grid.expand(cfg)
+
+
+def test_invalid_combinations_are_filtered_and_counted_with_their_reason():
+    cfg = config.load([*CPU_GRID, "grid.hardware=[cpu,h100]", "grid.backend=[reference,sim]"])
+    g = grid.expand(cfg)
+    assert g.filtered == {"backend sim simulates a GPU type; hardware cpu has none": 2}
+    assert {(c.hardware, c.backend) for c in g.cells} == {("cpu", "reference"), ("h100", "reference"),
+                                                          ("h100", "sim")}
+
+
+def test_a_mask_method_on_a_bare_shape_is_filtered():
+    cfg = config.load([*CPU_GRID, "grid.method=[synthetic-planted,xattention]"])
+    g = grid.expand(cfg)
+    assert g.filtered == {"method xattention needs a model's Q/K; workload shape-2h is a bare shape": 2}
+
+
+def test_parameter_lists_are_axes_and_scalars_single_values():
+    cfg = config.load([*CPU_GRID, "+grid.method_params={synthetic-planted:{density:[0.1,0.2],prototypes:4}}"])
+    cells = grid.expand(cfg).cells
+    assert sorted({(c.method_params["density"], c.method_params["prototypes"]) for c in cells}) == [
+        (0.1, 4), (0.2, 4)]
+
+
+def test_cell_ids_are_stable_and_distinct():
+    first = grid.expand(config.load(CPU_GRID)).cells
+    again = grid.expand(config.load(CPU_GRID)).cells
+    assert [c.cell_id for c in first] == [c.cell_id for c in again]
+    assert len({c.cell_id for c in first}) == len(first)
+
+
+def test_variants_of_one_mask_share_a_group():
+    cells = grid.expand(config.load(CPU_GRID)).cells
+    assert len({c.group_id for c in cells}) == 1 and len(cells) == 2
+
+
+def test_seq_k_maps_to_whole_latent_frames_of_a_preset():
+    cfg = config.load([*CPU_GRID, "grid.seq_k=[364]", "grid.method=[xattention]", "grid.backend=[sim]",
+                       "grid.hardware=[h100]", "grid.workload=[wan14b-720p]", "grid.variant=[original]"])
+    cell = grid.expand(cfg).cells[0]
+    # Wan2.1 at 720p: 3600 tokens per latent frame; 101 latent frames = 401 pixel frames (paper Table I)
+    assert (cell.seq_len_tokens, cell.frames, cell.num_heads) == (363600, 401, 40)
+
+
+def test_hardware_defaults_fill_block_and_wave_size():
+    cfg = config.load([*CPU_GRID, "grid.hardware=[a40]", "grid.backend=[sim]",
+                       "+grid.backend_params.sim.kernel=flashinfer"])
+    cell = grid.expand(cfg).cells[0]
+    assert (cell.block_size, cell.wave_size) == (64, 168)  # paper Sec. V: FlashInfer 64x64, 2 CTAs x 84 SMs

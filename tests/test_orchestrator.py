@@ -1,0 +1,256 @@
+"""The sweep on a real multi-node Ray cluster (one machine; two "H100" nodes and one "A40" node with fake
+GPUs), recording to real MLflow stores (an sqlite file, and a `mlflow server` on 127.0.0.1) and Parquet."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import ray
+from mlflow.tracking import MlflowClient
+from ray.cluster_utils import Cluster
+from rich.console import Console
+
+from orchestrator import cluster, config, dataset, sweep, tracking
+
+REPO = Path(__file__).resolve().parent.parent
+LABEL = cluster.ACCELERATOR_LABEL
+OBJECT_STORE = 80 * 2**20
+# tiny CPU cells: 512 tokens, 2 heads, the exact reference kernel
+TINY = ["~sweep", "grid.backend=[reference]", "grid.method=[synthetic-random]", "grid.workload=[shape-2h]",
+        "grid.seq_k=[0.5]", "grid.variant=[original,wavealign]", "grid.reps=2", "grid.warmup=0", "progress=false"]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "object_store_memory": OBJECT_STORE})
+    # the H100s as Ray labels detected GPUs; the A40 as a user labels one (`ray start --labels accelerator-type=A40`)
+    for label, accelerator in ((LABEL, "H100"), (LABEL, "H100"), (cluster.USER_ACCELERATOR_LABEL, "A40")):
+        nodes.add_node(num_cpus=1, num_gpus=1, object_store_memory=OBJECT_STORE, labels={label: accelerator})
+    nodes.wait_for_nodes()
+    cluster.connect(nodes.address)
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """A real `mlflow server` on 127.0.0.1 with an sqlite backend, started and stopped by the test."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port, self.proc = folder, free_port(), None
+        self.uri = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> MlflowServer:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
+             "--artifacts-destination", str(self.folder / "artifacts"), "--host", "127.0.0.1",
+             "--port", str(self.port), "--workers", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    def wait_ready(self, timeout_s: float = 180.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"mlflow server on {self.uri} did not come up in {timeout_s} s")
+
+    def stop(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGTERM)  # the server and its uvicorn worker: our own session
+        self.proc.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    # started first so it boots while the Ray cluster does
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server")).start()
+    yield server
+    if server.proc.poll() is None:
+        server.stop()
+
+
+def sqlite_uri(root: Path) -> str:
+    return tracking.default_tracking_uri(root)
+
+
+def run_sweep(root: Path, *overrides: str, **kwargs) -> sweep.SweepOutcome:
+    cfg = config.load([*TINY, f"run_root={root}", *overrides])
+    return sweep.run(cfg, Console(quiet=True), **kwargs)
+
+
+def child_runs(uri: str, sweep_id: str) -> dict[str, object]:
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name("wavealign")
+    runs = client.search_runs([experiment.experiment_id],
+                              f"tags.`wavealign.sweep_id` = '{sweep_id}' and tags.`wavealign.kind` = 'cell'",
+                              max_results=1000)
+    return {r.data.tags["wavealign.result_id"]: r for r in runs}
+
+
+@pytest.fixture(scope="module")
+def mixed(ray_cluster, mlflow_server, tmp_path_factory):
+    """One sweep over H100, A40 and H200 cells; density 2.0 makes the mask builder raise."""
+    root = tmp_path_factory.mktemp("mixed")
+    outcome = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]",
+                        "+grid.method_params.synthetic-random.density=[0.25,2.0]")
+    return root, outcome
+
+
+def test_cells_run_on_nodes_of_their_gpu_type(mixed):
+    _, outcome = mixed
+    labels = {n["NodeID"]: next(filter(None, map((n.get("Labels") or {}).get, cluster.LABEL_KEYS)), None)
+              for n in ray.nodes()}
+    done = [r for r in outcome.rows if r["status"] == "done"]
+    assert {r["hardware"] for r in done} == {"h100", "a40"}
+    assert all(labels[r["ray_node_id"]] == {"h100": "H100", "a40": "A40"}[r["hardware"]] for r in done)
+
+
+def test_a_gpu_type_without_nodes_is_unschedulable_not_hung(mixed):
+    _, outcome = mixed
+    h200 = [r for r in outcome.rows if r["hardware"] == "h200"]
+    assert len(h200) == 8 and {r["status"] for r in h200} == {"unschedulable"}
+    assert "ray.io/accelerator-type or accelerator-type=H200" in h200[0]["error"]
+
+
+def test_a_cell_that_raises_is_failed_and_the_others_finish(mixed):
+    _, outcome = mixed
+    failed = [r for r in outcome.rows if r["status"] == "failed"]
+    assert len(failed) == 8 and all('"density": 2.0' in r["method_params"] for r in failed)
+    assert all("density must be in (0, 1]" in r["error"] and "Traceback" in r["traceback"] for r in failed)
+    assert outcome.counts["done"] == 8
+
+
+def test_parquet_holds_one_row_per_cell_with_the_fixed_schema(mixed):
+    root, outcome = mixed
+    table = dataset.read(root)
+    assert table.schema.equals(dataset.SCHEMA) and table.num_rows == len(outcome.rows) == 24
+    assert sorted(table.column("result_id").to_pylist()) == sorted(r["result_id"] for r in outcome.rows)
+    assert {p.parent.name for p in dataset.results_dir(root).rglob("*.parquet")} == {"method=synthetic-random"}
+
+
+def test_sqlite_mlflow_has_a_child_run_per_row_with_params_and_metrics(mixed):
+    root, outcome = mixed
+    runs = child_runs(sqlite_uri(root), outcome.sweep_id)
+    assert set(runs) == {r["result_id"] for r in outcome.rows}
+    row = next(r for r in outcome.rows if r["status"] == "done")
+    run = runs[row["result_id"]]
+    assert run.data.params["hardware"] == row["hardware"] and run.data.params["variant"] == row["variant"]
+    assert run.data.metrics["kernel_ms_median"] == pytest.approx(row["kernel_ms_median"])
+    assert run.data.tags["wavealign.cell_id"] == row["cell_id"]
+
+
+def test_a_second_run_skips_finished_cells(mixed):
+    root, _ = mixed
+    again = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]",
+                      "+grid.method_params.synthetic-random.density=[0.25,2.0]", "grid.hardware=[h100]")
+    # only h100's failed cells run again; its done cells are skipped
+    assert again.skipped_done == 4 and again.counts == {"failed": 4}
+
+
+def test_dry_run_reports_size_per_type_filtered_and_an_estimate(mixed, capsys):
+    root, _ = mixed
+    cfg = config.load([*TINY, f"run_root={root}", "grid.hardware=[h100,a40,cpu]", "grid.backend=[reference,sim]",
+                       "grid.seed=[0,1,2]"])
+    sweep.describe(sweep.make_plan(cfg), cfg, Console(width=200))
+    out = capsys.readouterr().out
+    assert "30 cells" in out and re.search(r"h100\s+12 cells", out) and re.search(r"cpu\s+6 cells", out)
+    assert "backend sim simulates a GPU type; hardware cpu has none" in out
+    assert re.search(r"estimate h100 workers: [0-9.]+ worker-minutes for \d+ cells", out)
+
+
+def test_a_worker_killed_mid_cell_is_retried(ray_cluster, tmp_path):
+    pids: dict[str, list[int]] = {}
+
+    def kill_a40_worker_soon(workers):
+        pids["a40"] = [w["worker_pid"] for w in workers["a40"]]
+        threading.Timer(0.5, os.kill, (pids["a40"][0], signal.SIGKILL)).start()
+
+    # one A40 worker; one group slow enough (reps) to be mid-cell when it is killed
+    outcome = run_sweep(tmp_path, "grid.hardware=[a40]", "grid.seq_k=[4]", "grid.reps=8",
+                        on_workers=kill_a40_worker_soon)
+    assert outcome.counts == {"done": 2}
+    assert all(r["worker_pid"] != pids["a40"][0] for r in outcome.rows)
+
+
+def test_resume_after_a_killed_driver_loses_and_redoes_nothing(ray_cluster, tmp_path):
+    overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
+                 "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *overrides], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while dataset.read(tmp_path).num_rows < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    driver.kill()
+    driver.wait()
+    before = dataset.read(tmp_path).to_pylist()
+    assert 2 <= len(before) < 16, "the driver must die part-way for this test to mean anything"
+
+    cfg = config.load(overrides)
+    outcome = sweep.run(cfg, Console(quiet=True))
+    after = dataset.read(tmp_path).to_pylist()
+    assert outcome.skipped_done == len(before) and outcome.counts == {"done": 16 - len(before)}
+    assert sorted(r["cell_id"] for r in after) == sorted({r["cell_id"] for r in after})  # none redone
+    assert {r["result_id"] for r in before} <= {r["result_id"] for r in after}  # none lost
+    assert set(child_runs(sqlite_uri(tmp_path), outcome.sweep_id)) == {r["result_id"] for r in after}
+
+
+def test_ctrl_c_stops_records_what_finished_and_says_how_to_resume(ray_cluster, tmp_path):
+    overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
+                 "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *overrides], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while dataset.read(tmp_path).num_rows < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGINT)
+    output, _ = driver.communicate(timeout=120)
+    rows = dataset.read(tmp_path).to_pylist()
+    assert driver.returncode == 130, output
+    assert "interrupted" in output and "resume" in output
+    assert 2 <= len(rows) < 16 and {r["status"] for r in rows} == {"done"}
+
+
+def test_mlflow_server_records_runs_params_and_metrics(ray_cluster, mlflow_server, tmp_path):
+    mlflow_server.wait_ready()
+    outcome = run_sweep(tmp_path, "grid.hardware=[h100]", f"mlflow.tracking_uri={mlflow_server.uri}")
+    runs = child_runs(mlflow_server.uri, outcome.sweep_id)
+    assert set(runs) == {r["result_id"] for r in outcome.rows} and len(runs) == 2
+    for row in outcome.rows:
+        run = runs[row["result_id"]]
+        assert run.data.params["backend"] == "reference"
+        assert run.data.metrics["kernel_ms_median"] == pytest.approx(row["kernel_ms_median"])
+        assert run.info.status == "FINISHED"
+
+
+def test_mlflow_server_stopped_mid_sweep_keeps_parquet_and_syncs_later(ray_cluster, mlflow_server, tmp_path):
+    mlflow_server.wait_ready()
+    outcome = run_sweep(tmp_path, "grid.hardware=[h100,a40]", f"mlflow.tracking_uri={mlflow_server.uri}",
+                        on_workers=lambda workers: mlflow_server.stop())
+    assert outcome.mlflow_down_reason is not None
+    assert dataset.read(tmp_path).num_rows == len(outcome.rows) == 4
+
+    mlflow_server.start().wait_ready()
+    from jobs import sync_mlflow
+
+    assert sync_mlflow.main([f"run_root={tmp_path}", f"mlflow.tracking_uri={mlflow_server.uri}"]) == 0
+    assert set(child_runs(mlflow_server.uri, outcome.sweep_id)) == {r["result_id"] for r in outcome.rows}

@@ -1,0 +1,69 @@
+"""The Parquet dataset: a fixed schema covering every cell and result field, atomic partitioned files."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow.dataset as ds
+
+from orchestrator import dataset
+from wavealign import pipeline
+from wavealign.pipeline import Cell, CellResult
+
+
+def tiny_cell(seed: int = 0, method: str = "synthetic-random") -> Cell:
+    return Cell(cell_id=f"c{seed}{method}", group_id=f"g{seed}", hardware="cpu", profile_hardware="h100",
+                backend="reference", method=method, variant="original", stages="none", skip_mode="force",
+                workload="shape", seq_len_tokens=256, num_heads=1, head_dim=16, block_size=128, wave_size=4,
+                seed=seed, reps=1, warmup=0)
+
+
+def test_every_cell_and_result_field_has_a_column():
+    columns = set(dataset.SCHEMA.names)
+    cell_fields = {dataset._CELL_RENAMED.get(f.name, f.name) for f in dataclasses.fields(Cell)}
+    result_fields = {dataset._RENAMED.get(f.name, f.name) for f in dataclasses.fields(CellResult)} - {"environment"}
+    env_fields = set(pipeline.environment())
+    assert (cell_fields | result_fields | env_fields) <= columns
+
+
+def test_rows_round_trip_through_partitioned_files(tmp_path):
+    cells = [tiny_cell(0), tiny_cell(1, "synthetic-planted")]
+    rows = [dataset.make_row(c, pipeline.run_cell(c), sweep_id="s", sweep_name="t") for c in cells]
+    dataset.write(tmp_path, rows)
+    table = dataset.read(tmp_path)
+    assert table.schema.equals(dataset.SCHEMA)
+    assert sorted(table.column("cell_id").to_pylist()) == sorted(c.cell_id for c in cells)
+    folders = {p.parent.relative_to(dataset.results_dir(tmp_path)).as_posix()
+               for p in dataset.results_dir(tmp_path).rglob("*.parquet")}
+    assert folders == {"hardware=cpu/method=synthetic-random", "hardware=cpu/method=synthetic-planted"}
+
+
+def test_one_partition_reads_alone(tmp_path):
+    cells = [tiny_cell(0), tiny_cell(1, "synthetic-planted")]
+    dataset.write(tmp_path, [dataset.make_row(c, pipeline.run_cell(c), sweep_id="s", sweep_name="t") for c in cells])
+    table = dataset.read(tmp_path, filter=ds.field("method") == "synthetic-planted")
+    assert table.column("cell_id").to_pylist() == [cells[1].cell_id]
+
+
+def test_no_temporary_file_is_left_and_temporaries_are_never_read(tmp_path):
+    cell = tiny_cell()
+    dataset.write(tmp_path, [dataset.make_row(cell, pipeline.run_cell(cell), sweep_id="s", sweep_name="t")])
+    folder = next(dataset.results_dir(tmp_path).rglob("*.parquet")).parent
+    assert not list(folder.glob(".*"))
+    (folder / ".part-crashed.parquet.tmp").write_bytes(b"half a file")
+    assert dataset.read(tmp_path).num_rows == 1
+
+
+def test_a_cell_that_never_ran_is_a_row_with_its_status_and_reason(tmp_path):
+    row = dataset.make_row(tiny_cell(), None, sweep_id="s", sweep_name="t", status="unschedulable",
+                           error="no H200 node")
+    dataset.write(tmp_path, [row])
+    got = dataset.read(tmp_path).to_pylist()[0]
+    assert (got["status"], got["error"], got["kernel_ms_median"]) == ("unschedulable", "no H200 node", None)
+
+
+def test_done_cell_ids_lists_only_finished_cells(tmp_path):
+    done, failed = tiny_cell(0), tiny_cell(1)
+    dataset.write(tmp_path, [dataset.make_row(done, pipeline.run_cell(done), sweep_id="s", sweep_name="t"),
+                             dataset.make_row(failed, None, sweep_id="s", sweep_name="t", status="failed", error="x")])
+    assert dataset.done_cell_ids(tmp_path) == {done.cell_id}

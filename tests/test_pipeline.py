@@ -1,0 +1,102 @@
+"""The cell pipeline: mask -> skip decision -> reorder plan -> backend -> figures, one result per cell."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from wavealign import pipeline
+from wavealign.pipeline import Cell
+
+
+def make_cell(**changes) -> Cell:
+    cell = Cell(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100", backend="reference",
+                method="synthetic-planted", variant="original", stages="none", skip_mode="force", workload="shape",
+                seq_len_tokens=1024, num_heads=2, head_dim=32, block_size=128, wave_size=4, reps=2, warmup=0)
+    return replace(cell, **changes)
+
+
+def variants(**changes) -> list[Cell]:
+    return [make_cell(cell_id="orig", **changes),
+            make_cell(cell_id="wa", variant="wavealign", stages="both", **changes)]
+
+
+def test_reference_cell_is_wall_clock_timed_on_cpu():
+    result = pipeline.run_cell(make_cell())
+    assert result.status == "done", result.traceback
+    assert (result.device, result.timer, result.simulated) == ("cpu", "wall_clock", False)
+    assert result.kernel_ms_median > 0 and result.kernel_ms_iqr >= 0
+
+
+def test_group_speedups_refer_to_the_original_variant_of_the_group():
+    original, aligned = pipeline.run_group(variants())
+    assert original.speedup_vs_original == 1.0
+    assert aligned.speedup_vs_original == pytest.approx(original.kernel_ms_median / aligned.kernel_ms_median)
+
+
+def test_reorder_is_applied_and_costed_only_for_reordering_variants():
+    original, aligned = pipeline.run_group(variants())
+    assert (original.reorder_applied, original.reorder_ms) == (False, 0.0)
+    assert aligned.reorder_applied and aligned.stages_applied == "both" and aligned.reorder_ms > 0
+
+
+def test_mask_statistics_and_skip_features_are_recorded():
+    result = pipeline.run_cell(make_cell())
+    assert (result.num_q_blocks, result.num_kv_blocks) == (8, 8)
+    assert 0 < result.density <= 1 and result.nnz_mean > 0 and result.wave_working_set_bytes > 0
+
+
+def test_policy_variant_obeys_the_skip_decision():
+    # the provisional h100 profile skips sequences below 150K tokens
+    cell = make_cell(variant="adaptive", stages="both", skip_mode="policy")
+    result = pipeline.run_cell(cell)
+    assert result.skip_reorder is False and "skip" in result.skip_reason
+    assert result.stages_applied == "none" and result.reorder_applied is False
+
+
+def test_forced_variant_reorders_despite_a_skip_decision():
+    result = pipeline.run_cell(make_cell(variant="wavealign", stages="both"))
+    assert result.skip_reorder is False and result.reorder_applied
+
+
+def test_sim_cell_is_labelled_simulated_and_reports_cache_figures():
+    cells = variants(backend="sim", hardware="a40", profile_hardware="a40", seq_len_tokens=64 * 256, num_heads=2,
+                     head_dim=128, block_size=64, wave_size=168, method_params={"density": 0.25, "prototypes": 8})
+    original, aligned = pipeline.run_group(cells)
+    assert original.simulated and original.timer == "simulated" and original.device == "cpu"
+    assert 0 <= original.l2_hit_pct <= 100 and original.hbm_read_bytes > 0
+    # planted rows shuffled: WaveAlign regroups them, so a wave reuses more K/V in L2
+    assert aligned.l2_hit_pct > original.l2_hit_pct
+
+
+def test_a_cell_that_raises_is_failed_with_its_error_and_traceback():
+    result = pipeline.run_cell(make_cell(method_params={"density": 2.0}))
+    assert result.status == "failed"
+    assert "density" in result.error and "Traceback" in result.traceback
+    assert math.isnan(result.kernel_ms_median)
+
+
+def test_a_method_mask_from_a_model_workload():
+    cell = make_cell(method="xattention", model="wan2.1-1.3b", resolution="480p", frames=5, heads=[0, 1],
+                     seq_len_tokens=3120, head_dim=128)
+    result = pipeline.run_cell(cell)
+    assert result.status == "done", result.traceback
+    assert result.num_q_blocks == 25
+
+
+def test_environment_names_the_software_and_host():
+    env = pipeline.environment()
+    assert env["torch_version"] and env["host"] and env["wavealign_version"]
+
+
+def test_a_group_must_share_its_group_id():
+    with pytest.raises(ValueError, match="group_id"):
+        pipeline.run_group([make_cell(), make_cell(group_id="other")])
+
+
+def test_nsight_compute_on_a_cpu_cell_says_why_there_are_no_counters():
+    result = pipeline.run_cell(make_cell(ncu=True))
+    assert result.status == "done" and "CPU" in result.ncu_unavailable
+    assert math.isnan(result.ncu_l2_hit_pct)
