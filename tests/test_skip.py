@@ -1,11 +1,12 @@
 """Skip features and the provisional per-hardware policy."""
 
 import math
+import os
 
 import pytest
 import torch
 
-from wavealign import skip, synthetic
+from wavealign import hardware, skip, synthetic
 
 
 def test_features_of_a_hand_made_mask():
@@ -78,3 +79,45 @@ def test_unknown_hardware_and_missing_profile_are_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("WAVEALIGN_PROFILE_DIR", str(tmp_path))
     with pytest.raises(ValueError, match="no skip profile for 'h100'"):
         skip.load_profile("h100")
+
+
+def test_features_count_the_heads_a_call_runs():
+    mask = synthetic.random_mask(3, 20, 20, 0.3, seed=2)
+    assert skip.features(mask, "h100").num_heads == 3
+    assert skip.features(mask.unsqueeze(0).expand(2, -1, -1, -1), "h100").num_heads == 6
+
+
+def test_schema_1_fitted_profiles_still_load_with_no_head_term(tmp_path):
+    n_v1 = len(skip.MODEL_FEATURES) - 1
+    data = skip.load_profile("h100").to_dict() | {"schema_version": 1, "provisional": False, "models": {
+        name: {"coef": [math.log(ms)] + [0.0] * n_v1}
+        for name, ms in (("kernel_original_ms", 10.0), ("kernel_wavealign_ms", 8.0), ("reorder_ms", 0.5))}}
+    profile = skip.Profile.from_dict(data)
+    assert all(len(m["coef"]) == len(skip.MODEL_FEATURES) + 1 and m["coef"][-1] == 0.0
+               for m in profile.models.values())
+    decision = skip.SkipPolicy(profile).decide(skip.features(synthetic.random_mask(4, 40, 40, 0.5), "h100"))
+    assert decision.reorder and decision.predicted_gain_ms == pytest.approx(1.5)
+
+
+def test_a_changed_profile_file_is_reloaded_not_served_from_the_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WAVEALIGN_PROFILE_DIR", str(tmp_path))
+    provisional = skip.Profile.load(skip.PROFILE_DIR / "h100.yaml")
+    provisional.save(tmp_path / "h100.yaml")
+    assert skip.load_profile("h100") is skip.load_profile("h100")  # cached
+    changed = skip.Profile.from_dict(provisional.to_dict() | {"version": "2"})
+    path = changed.save(tmp_path / "h100.yaml")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))
+    assert skip.load_profile("h100").version == "2"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the path without CUDA")
+def test_current_profile_needs_a_cuda_device():
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        skip.current_profile()
+
+
+@pytest.mark.gpu
+def test_current_profile_is_this_gpus_or_the_nearest():
+    profile = skip.current_profile()
+    detected = hardware.detect()
+    assert detected is None or profile.hardware in (detected.name, skip.nearest_profiled(detected.name))

@@ -1,0 +1,82 @@
+"""The paper's tables from a results frame: NCU characterisation per method (Table I) and the reorderer
+comparison (Table II). Each returns a DataFrame; one lacking its inputs holds a single ``note`` column.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.plotting import (
+    STAGE_LABELS,
+    done_cells,
+    geomean,
+    is_simulated,
+    l2_hit_column,
+    missing_columns,
+    missing_note,
+    relative_to_original,
+)
+
+GROUP_KEYS = ["hardware", "backend", "method"]
+
+
+def _note_table(text: str) -> pd.DataFrame:
+    return pd.DataFrame({"note": [text]})
+
+
+def _hbm_sol(cells: pd.DataFrame) -> pd.Series:
+    """HBM speed-of-light %: Nsight Compute's DRAM throughput where measured (NaN otherwise)."""
+    if "ncu_dram_throughput_pct" in cells:
+        return cells["ncu_dram_throughput_pct"]
+    return pd.Series(float("nan"), index=cells.index)
+
+
+def _l2_hit(cells: pd.DataFrame) -> pd.Series:
+    column = l2_hit_column(cells)
+    return cells[column] if column else pd.Series(float("nan"), index=cells.index)
+
+
+def ncu_characterisation(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table I: per hardware, backend and method, in the original order: mean density, HBM SOL %, L2 hit %."""
+    if missing := missing_columns(frame, (*GROUP_KEYS, "stages", "density")):
+        return _note_table(missing_note(missing))
+    cells = done_cells(frame)
+    cells = cells[cells["stages"] == "none"]
+    if cells.empty:
+        return _note_table("no finished original-order cells")
+    cells = cells.assign(simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells))
+    table = cells.groupby([*GROUP_KEYS, "simulated"]).agg(
+        cells=("density", "size"), density_pct=("density", lambda d: 100 * d.mean()),
+        hbm_sol_pct=("hbm_sol_pct", "mean"), l2_hit_pct=("l2_hit_pct", "mean"))
+    return table.reset_index()
+
+
+def reorderer_comparison(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table II: per hardware, backend, method and reordering variant: kernel and reorder time, the speedup
+    over the group's original order without and with the reorder overhead (geomean), HBM SOL %, L2 hit %."""
+    need = (*GROUP_KEYS, "variant", "stages", "group_id", "kernel_ms_median", "reorder_ms")
+    if missing := missing_columns(frame, need):
+        return _note_table(missing_note(missing))
+    cells = done_cells(frame)
+    original_kernel = relative_to_original(cells, "kernel_ms_median")
+    cells = cells.assign(
+        simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells),
+        speedup=1.0 / original_kernel,
+        speedup_with_overhead=cells["kernel_ms_median"] / original_kernel
+        / (cells["kernel_ms_median"] + cells["reorder_ms"].fillna(0.0)))
+    reordered = cells[(cells["stages"] != "none") & cells["speedup"].notna()]
+    if reordered.empty:
+        return _note_table("no reordered cell with an original-order cell in its group")
+    table = reordered.groupby([*GROUP_KEYS, "variant", "stages", "simulated"]).agg(
+        cells=("kernel_ms_median", "size"), kernel_ms=("kernel_ms_median", "mean"),
+        reorder_ms=("reorder_ms", "mean"), speedup=("speedup", geomean),
+        speedup_with_overhead=("speedup_with_overhead", geomean),
+        hbm_sol_pct=("hbm_sol_pct", "mean"), l2_hit_pct=("l2_hit_pct", "mean")).reset_index()
+    table["stages"] = table["stages"].map(lambda s: STAGE_LABELS.get(s, s))
+    return table
+
+
+TABLES = {
+    "table1_ncu_characterisation": ncu_characterisation,
+    "table2_reorderer_comparison": reorderer_comparison,
+}

@@ -1,0 +1,157 @@
+"""The report from a real (small) sweep, and figure functions that degrade to notes instead of raising."""
+
+import base64
+import shutil
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+import analysis
+from analysis import figures
+from analysis.plotting import SIMULATED_LABEL
+from jobs import report
+from orchestrator import config, sweep
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+SWEEP = """# @package _global_
+name: analysis-test
+grid:  # simulated H100 cells: the four ablation variants and the adaptive skip
+  hardware: [h100]
+  backend: [sim]
+  method: [synthetic-planted]
+  workload: [shape-4h]
+  seq_k: [16]
+  variant: [original, spatial, temporal, wavealign, adaptive]
+extra_grids:
+  cpu_reference:  # exact reference-kernel cells on this CPU
+    hardware: [cpu]
+    backend: [reference]
+    method: [synthetic-planted]
+    workload: [shape-2h]
+    seq_k: [2]
+    variant: [original, wavealign, adaptive]
+    reps: 1
+"""
+
+
+@pytest.fixture(scope="module")
+def run_root(tmp_path_factory):
+    """A real sweep through the orchestrator (Ray, Parquet, MLflow) of the small grid ``SWEEP``."""
+    tmp = tmp_path_factory.mktemp("sweep")
+    conf = tmp / "conf"
+    shutil.copytree(config.CONF_DIR, conf)
+    (conf / "sweep" / "analysis_test.yaml").write_text(SWEEP)
+    root = tmp / "runs"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ADDRESS", "local")  # a fresh embedded Ray even if another cluster runs on this machine
+        cfg = config.load(["sweep=analysis_test", f"run_root={root}", "progress=false", "ray.num_cpus=2"],
+                          conf_dir=conf)
+        outcome = sweep.run(cfg, Console(quiet=True))
+    assert outcome.counts == {"done": 8}
+    return root
+
+
+@pytest.fixture(scope="module")
+def written_report(run_root, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    assert report.main(["--runs", str(run_root), "--out", str(out)]) == 0
+    return out
+
+
+def _texts(fig) -> str:
+    return " ".join(t.get_text() for ax in fig.axes for t in ax.texts) + " " + " ".join(
+        t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+
+
+def test_load_returns_one_row_per_cell_of_the_sweep(run_root):
+    frame = analysis.load(run_root)
+    assert len(frame) == frame["cell_id"].nunique() == 5 + 3
+    assert set(frame["status"]) == {"done"}
+    assert (frame["seq_k"] == frame["seq_len_tokens"] / 1000).all()
+
+
+def test_load_by_mlflow_experiment_name_finds_the_sweeps_run_root(run_root):
+    by_root = analysis.load(run_root)
+    by_experiment = analysis.load("wavealign", tracking_uri=f"sqlite:///{run_root / 'mlflow.db'}")
+    assert sorted(by_experiment["cell_id"]) == sorted(by_root["cell_id"])
+
+
+def test_report_writes_every_figure_as_a_valid_png(written_report):
+    for name in figures.FIGURES:
+        path = written_report / f"{name}.png"
+        assert path.read_bytes().startswith(PNG_SIGNATURE), name
+
+
+def test_report_html_embeds_every_figure_and_both_tables(written_report):
+    page = (written_report / "report.html").read_text()
+    for name in figures.FIGURES:
+        encoded = base64.b64encode((written_report / f"{name}.png").read_bytes()).decode("ascii")
+        assert f"data:image/png;base64,{encoded}" in page, name
+    for name in analysis.TABLES:
+        assert name in page and (written_report / f"{name}.csv").is_file()
+
+
+def test_report_is_logged_to_the_sweeps_mlflow_parent_run(run_root, written_report):
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_root / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("wavealign")
+    parents = client.search_runs([experiment.experiment_id], "tags.`wavealign.kind` = 'sweep'")
+    assert len(parents) == 1
+    logged = {a.path for a in client.list_artifacts(parents[0].info.run_id, "report")}
+    assert "report/report.html" in logged
+    assert {f"report/{name}.png" for name in figures.FIGURES} <= logged
+
+
+def test_simulated_cells_are_labelled_simulated_and_measured_ones_are_not(run_root):
+    fig = figures.kernel_latency(analysis.load(run_root))
+    simulated_panel = next(ax for ax in fig.axes if ax.get_title().startswith("h100 / sim"))
+    measured_panel = next(ax for ax in fig.axes if ax.get_title().startswith("cpu / reference"))
+    assert any(SIMULATED_LABEL in t.get_text() for t in simulated_panel.get_legend().get_texts())
+    assert not any(SIMULATED_LABEL in t.get_text() for t in measured_panel.get_legend().get_texts())
+    plt.close(fig)
+
+
+def test_mask_picture_shows_one_head_before_and_after_in_full_and_one_wave(run_root):
+    fig = figures.mask_pictures(analysis.load(run_root))
+    assert sum(len(ax.images) for ax in fig.axes) == 4
+    assert "build_mask" in fig.get_suptitle()
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_figure_on_a_frame_lacking_columns_shows_a_note(name):
+    frame = pd.DataFrame({"hardware": ["h100"], "method": ["xattention"], "status": ["done"]})
+    fig = figures.FIGURES[name](frame)
+    assert "lack column" in _texts(fig)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_figure_on_a_sweep_without_finished_cells_shows_a_note(run_root, name):
+    frame = analysis.load(run_root).assign(status="failed")
+    fig = figures.FIGURES[name](frame)
+    assert "no finished cells" in _texts(fig)
+    plt.close(fig)
+
+
+def test_panel_without_a_dense_baseline_says_how_to_get_one(run_root):
+    fig = figures.speedup_vs_bound(analysis.load(run_root))
+    assert "dense_baseline" in _texts(fig)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("name", list(analysis.TABLES))
+def test_table_on_a_frame_lacking_columns_is_a_note(name):
+    table = analysis.TABLES[name](pd.DataFrame({"hardware": ["h100"]}))
+    assert list(table.columns) == ["note"] and "lack column" in table["note"][0]
+
+
+def test_reorderer_table_compares_every_reordering_variant_with_its_original(run_root):
+    table = analysis.reorderer_comparison(analysis.load(run_root))
+    h100 = table[table["hardware"] == "h100"]
+    assert set(h100["stages"]) == {"O+S1", "O+S2", "O+S1+S2"}
+    assert (h100["speedup_with_overhead"] <= h100["speedup"]).all()
