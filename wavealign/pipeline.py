@@ -229,10 +229,11 @@ def _run_on_mask(cell: Cell, mask: torch.Tensor, qkv, device: torch.device, mask
     stages = cell.stages if (cell.skip_mode == "force" or decision[0]) else "none"
     result.stages_applied, result.reorder_applied = stages, stages != "none"
 
-    plan_start = _sync_time(device)
-    order = reorder.plan(mask, wave_size=cell.wave_size, stages=stages, seed=cell.seed) if stages != "none" \
-        else reorder.RowOrder.identity(*mask.shape[:-1], device=mask.device, wave_size=cell.wave_size)
-    result.reorder_ms = (_sync_time(device) - plan_start) * 1e3 if stages != "none" else 0.0
+    if stages != "none":
+        order, result.reorder_ms = _timed_plan(cell, mask, stages, device)
+    else:
+        order = reorder.RowOrder.identity(*mask.shape[:-1], device=mask.device, wave_size=cell.wave_size)
+        result.reorder_ms = 0.0
     if stages != "none":
         result.reordered_wave_working_set_bytes = _working_set(cell, reorder.permute_mask(mask, order))
     else:
@@ -268,6 +269,24 @@ def _skip_decision(cell: Cell, feats) -> tuple[bool, str, float]:
         return True, f"reorder: no skip profile ({exc})", math.nan
     decision = skip.SkipPolicy(profile).decide(feats)
     return bool(decision.reorder), decision.reason, float(decision.predicted_gain_ms)
+
+
+# plans timed after one warm-up plan (which holds any JIT compile), median of this many
+PLAN_REPS = 3
+
+
+def _timed_plan(cell: Cell, mask: torch.Tensor, stages: str, device: torch.device) -> tuple[reorder.RowOrder, float]:
+    """The cell's reorder plan and its cost in ms: median of ``PLAN_REPS`` plans after a warm-up one."""
+    def plan() -> reorder.RowOrder:
+        return reorder.plan(mask, wave_size=cell.wave_size, stages=stages, seed=cell.seed)
+
+    order = plan()
+    times = []
+    for _ in range(PLAN_REPS):
+        start = _sync_time(device)
+        plan()
+        times.append((_sync_time(device) - start) * 1e3)
+    return order, statistics.median(times)
 
 
 def _sync_time(device: torch.device) -> float:
