@@ -273,13 +273,7 @@ def ncu_child(spec_path: Path) -> int:
             mask = make_mask(kind, a["heads"], blocks, a["density"], a["seed"]).cuda()
             densities[f"{kind}/{seq_len}"] = blockmask.density(mask)
             cache[key] = Launches(q, k, v, mask, a["block_size"], wave, a["seed"])
-        call = cache[key].call(backend, stages, kernel_only=True)
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        call()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+        ncu.profile_one_launch(cache[key].call(backend, stages, kernel_only=True))
     spec_path.with_suffix(".densities.json").write_text(json.dumps(densities))
     return 0
 

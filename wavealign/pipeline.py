@@ -390,16 +390,12 @@ def _ncu_child(spec_path: str) -> int:
     order = (reorder.plan(mask, wave_size=cell.wave_size, stages=cell.stages, seed=cell.seed)
              if cell.stages != "none" else None)
     from wavealign import kernels
+    from wavealign.measure import ncu
 
     backend = kernels.get(cell.backend)
     q, k, v = (t.to(torch.bfloat16) for t in qkv)
-    call = functools.partial(backend, q, k, v, mask, order=order, block_size=cell.block_size, **cell.backend_params)
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    ncu.profile_one_launch(functools.partial(backend, q, k, v, mask, order=order, block_size=cell.block_size,
+                                             **cell.backend_params))
     return 0
 
 

@@ -153,3 +153,15 @@ def collect(program: list[str], report: str | Path, *, kernel_regex: str | None 
     if not records:
         return NcuUnavailable("ncu profiled no kernel (no launch matched the filters)"), run.stdout
     return records, run.stdout
+
+
+def profile_one_launch(call) -> None:
+    """Run ``call`` once to warm up, then once inside the profiler range ``ncu --profile-from-start off`` reads."""
+    import torch
+
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
