@@ -6,8 +6,11 @@ File layout: ``{"method": "spargeattn", "configs": {"wan2.1-14b/3/17": {...param
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 
 def key(model: str, layer: int, head: int) -> str:
@@ -44,3 +47,18 @@ def lookup(path: str | Path | None, method: str, model: str, layer: int, heads: 
         return [None] * len(heads)
     configs = load(path, method)
     return [configs.get(key(model, layer, h)) for h in heads]
+
+
+def tune_heads(method: str, q: torch.Tensor, tune_head: Callable[[int], dict[str, Any]], *, model: str, layer: int,
+               heads: list[int] | None, cache: str | Path | None) -> dict[str, dict[str, Any]]:
+    """Run ``tune_head(i)`` for every head i of q (1, H, N, D), key the configs by (model, layer, model head) and
+    merge them into ``cache``: the per-head "pre-autotuned config" step SpargeAttn and MInference share."""
+    if q.shape[0] != 1:
+        raise ValueError(f"{method} tuning takes one batch element, got q of shape {tuple(q.shape)}")
+    head_ids = list(range(q.shape[1])) if heads is None else list(heads)
+    if len(head_ids) != q.shape[1]:
+        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {heads}")
+    configs = {key(model, layer, hid): tune_head(i) for i, hid in enumerate(head_ids)}
+    if cache is not None:
+        save(cache, method, configs)
+    return configs

@@ -154,17 +154,9 @@ def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int 
              sample_blocks: int = 8) -> dict[str, dict[str, float]]:
     """Tune every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
     check_qkv(q, k, v, block_size)
-    if q.shape[0] != 1:
-        raise ValueError(f"autotune takes one batch element, got q of shape {tuple(q.shape)}")
-    head_ids = list(range(q.shape[1])) if heads is None else list(heads)
-    if len(head_ids) != q.shape[1]:
-        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {heads}")
-    configs = {_tuned.key(model, layer, hid): tune_head(q[0, i], k[0, i], v[0, i], block_size, l1_bound=l1_bound,
-                                                         sample_blocks=sample_blocks)
-               for i, hid in enumerate(head_ids)}
-    if cache is not None:
-        _tuned.save(cache, "spargeattn", configs)
-    return configs
+    return _tuned.tune_heads("spargeattn", q, lambda i: tune_head(
+        q[0, i], k[0, i], v[0, i], block_size, l1_bound=l1_bound, sample_blocks=sample_blocks),
+        model=model, layer=layer, heads=heads, cache=cache)
 
 
 masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)")
