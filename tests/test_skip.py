@@ -29,9 +29,14 @@ def test_features_run_on_kv_index_form_and_batched_masks():
 
 
 @pytest.mark.parametrize("hardware", ["h100", "h200", "a40"])
-def test_provisional_profiles_ship_for_each_paper_gpu(hardware):
+def test_each_paper_gpu_ships_a_profile_either_provisional_or_fitted_with_provenance(hardware):
     profile = skip.load_profile(hardware)
-    assert profile.provisional and profile.hardware == hardware and profile.models is None
+    assert profile.hardware == hardware
+    if profile.provisional:
+        assert profile.models is None and profile.rule
+    else:
+        assert set(profile.models) == {"kernel_original_ms", "kernel_wavealign_ms", "reorder_ms"}
+        assert profile.provenance["hardware"] == hardware and profile.provenance["sweeps"]
 
 
 def test_provisional_rule_skips_short_sparse_and_local_masks_and_reorders_the_rest():
