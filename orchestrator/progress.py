@@ -84,6 +84,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
         notes.append("wall_clock: the exact reference kernel timed on a CPU, a check of the pipeline, not a GPU "
                      "figure")
     if "simulated" in timers:
-        notes.append("simulated: wavealign.sim's prediction for that GPU (kernel ms, L2 hit), not a measurement")
+        notes.append("simulated: wavealign.sim's prediction for that GPU (kernel ms, L2 hit), not a measurement; "
+                     "its reorder ms is reorder.plan measured on this machine's CPU")
     table.caption = "\n".join(notes) or None
     return table
