@@ -18,7 +18,8 @@ def test_paper_gpus_have_the_papers_wave_sizes():
 
 @pytest.mark.parametrize(("device_name", "expected"), [
     ("NVIDIA H200", "h200"), ("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA A40", "a40"),
-    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", None),
+    ("NVIDIA A100-SXM4-80GB", "a100"), ("NVIDIA GeForce RTX 4090", None), ("NVIDIA RTX A4000", None),
+    ("NVIDIA H100 PCIe", None), ("NVIDIA GH200 480GB", None), ("NVIDIA H100 80GB HBM3", "h100"),
 ])
 def test_device_names_map_to_hardware_ids(device_name, expected):
     found = hardware.from_device_name(device_name)

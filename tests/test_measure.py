@@ -70,8 +70,13 @@ def test_scaled_units_are_converted_to_the_record_units():
     assert (first.dram_read_bytes, first.duration_ms) == (0.5e9, 2.5)
 
 
+def test_an_unknown_unit_is_rejected_rather_than_read_unscaled():
+    with pytest.raises(ValueError, match="unknown unit 'fortnight'"):
+        ncu.parse_raw_csv(CAPTURED.replace('"ns"', '"fortnight"'))
+
+
 def test_csv_without_the_metrics_is_rejected():
-    with pytest.raises(ValueError, match="lacks the metrics"):
+    with pytest.raises(ValueError, match="lacks the columns"):
         ncu.parse_raw_csv('"ID","Kernel Name"\n"",""\n"0","k"\n')
 
 

@@ -166,6 +166,7 @@ def test_batched_mask_plans_each_batch_and_head():
     (lambda m: reorder.permute_rows(torch.randn(1, 2, 0, 8), reorder.plan(m), 16), "must not be empty"),
     (lambda m: reorder.restore_rows(torch.randn(1, 2, 160, 8), reorder.plan(m), 0), "block_size must be"),
     (lambda m: reorder.permute_mask(m[:, :5], reorder.plan(m)), r"\(H, MB\)"),
+    (lambda m: reorder.permute_mask(m, reorder.plan(torch.stack([m, m]))), "order is batched with B=2"),
     (lambda m: kernels.get("reference")(*(torch.randn(1, 2, 170, 8),) * 3, m, block_size=16), "mask has shape"),
     (lambda m: kernels.get("reference")(torch.randn(1, 2, 160, 8), torch.randn(1, 2, 160, 4),
                                         torch.randn(1, 2, 160, 4), m, block_size=16), "must share B, H"),

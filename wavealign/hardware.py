@@ -6,6 +6,7 @@ Each entry is mirrored by ``conf/hardware/<name>.yaml``. Figures are vendor data
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 MiB = 1 << 20
@@ -26,7 +27,7 @@ class Hardware:
     default_block_size: int
     default_backend: str
     ctas_per_sm: dict[str, int] = field(default_factory=dict)
-    device_name_patterns: tuple[str, ...] = ()
+    device_name_patterns: tuple[str, ...] = ()  # regular expressions, matched case-insensitively
     sources: tuple[str, ...] = ()
 
     def wave_size(self, backend: str | None = None) -> int:
@@ -52,7 +53,8 @@ _ENTRIES = (
         default_block_size=128,
         default_backend="fa4",
         ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
-        device_name_patterns=("H100 80GB HBM3", "H100 SXM", "H100"),
+        # the SXM part only: H100 PCIe (114 SMs) and H100 NVL differ
+        device_name_patterns=(r"\bH100 80GB HBM3\b", r"\bH100 SXM"),
         sources=(
             "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 132 SMs, 3.35 TB/s, 989 TFLOP/s dense BF16)",
             "NVIDIA Hopper architecture whitepaper (50 MB L2)",
@@ -71,7 +73,7 @@ _ENTRIES = (
         default_block_size=128,
         default_backend="triton",
         ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
-        device_name_patterns=("H200",),
+        device_name_patterns=(r"(?<![A-Z])H200\b",),  # not GH200
         sources=(
             "NVIDIA H200 datasheet (141 GB HBM3e, 4.8 TB/s; compute as H100 SXM)",
             "torch.cuda.get_device_properties on the project's H200: 132 SMs, L2 60 MiB",
@@ -91,7 +93,7 @@ _ENTRIES = (
         default_block_size=64,
         default_backend="flashinfer",
         ctas_per_sm={"flashinfer": 2, "triton": 2, "flex": 1},
-        device_name_patterns=("A40",),
+        device_name_patterns=(r"\bA40\b",),  # not RTX A4000
         sources=(
             "NVIDIA A40 datasheet (84 SMs, 696 GB/s GDDR6, 149.7 TFLOP/s dense BF16)",
             "NVIDIA GA102 whitepaper (6 MB L2)",
@@ -110,7 +112,7 @@ _ENTRIES = (
         default_block_size=128,
         default_backend="triton",
         ctas_per_sm={"flashinfer": 1, "triton": 1, "flex": 1},
-        device_name_patterns=("A100",),
+        device_name_patterns=(r"\bA100\b",),
         sources=("NVIDIA A100 datasheet (80GB SXM: 2,039 GB/s, 312 TFLOP/s BF16)",
                  "NVIDIA Ampere GA100 whitepaper (108 SMs, 40 MB L2)"),
     ),
@@ -126,7 +128,7 @@ _ENTRIES = (
         default_block_size=128,
         default_backend="fa4",
         ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
-        device_name_patterns=("B200",),
+        device_name_patterns=(r"(?<![A-Z])B200\b",),  # not GB200
         sources=("NVIDIA DGX B200 / HGX B200 datasheet (8 TB/s HBM3e, 2.25 PFLOP/s dense BF16 per GPU)",
                  "CUDA device query reports of B200 (148 SMs, 126 MB L2)"),
     ),
@@ -153,7 +155,7 @@ def get(name: str | Hardware) -> Hardware:
 def from_device_name(device_name: str) -> Hardware | None:
     """Map a CUDA device name (``torch.cuda.get_device_name()``) to its description, if known."""
     for hw in _ENTRIES:
-        if any(p.lower() in device_name.lower() for p in hw.device_name_patterns):
+        if any(re.search(p, device_name, re.IGNORECASE) for p in hw.device_name_patterns):
             return hw
     return None
 
@@ -164,4 +166,8 @@ def detect(device: int | None = None) -> Hardware | None:
 
     if not torch.cuda.is_available():
         return None
-    return from_device_name(torch.cuda.get_device_name(device))
+    hw = from_device_name(torch.cuda.get_device_name(device))
+    # a cut-down part under a matching name (fewer SMs) would get the wrong wave and L2: treat it as unknown
+    if hw is not None and torch.cuda.get_device_properties(device).multi_processor_count != hw.sm_count:
+        return None
+    return hw

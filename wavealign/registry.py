@@ -37,11 +37,12 @@ class Registry(Generic[T]):
     def _discover(self) -> None:
         if self._discovered:
             return
-        self._discovered = True
         pkg = importlib.import_module(self.package)
         for mod in pkgutil.iter_modules(pkg.__path__):
             if not mod.name.startswith("_"):
                 importlib.import_module(f"{self.package}.{mod.name}")
+        # only now: a module that failed to import raises again on the next lookup instead of going missing
+        self._discovered = True
 
     def get(self, name: str) -> T:
         self._discover()

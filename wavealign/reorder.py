@@ -228,6 +228,8 @@ def permute_mask(mask: torch.Tensor, order: RowOrder) -> torch.Tensor:
     if mask.shape[-2] != order.num_q_blocks or mask.shape[-3] != order.perm.shape[-2]:
         raise ValueError(f"mask has (H, MB)={tuple(mask.shape[-3:-1])}, but the order has "
                          f"{tuple(order.perm.shape[-2:])}")
+    if order.perm.dim() == 3 and (mask.dim() != 4 or mask.shape[0] != order.perm.shape[0]):
+        raise ValueError(f"order is batched with B={order.perm.shape[0]}, but mask has shape {tuple(mask.shape)}")
     perm = order.perm.to(mask.device)
     if perm.dim() == 2 and mask.dim() == 4:
         perm = perm.expand(mask.shape[0], *perm.shape)

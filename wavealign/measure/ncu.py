@@ -35,9 +35,9 @@ OCCUPANCY_METRICS = {
     "achieved_occupancy_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
 }
 # base units ncu prints with --print-units base, scaled to the record's units
-_UNIT_SCALE = {"": 1.0, "%": 1.0, "byte": 1.0, "nsecond": 1.0, "block": 1.0, "register/thread": 1.0,
-               "warp": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
-               "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
+_UNIT_SCALE = {"": 1.0, "%": 1.0, "byte": 1.0, "block": 1.0, "register/thread": 1.0, "warp": 1.0,
+               "ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9,
+               "second": 1e9, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,16 @@ def parse_raw_csv(text: str) -> list[NcuRecord]:
                          f"{text[:200]!r}")
     header, units = rows[start], rows[start + 1]
     column = {name: i for i, name in enumerate(header)}
-    missing = [m for m in METRICS.values() if m not in column]
+    missing = [m for m in (*METRICS.values(), "Kernel Name") if m not in column]
     if missing:
-        raise ValueError(f"ncu CSV lacks the metrics {missing}; expected the columns of {sorted(METRICS)}")
+        raise ValueError(f"ncu CSV lacks the columns {missing}; expected 'Kernel Name' and {sorted(METRICS)}")
 
     def value(row: list[str], metric: str) -> float:
         i = column[metric]
-        return _number(row[i]) * _UNIT_SCALE.get(units[i], 1.0)
+        if units[i] not in _UNIT_SCALE:  # a wrong scale would be a wrong number: refuse instead
+            raise ValueError(f"ncu CSV gives {metric} in unknown unit {units[i]!r}; "
+                             f"expected one of {sorted(_UNIT_SCALE)}")
+        return _number(row[i]) * _UNIT_SCALE[units[i]]
 
     records = []
     for row in rows[start + 2:]:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-# Twice the H200's 60 MiB L2, so writing it evicts everything a previous repetition left there
+# Over four times the H200's 60 MiB L2, so writing it evicts everything a previous repetition left there
 FLUSH_BYTES = 256 << 20
 
 
