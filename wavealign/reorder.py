@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wavealign import stage1_cuda
+from wavealign import stage1_cuda, subspace
 from wavealign.blockmask import MaskLike, as_dense
 
 STAGES = ("none", "spatial", "temporal", "both")
@@ -102,13 +102,11 @@ def centered_top2(mask: torch.Tensor, iters: int = 10, seed: int = 0,
     g, mb, _ = mask.shape
     m = mask.float()
     c = m.sum(1, keepdim=True)  # Alg. 1 line 1: c = M^T 1, column sums (G, 1, NB)
-    # Alg. 1 line 2: random orthonormal start, drawn on the CPU so every device starts alike
-    start = torch.randn(2, mb, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    xt = _orth2(start.float().to(mask.device).expand(g, 2, mb).contiguous())
+    xt = subspace.start_block(g, mb, seed, mask.device)  # Alg. 1 line 2
     for _ in range(iters):
         yt = _centered_t_matvec(m, c, xt)  # Alg. 1 line 4: Y = M^T X - (1/MB) c (1^T X)
         zt = torch.bmm(yt, m.transpose(1, 2)) - (yt * c).sum(-1, keepdim=True) / mb  # line 5: Z = MY - (1/MB) 1 (c^T Y)
-        xt = _orth2(zt)  # line 6: X = orth(Z)
+        xt = subspace.orth2(zt)  # line 6: X = orth(Z)
     yt = _centered_t_matvec(m, c, xt)
     # Rayleigh-Ritz: the 2x2 quotient of C C^T on span(X) gives sigma_1^2 >= sigma_2^2 and their vectors
     evals, evecs = torch.linalg.eigh(torch.bmm(yt, yt.transpose(1, 2)).double())  # ascending
@@ -134,17 +132,6 @@ def _spatial_chunk(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: boo
 def _centered_t_matvec(m: torch.Tensor, c: torch.Tensor, xt: torch.Tensor) -> torch.Tensor:
     """((M - (1/MB) 1 c^T)^T X)^T = X^T M - (1/MB) (X^T 1) c^T, for X^T of shape (G, 2, MB)."""
     return torch.bmm(xt, m) - xt.sum(-1, keepdim=True) * c / m.shape[1]
-
-
-def _orth2(zt: torch.Tensor) -> torch.Tensor:
-    """Closed-form orthonormalisation of the two rows of each (G, 2, MB) block (Gram-Schmidt, twice)."""
-    eps = torch.finfo(zt.dtype).tiny
-    q1 = zt[:, 0] / zt[:, 0].norm(dim=-1, keepdim=True).clamp_min(eps)
-    q2 = zt[:, 1]
-    for _ in range(2):  # a second pass restores orthogonality lost to cancellation
-        q2 = q2 - (q1 * q2).sum(-1, keepdim=True) * q1
-    q2 = q2 / q2.norm(dim=-1, keepdim=True).clamp_min(eps)
-    return torch.stack((q1, q2), dim=1)
 
 
 def _canonical_signs(u: torch.Tensor) -> torch.Tensor:

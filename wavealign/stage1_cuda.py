@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from wavealign import subspace
+
 try:
     import triton
     import triton.language as tl
@@ -147,8 +149,6 @@ def _eigh2(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def centered_top2(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool, *, limb=None,
                         rows: int | None = None, words: int | None = None, warps: int | None = None):
     """``centered_top2`` on a CUDA mask through the packed tensor-core kernels (same start, same iterations)."""
-    from wavealign.reorder import _orth2  # the same closed-form orthonormalisation as the CPU path
-
     g, mb, nb = mask.shape
     rows, words, warps = rows or FAST_BLOCKS["rows"], words or FAST_BLOCKS["words"], warps or FAST_BLOCKS["warps"]
     limb = limb or torch.bfloat16
@@ -156,8 +156,7 @@ def centered_top2(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool
     mask = mask.contiguous()
     packed, c = _pack_bits(mask, transpose=False)
     packed_t, _ = _pack_bits(mask, transpose=True)
-    start = torch.randn(2, mb, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    z = _orth2(start.float().to(mask.device).expand(g, 2, mb).contiguous()).transpose(1, 2).contiguous()
+    z = subspace.start_block(g, mb, seed, mask.device).transpose(1, 2).contiguous()  # the CPU path's start
     y = torch.empty(g, nb, 2, dtype=torch.float32, device=mask.device)
     opts = {"BLOCK_R": rows, "BLOCK_W": words, "LIMB": lt, "ONE_BITS": one_bits, "num_warps": warps}
 
@@ -169,7 +168,7 @@ def centered_top2(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool
         t_matvec(z)
         _centered_matvec_kernel[(triton.cdiv(mb, rows), g)](packed, y, c, z, mb, nb, -(-nb // 32),
                                                             TRANSPOSED=False, **opts)
-    x = _orth2(z.transpose(1, 2)).transpose(1, 2).contiguous()
+    x = subspace.orth2(z.transpose(1, 2)).transpose(1, 2).contiguous()
     t_matvec(x)  # x is orthonormal, so R = I up to rounding: y = C^T x
     evals, evecs = _eigh2(torch.bmm(y.transpose(1, 2), y).double())
     if rayleigh_ritz:
