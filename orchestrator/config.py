@@ -97,8 +97,7 @@ class SweepConfig:
     force: bool = False  # re-run them anyway
     dry_run: bool = False
     progress: bool = True
-    batch_cells: int = 32  # cells per Parquet file / MLflow batch
-    flush_s: float = 15.0  # a partial batch is written after this many seconds
+    batch_cells: int = 32  # at most this many cells per Parquet file / MLflow batch (each finished group is written)
 
 
 @dataclass

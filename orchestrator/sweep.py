@@ -25,7 +25,7 @@ import wavealign
 from orchestrator import dataset, tracking
 from orchestrator.grid import Grid, expand, stable_hash
 from orchestrator.progress import SweepProgress, summary_table
-from wavealign.pipeline import CPU, Cell
+from wavealign.pipeline import CPU, ORIGINAL_VARIANT, Cell
 
 # keys that change what is measured; the rest (where, how, resume...) do not change a sweep's identity
 _IDENTITY_KEYS = ("name", "grid", "extra_grids", "variants")
@@ -131,9 +131,16 @@ class Recorder:
         self.mlflow = tracking.BackgroundLogger(tracker, parent_run_id) if tracker is not None else None
         self.buffer: list[dict[str, Any]] = []
         self.rows: list[dict[str, Any]] = []
-        self._last_flush = time.monotonic()
+        self.baselines: set[str] = set()  # cell ids run only as a resumed group's reference (see _queues)
 
-    def add(self, cell: Cell, result, **extra: Any) -> dict[str, Any]:
+    def recordable(self, group: list[Cell]) -> list[Cell]:
+        """The cells of ``group`` this sweep records (not the baselines re-run for a resumed group)."""
+        return [c for c in group if c.cell_id not in self.baselines]
+
+    def add(self, cell: Cell, result, **extra: Any) -> dict[str, Any] | None:
+        """Buffer ``cell``'s row; a baseline's result is not recorded again (None)."""
+        if cell.cell_id in self.baselines:
+            return None
         status = extra.pop("status", None)
         error = extra.pop("error", None)
         row = dataset.make_row(cell, result, sweep_id=self.plan.sweep_id, sweep_name=self.cfg.name, status=status,
@@ -144,17 +151,11 @@ class Recorder:
             self.flush()
         return row
 
-    def flush_if_due(self) -> None:
-        """Write a partial batch once it is ``flush_s`` old, so slow sweeps still record as they go."""
-        if time.monotonic() - self._last_flush > self.cfg.flush_s:
-            self.flush()
-
     def flush(self) -> None:
-        self._last_flush = time.monotonic()
         if not self.buffer:
             return
+        dataset.write(self.cfg.run_root, self.buffer)  # Parquet first: the record of truth; kept on failure
         batch, self.buffer = self.buffer, []
-        dataset.write(self.cfg.run_root, batch)  # Parquet first: the record of truth
         if self.mlflow is not None:
             self.mlflow.submit(batch)
 
@@ -202,7 +203,7 @@ def run(cfg: DictConfig, console: Console | None = None,
     try:
         if plan.pending:
             cluster.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
-            queues = _queues(plan.pending)
+            queues, recorder.baselines = _queues(plan.pending, plan.grid.cells)
             with SweepProgress(dict(plan.pending_by_placement()), console, enabled=cfg.progress) as progress:
                 started = time.monotonic()
                 workers = _start_pools(cfg, queues, recorder, progress, console)
@@ -261,14 +262,25 @@ def _write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str,
     path.write_text(json.dumps(record, indent=2, default=str))
 
 
-def _queues(cells: list[Cell]) -> dict[str, deque[list[Cell]]]:
+def _queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[list[Cell]]], set[str]]:
+    """Pending cells grouped per placement, and the ids of baselines added to them.
+
+    A group resumed without its ``original`` cell (done earlier) gets that cell back as a baseline that runs
+    but is not recorded again, so every speedup still comes from cells timed back to back.
+    """
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(cell.group_id, []).append(cell)
+    originals = {c.group_id: c for c in grid_cells if c.variant == ORIGINAL_VARIANT}
+    baselines: set[str] = set()
     queues: dict[str, deque[list[Cell]]] = {}
-    for group in groups.values():
+    for group_id, group in groups.items():
+        original = originals.get(group_id)
+        if original is not None and all(c.variant != ORIGINAL_VARIANT for c in group):
+            group.insert(0, original)
+            baselines.add(original.cell_id)
         queues.setdefault(placement(group[0]), deque()).append(group)
-    return queues
+    return queues, baselines
 
 
 def _start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder: Recorder,
@@ -296,7 +308,7 @@ def _start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder
             for group in queues.pop(hw):
                 for cell in group:
                     recorder.add(cell, None, status="unschedulable", error=reason)
-                progress.add(hw, unschedulable=len(group))
+                progress.add(hw, unschedulable=len(recorder.recordable(group)))
             continue
         workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv)
     if CPU in queues:
@@ -318,7 +330,7 @@ def _dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]
                 while queue and idle[key]:
                     actor, group = idle[key].pop(), queue.popleft()
                     inflight[actor.run.remote(group)] = (key, actor, group)
-                    progress.add(key, running=len(group))
+                    progress.add(key, running=len(recorder.recordable(group)))
                 if queue and not idle[key] and not any(k == key for k, _, _ in inflight.values()):
                     _fail_all(queue, recorder, progress, key, "every worker of this type died")
             if not inflight:
@@ -326,9 +338,9 @@ def _dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in ready:
                 key, actor, group = inflight.pop(ref)
-                progress.add(key, running=-len(group))
+                progress.add(key, running=-len(recorder.recordable(group)))
                 _collect(ref, actor, group, key, idle, recorder, progress)
-            recorder.flush_if_due()
+                recorder.flush()  # a group's rows reach Parquet as soon as it finishes: a killed driver loses none
     except KeyboardInterrupt:
         return True
     return False
@@ -343,19 +355,19 @@ def _collect(ref, actor, group: list[Cell], key: str, idle: dict[str, list[Any]]
     except ray.exceptions.RayActorError as exc:  # died more than max_retries times
         for cell in group:
             recorder.add(cell, None, status="failed", error=f"worker died: {exc}")
-        progress.add(key, failed=len(group))
+        progress.add(key, failed=len(recorder.recordable(group)))
         return
     except ray.exceptions.RayError as exc:
         for cell in group:
             recorder.add(cell, None, status="failed", error=f"{type(exc).__name__}: {exc}")
-        progress.add(key, failed=len(group))
+        progress.add(key, failed=len(recorder.recordable(group)))
         idle[key].append(actor)
         return
     idle[key].append(actor)
     for cell, out in zip(group, outputs, strict=True):
         result = out.pop("result")
-        recorder.add(cell, result, **out)
-        progress.add(key, **{"done" if result.status == "done" else "failed": 1})
+        if recorder.add(cell, result, **out) is not None:
+            progress.add(key, **{"done" if result.status == "done" else "failed": 1})
 
 
 def _fail_all(queue: deque[list[Cell]], recorder: Recorder, progress: SweepProgress, key: str, reason: str) -> None:
@@ -363,7 +375,7 @@ def _fail_all(queue: deque[list[Cell]], recorder: Recorder, progress: SweepProgr
         group = queue.popleft()
         for cell in group:
             recorder.add(cell, None, status="failed", error=reason)
-        progress.add(key, failed=len(group))
+        progress.add(key, failed=len(recorder.recordable(group)))
 
 
 def _print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path) -> None:

@@ -214,6 +214,15 @@ def test_resume_after_a_killed_driver_loses_and_redoes_nothing(ray_cluster, tmp_
     assert set(child_runs(sqlite_uri(tmp_path), outcome.sweep_id)) == {r["result_id"] for r in after}
 
 
+def test_a_variant_added_on_resume_is_timed_against_a_rerun_original_not_recorded_twice(ray_cluster, tmp_path):
+    first = run_sweep(tmp_path, "grid.hardware=[cpu]", "grid.variant=[original]")
+    second = run_sweep(tmp_path, "grid.hardware=[cpu]", "grid.variant=[original,wavealign]")
+    rows = dataset.read(tmp_path).to_pylist()
+    assert first.counts == {"done": 1} and second.counts == {"done": 1} and len(rows) == 2
+    added = next(r for r in rows if r["variant"] == "wavealign")
+    assert added["speedup_vs_original"] > 0  # from the original re-run beside it, back to back
+
+
 def test_ctrl_c_stops_records_what_finished_and_says_how_to_resume(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
                  "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
