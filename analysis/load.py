@@ -2,13 +2,12 @@
 experiment whose sweep parent runs point at their datasets.
 
 Rows keep the dataset schema's columns (``orchestrator.dataset.SCHEMA``), newest row per cell (a cell
-re-run with ``force=true`` appears once), plus derived columns: ``seq_k`` (thousands of tokens) and the
-Nsight Compute record unpacked into ``ncu_<field>`` columns where cells carry one.
+re-run with ``force=true`` appears once), plus the derived column ``seq_k`` (thousands of tokens); Nsight
+Compute figures are the dataset's flat ``ncu_*`` columns.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -84,15 +83,8 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
 
 
 def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ``seq_k`` and unpack the ``ncu`` JSON column into ``ncu_<field>`` columns."""
+    """Add ``seq_k`` (thousands of tokens)."""
     frame = frame.copy()
     if "seq_len_tokens" in frame:
         frame["seq_k"] = frame["seq_len_tokens"] / 1000.0
-    if "ncu" in frame and frame["ncu"].notna().any():
-        records = [json.loads(text) if isinstance(text, str) and text else {} for text in frame["ncu"]]
-        unpacked = pd.DataFrame.from_records(records, index=frame.index)
-        for column in unpacked:
-            values = pd.to_numeric(unpacked[column], errors="coerce")
-            if values.notna().any():
-                frame[f"ncu_{column}"] = values
     return frame

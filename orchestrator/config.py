@@ -193,6 +193,12 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
         raise ConfigError(f"batch_cells={cfg.batch_cells}; expected >= 1")
     if cfg.ray.max_retries < 0:
         raise ConfigError(f"ray.max_retries={cfg.ray.max_retries}; expected >= 0")
+    for key, least in (("num_cpus", 1), ("num_gpus", 0), ("object_store_mb", 1)):
+        value = cfg.ray[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"ray.{key}={value!r}; expected null or an integer >= {least}")
+    if cfg.ray.wait_timeout_s <= 0:
+        raise ConfigError(f"ray.wait_timeout_s={cfg.ray.wait_timeout_s}; expected > 0")
     for where, grid in grids(cfg).items():
         _validate_grid(where, grid, cfg, conf_dir)
 

@@ -22,6 +22,7 @@ from orchestrator.config import CONF_DIR, ConfigError, grids, group_entry
 from wavealign import hardware as hardware_registry
 from wavealign import kernels
 from wavealign.pipeline import CPU, SIM_BACKEND, SYNTHETIC_METHODS, Cell
+from wavealign.sim import facts as sim_facts
 
 # Bumped when the meaning of a cell's fields changes; part of every cell id.
 CELL_SCHEMA = 1
@@ -118,6 +119,14 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, conf_dir: Path) -> G
         hw_spec = hardware_registry.get(profile)
         for backend_params in _axes(_merged(_base_params("backend", backend, conf_dir), g.backend_params, backend)):
             kernel = backend_params.get("kernel", "flex") if backend == SIM_BACKEND else backend
+            if backend == SIM_BACKEND:
+                if kernel not in sim_facts.names():
+                    raise ConfigError(f"{where}.backend_params.sim.kernel={kernel!r}; expected one of "
+                                      f"{sim_facts.names()}")
+                reason = _placement_reason(hw, kernel) if kernel in kernels.names() else None
+                if reason:  # simulating a kernel on a GPU it cannot run on (e.g. fa4 on a40) is meaningless too
+                    out.filtered[f"simulated {reason}"] += combos
+                    continue
             block_size = int(g.block_size or hw_spec.default_block_size)
             for wl_name, method in itertools.product(g.workload, g.method):
                 wl = workloads_cfg[wl_name]

@@ -59,6 +59,8 @@ def test_overrides_work_the_hydra_way():
     ("variants.original.stages=diagonal", "variants.original.stages='diagonal'"),
     ("+grid.method_params.xattention.threshold=[0.9]", "method 'xattention' is not in grid.method"),
     ("grid.cpu_profile=tpu", "grid.cpu_profile='tpu'"),
+    ("ray.num_cpus=0", "ray.num_cpus=0; expected null or an integer >= 1"),
+    ("ray.object_store_mb=abc", "ray.object_store_mb='abc'"),
 ])
 def test_bad_config_is_rejected_naming_the_offender(override, message):
     with pytest.raises(config.ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
@@ -123,3 +125,11 @@ def test_hardware_defaults_fill_block_and_wave_size():
                        "+grid.backend_params.sim.kernel=flashinfer"])
     cell = grid.expand(cfg).cells[0]
     assert (cell.block_size, cell.wave_size) == (64, 168)  # paper Sec. V: FlashInfer 64x64, 2 CTAs x 84 SMs
+
+
+def test_a_simulated_kernel_must_be_known_and_able_to_run_on_the_simulated_gpu():
+    with pytest.raises(config.ConfigError, match=r"backend_params\.sim\.kernel='bogus'"):
+        grid.expand(config.load(["grid.backend_params.sim.kernel=bogus"]))
+    expanded = grid.expand(config.load(["grid.hardware=[a40]", "grid.backend_params.sim.kernel=fa4"]))
+    assert not [c for c in expanded.cells if c.hardware == "a40" and c.backend_params.get("kernel") == "fa4"]
+    assert any("simulated backend fa4 does not run on a40" in reason for reason in expanded.filtered)
