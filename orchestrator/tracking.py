@@ -9,6 +9,7 @@ Parquet write and the MLflow calls), so runs and rows match one to one. A child 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import queue
@@ -36,6 +37,8 @@ TAG_COLUMNS = ("cell_id", "group_id", "result_id", "sweep_id", "status", "simula
                "gpu_name", "host", "git_sha", "ray_node_id", "worker_pid", "stages_applied", "reorder_applied",
                "skip_reorder", "skip_reason", "ncu_unavailable", "error")
 _MAX_VALUE_CHARS = 5000
+
+_log = logging.getLogger(__name__)
 
 
 def default_tracking_uri(run_root: str | Path) -> str:
@@ -70,6 +73,9 @@ class Tracker:
             return action()
         except Exception as exc:  # any failure of the tracking service: record it, keep the sweep going
             self.down_reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            # Parquet keeps every row either way; the traceback tells an outage from a bug in our logging
+            _log.warning("MLflow logging stopped for this sweep (%s); sync-mlflow can catch up later",
+                         self.down_reason, exc_info=True)
             return None
 
     def _connect(self, artifact_root: Path | None) -> str:
