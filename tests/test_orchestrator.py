@@ -99,12 +99,15 @@ def run_sweep(root: Path, *overrides: str, **kwargs) -> sweep.SweepOutcome:
 
 
 def child_runs(uri: str, sweep_id: str) -> dict[str, object]:
+    """The sweep's cell runs by result id; two runs for one result would be a duplicate, so that fails here."""
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("wavealign")
     runs = client.search_runs([experiment.experiment_id],
                               f"tags.`wavealign.sweep_id` = '{sweep_id}' and tags.`wavealign.kind` = 'cell'",
                               max_results=1000)
-    return {r.data.tags["wavealign.result_id"]: r for r in runs}
+    by_result = {r.data.tags["wavealign.result_id"]: r for r in runs}
+    assert len(by_result) == len(runs), "a result was logged as more than one MLflow child run"
+    return by_result
 
 
 @pytest.fixture(scope="module")
