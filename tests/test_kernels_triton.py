@@ -63,6 +63,9 @@ batched = torch.stack([synthetic.random_mask(2, 4, 4, 0.5, seed=s) for s in (1, 
 batched_order = reorder.RowOrder.from_perm(torch.stack([torch.randperm(4) for _ in range(4)]).view(2, 2, 4), 4, "none")
 out = attention(q, k, v, batched, batched_order, 16, block_m=16, block_n=16)
 results["batched"] = {"rel_err": rel_err(out, q, k, v, batched, 16)}
+shared = batched[:1]  # one (1, H, MB, NB) pattern for both batch elements, as reference broadcasts it
+results["batch1_mask"] = {"bitwise": torch.equal(attention(q, k, v, shared, None, 16, block_m=16, block_n=16),
+                                                 attention(q, k, v, shared[0], None, 16, block_m=16, block_n=16))}
 print("RESULTS" + json.dumps(results))
 """
 
@@ -164,3 +167,7 @@ def test_order_of_the_wrong_shape_raises():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"order.perm"):
         triton_blocksparse.attention(q, k, v, _mask(), order=torch.zeros(2, 3, dtype=torch.long), block_size=32)
+
+
+def test_a_batch_one_mask_serves_every_batch_element(interpreted):
+    assert interpreted["batch1_mask"]["bitwise"]

@@ -194,6 +194,8 @@ def _kv_index_form(mask, batch: int, heads: int, mb: int, nb: int, device) -> tu
     else:
         kv_num, kv_idx = blockmask.to_kv_indices(blockmask.check_mask(mask))
     lead = tuple(kv_num.shape[:-1])
+    if lead == (1, heads):  # one pattern for every batch element, as the other backends accept
+        kv_num, kv_idx, lead = kv_num[0], kv_idx[0], (heads,)
     if lead not in ((heads,), (batch, heads)) or kv_num.shape[-1] != mb or kv_idx.shape[:-1] != kv_num.shape:
         raise ValueError(f"mask must cover (H={heads}, MB={mb}) query blocks (optionally with B={batch} first), "
                          f"got kv_num_blocks {tuple(kv_num.shape)} and kv_indices {tuple(kv_idx.shape)}")
