@@ -286,9 +286,9 @@ def _cache_panels(frame: pd.DataFrame, title: str, stages: list[str], with_time:
     hardware = sorted(cells["hardware"].unique())
     cols = 3 if with_time else 2
     fig, axes = panel_grid(len(hardware), cols)
-    l2, hbm = l2_hit_column(cells), hbm_read_column(cells)
     for hw, axes_row in zip(hardware, axes, strict=True):
         part = cells[cells["hardware"] == hw]
+        l2, hbm = l2_hit_column(part), hbm_read_column(part)  # per GPU: measured here, simulated there
         panels = []
         if with_time:
             panels.append(("kernel time ÷ original (geomean)", "kernel_ms_median", True))

@@ -11,7 +11,6 @@ from analysis.plotting import (
     done_cells,
     geomean,
     is_simulated,
-    l2_hit_column,
     missing_columns,
     missing_note,
     relative_to_original,
@@ -32,8 +31,11 @@ def _hbm_sol(cells: pd.DataFrame) -> pd.Series:
 
 
 def _l2_hit(cells: pd.DataFrame) -> pd.Series:
-    column = l2_hit_column(cells)
-    return cells[column] if column else pd.Series(float("nan"), index=cells.index)
+    """Per cell: Nsight Compute's L2 hit rate where measured, else the dataset's (simulated) one."""
+    present = [c for c in ("ncu_l2_hit_pct", "l2_hit_pct") if c in cells]
+    if not present:
+        return pd.Series(float("nan"), index=cells.index)
+    return cells[present[0]].combine_first(cells[present[-1]])
 
 
 def ncu_characterisation(frame: pd.DataFrame) -> pd.DataFrame:

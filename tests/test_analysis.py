@@ -155,3 +155,12 @@ def test_reorderer_table_compares_every_reordering_variant_with_its_original(run
     h100 = table[table["hardware"] == "h100"]
     assert set(h100["stages"]) == {"O+S1", "O+S2", "O+S1+S2"}
     assert (h100["speedup_with_overhead"] <= h100["speedup"]).all()
+
+
+def test_table_one_takes_measured_l2_where_present_and_simulated_elsewhere():
+    cell = {"hardware": "h200", "backend": "triton", "method": "xattention", "stages": "none", "status": "done",
+            "density": 0.25, "simulated": False}
+    frame = pd.DataFrame([{**cell, "ncu_l2_hit_pct": 30.0, "l2_hit_pct": None},   # measured by Nsight Compute
+                          {**cell, "ncu_l2_hit_pct": None, "l2_hit_pct": 50.0}])  # its simulated twin only
+    table = analysis.ncu_characterisation(frame)
+    assert table["l2_hit_pct"].tolist() == [40.0]
