@@ -110,7 +110,9 @@ class CellWorker:
 def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory) -> list[Any]:
     """Up to ``count`` actors for ``hardware``: one whole GPU of that type each (never more than the
     cluster has), or one CPU each for ``cpu``."""
-    restart = {"max_restarts": max_retries, "max_task_retries": max_retries}
+    # a dead worker is always restarted (max_restarts is a lifetime count: a long sweep would otherwise lose
+    # the type's only worker after a few deaths); each group is retried at most max_retries times
+    restart = {"max_restarts": -1, "max_task_retries": max_retries}
     if hardware == CPU:
         return [CellWorker.options(num_cpus=1, **restart).remote() for _ in range(count)]
     workers: list[Any] = []
