@@ -244,6 +244,7 @@ class NcuCell:
     sm_throughput_pct: float
     ctas_per_sm: int | None
     registers_per_thread: int | None
+    mask_density: float  # the density asked of the generator (``density`` is the realised one)
 
 
 def _ncu_spec(args, hw: hardware.Hardware, folder: Path) -> Path:
@@ -304,7 +305,7 @@ def add_ncu(args, cells: list[KernelCell]) -> tuple[str, list[NcuCell]]:
         profiled.append(NcuCell(backend, stages, kind, seq_len, args.heads, args.block_size, args.head_dim, rho,
                                 args.seed, rec.l2_hit_pct, rec.dram_read_bytes, rec.duration_ms, wave,
                                 rec.dram_throughput_pct, rec.sm_throughput_pct, rec.ctas_per_sm,
-                                rec.registers_per_thread))
+                                rec.registers_per_thread, args.density))
         c = index.get((backend, stages, kind, seq_len))
         if c is None:
             continue

@@ -60,10 +60,15 @@ class Cell:
     kernel_ms: float
     mask_file: str = ""
     nnz_spread: float = 0.0
-    prototypes: int = 8
-    noise: float = 0.02
+    # generator arguments the measured masks were made with; unset = wavealign.synthetic's own defaults
+    mask_density: float | None = None  # the density asked of the generator (``density`` is the realised one)
+    prototypes: int | None = None
+    noise: float | None = None
     wave_size: int = 0  # 0: the hardware's wave for the backend
     plan_seed: int = 0
+
+    def generator_kwargs(self, names: tuple[str, ...]) -> dict:
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
 
     @property
     def group(self) -> tuple:
@@ -120,7 +125,7 @@ def read_cells(path: Path) -> list[Cell]:
 
 
 def _typed(annotation: str, value):
-    kind = {"int": int, "float": float, "str": str}[annotation]
+    kind = {"int": int, "float": float, "str": str}[annotation.removesuffix(" | None")]
     return kind(float(value)) if kind is int else kind(value)
 
 
@@ -129,12 +134,13 @@ def cell_mask(cell: Cell) -> torch.Tensor:
     if cell.mask_file:
         return packed.load(cell.mask_file)
     blocks = math.ceil(cell.seq_len / cell.block_size)
+    density = cell.mask_density if cell.mask_density is not None else cell.density
     if cell.mask_kind == "random":
-        return synthetic.random_mask(cell.heads, blocks, blocks, cell.density, nnz_spread=cell.nnz_spread,
+        return synthetic.random_mask(cell.heads, blocks, blocks, density, nnz_spread=cell.nnz_spread,
                                      seed=cell.seed)
     if cell.mask_kind == "planted":
-        return synthetic.planted_mask(cell.heads, blocks, blocks, cell.density, prototypes=cell.prototypes,
-                                      noise=cell.noise, seed=cell.seed)
+        return synthetic.planted_mask(cell.heads, blocks, blocks, density, seed=cell.seed,
+                                      **cell.generator_kwargs(("prototypes", "noise")))
     raise ValueError(f"mask_kind {cell.mask_kind!r} is neither 'random' nor 'planted', so its row needs a "
                      "mask_file column (a wavealign.sim.packed .npz)")
 
@@ -242,9 +248,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--row-jitter", type=float, default=0.0)
     parser.add_argument("--rank-tol-pts", type=float, default=1.0,
                         help="measured L2 hit differences at most this large do not constrain the ranking")
+    parser.add_argument("--mask-density", type=float, default=None,
+                        help="density the masks were generated at, for tables that record only the realised one "
+                             "(bench-kernels generates at its --density, 0.25 by default)")
     args = parser.parse_args(argv)
-    rows = validate(read_cells(args.measurements), hardware.get(args.hardware), args.l2_partitions,
-                    args.row_jitter)
+    cells = read_cells(args.measurements)
+    if args.mask_density is not None:
+        cells = [c if c.mask_density is not None else dataclasses.replace(c, mask_density=args.mask_density)
+                 for c in cells]
+    rows = validate(cells, hardware.get(args.hardware), args.l2_partitions, args.row_jitter)
     summary = summarize(rows, args.rank_tol_pts)
     partitions = args.l2_partitions or sim.L2_PARTITIONS.get(args.hardware, 1)
     settings = f"hardware={args.hardware} l2_partitions={partitions} row_jitter={args.row_jitter}"

@@ -110,3 +110,10 @@ def test_packed_masks_round_trip(tmp_path):
     mask = synthetic.random_mask(3, 5, 13, 0.4, seed=1)
     packed.save(tmp_path / "m.npz", mask)
     assert torch.equal(packed.load(tmp_path / "m.npz"), mask)
+
+
+def test_masks_regenerate_exactly_as_bench_kernels_made_them():
+    # bench-kernels records the realised density; the generator was asked for --density with its own defaults
+    cell = validate_sim.Cell("triton", "none", "planted", 2048, 2, 128, 128, 0.2449, 0, 50.0, 1e9, 1.0,
+                             mask_density=0.25)
+    assert torch.equal(validate_sim.cell_mask(cell), synthetic.planted_mask(2, 16, 16, 0.25, seed=0))
