@@ -14,17 +14,17 @@ the seed); ``--method-masks`` adds masks from ``wavealign.masks`` on a synthetic
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from jobs._records import write_csv
 from wavealign import blockmask, hardware, kernels, reorder, synthetic
 from wavealign.kernels import flex as flex_backend
 from wavealign.measure import derived, ncu
@@ -323,14 +323,8 @@ def add_ncu(args, cells: list[KernelCell]) -> tuple[str, list[NcuCell]]:
 def write_outputs(out: Path, cells: list[KernelCell], meta: dict, profiled: list[NcuCell]) -> str:
     out.mkdir(parents=True, exist_ok=True)
     (out / "cells.json").write_text(json.dumps({"meta": meta, "cells": [asdict(c) for c in cells]}, indent=1))
-    with open(out / "cells.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[fl.name for fl in fields(KernelCell)])
-        w.writeheader()
-        w.writerows(asdict(c) for c in cells)
-    with open(out / "ncu_cells.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[fl.name for fl in fields(NcuCell)])
-        w.writeheader()
-        w.writerows(asdict(c) for c in profiled)
+    write_csv(out / "cells.csv", KernelCell, cells)
+    write_csv(out / "ncu_cells.csv", NcuCell, profiled)
     table = render_table(cells)
     (out / "table.md").write_text(f"{meta['command']}\n\n{table}\n")
     return table

@@ -21,9 +21,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import pandas as pd
 import torch
 
+from jobs._records import write_csv
 from wavealign import masks, skip, workloads
 from wavealign.masks import minference, spargeattn
 from wavealign.masks._draw import save_mask_png
@@ -137,7 +137,7 @@ def _write_outputs(out: Path, rows: list[FidelityRow], command: str, device, seq
                    heads: list[int]) -> dict:
     """Write rows.csv/rows.json/summary.json for the rows so far; return the summary."""
     summary = _summary(rows)
-    pd.DataFrame([asdict(r) for r in rows]).to_csv(out / "rows.csv", index=False)
+    write_csv(out / "rows.csv", FidelityRow, rows)
     (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
     (out / "summary.json").write_text(json.dumps({"command": command, "device": str(device), "seq_len_tokens": seq_len,
                                                   "heads": heads, "heads_done": sorted({r.head for r in rows}),

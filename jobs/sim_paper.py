@@ -14,7 +14,6 @@ the paper's 46.5% (one number fitted, the others predicted). Writes results.csv,
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import datetime
 import json
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from jobs._records import write_csv
 from wavealign import reorder, sim, synthetic
 
 PAPER_ORIGINAL_L2_HIT_PCT = {"minference": 21.7, "flexprefill": 14.7, "xattention": 17.9, "spargeattn": 17.4,
@@ -116,11 +116,7 @@ def run(heads: int, blocks: int, density: float, seed: int, calibration_steps: i
 
 def write(rows: list[SimPaperRow], extra: dict, out: Path, command: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    fields = [f.name for f in dataclasses.fields(SimPaperRow)]
-    with (out / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(dataclasses.asdict(r) for r in rows)
+    write_csv(out / "results.csv", SimPaperRow, rows)
     meta = {"command": command, "date_utc": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}",
             "machine": f"{platform.node()} ({platform.machine()}, {torch.get_num_threads()} torch threads)",
             **extra}

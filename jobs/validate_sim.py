@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from jobs._records import write_csv
 from wavealign import hardware, reorder, sim, synthetic
 from wavealign.sim import packed
 
@@ -206,11 +207,7 @@ def summarize(rows: list[ValidationRow], rank_tol_pts: float = 1.0) -> dict:
 
 def write_report(rows: list[ValidationRow], summary: dict, out: Path, command: str, settings: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    fields = [f.name for f in dataclasses.fields(ValidationRow)]
-    with (out / "validation.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(dataclasses.asdict(r) for r in rows)
+    write_csv(out / "validation.csv", ValidationRow, rows)
     lines = [
         "# Simulator vs Nsight Compute", "",
         f"- command: `{command}`",
