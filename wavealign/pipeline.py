@@ -113,8 +113,9 @@ class CellResult:
     # simulator figures (backend=sim)
     l2_hit_pct: float = math.nan
     hbm_read_bytes: float = math.nan
-    # Nsight Compute, when the cell asks (ncu=True): the longest kernel of one launch (the attention kernel)
-    # for the hit rate and throughputs; DRAM bytes summed over every kernel of the launch (gather/scatter too)
+    # Nsight Compute, when the cell asks (ncu=True): time, hit rate and throughputs of the attention kernel (every
+    # launch of the longest kernel's name, ratios duration-weighted); DRAM bytes summed over every kernel of the
+    # call (gather/scatter too)
     ncu_l2_hit_pct: float = math.nan
     ncu_dram_read_bytes: float = math.nan
     ncu_dram_write_bytes: float = math.nan
