@@ -1,12 +1,15 @@
-"""Kernel benchmark on one GPU: {flex, triton} x masks x reorder variants x Wan2.1-14B sequence lengths.
+"""Kernel benchmark on one GPU: backends x masks x reorder variants x Wan2.1-14B sequence lengths.
 
     wavealign bench-kernels --out benchmarks/results/kernels-h200/run [--heads 4] [--no-ncu]
+        [--backends flex,triton,fa4,flashinfer,flashinfer:head_order=sequential]
 
 For every sequence length it times the dense kernel of each backend and cuDNN SDPA, then for each mask the
 variants {none, spatial, temporal, both} (the paper's Original, O+S1, O+S2, O+S1+S2) on each backend: kernel
-ms, reorder ms (``reorder.plan`` on the GPU; for flex also its gather/scatter), net speedup, effective
-TFLOP/s and the gap to the 1/rho bound. A second pass under Nsight Compute adds L2 hit % and DRAM bytes
-for the ``--ncu-seq-lens``. Writes cells.json / cells.csv / ncu_cells.csv / table.md to ``--out`` and
+ms, reorder ms (``reorder.plan`` on the GPU; for a backend that does not read the order inside its kernel,
+also the Q gather and O scatter, timed apart from the kernel), net speedup, effective TFLOP/s and the gap to
+the 1/rho bound. A backend takes call options after a colon (``name:key=value:key=value``). A second pass
+under Nsight Compute adds L2 hit % and DRAM bytes (every launch of a cell's attention kernel, added up) for
+the ``--ncu-seq-lens``. Writes cells.json / cells.csv / ncu_cells.csv / table.md to ``--out`` and
 prints the table last. Masks are ``wavealign.synthetic`` masks (labelled random / planted, regenerable from
 the seed); ``--method-masks`` adds masks from ``wavealign.masks`` on a synthetic Wan2.1 workload.
 """
@@ -14,6 +17,9 @@ the seed); ``--method-masks`` adds masks from ``wavealign.masks`` on a synthetic
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import importlib.metadata
 import json
 import shlex
 import subprocess
@@ -23,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+import yaml
 
 from jobs._records import write_csv
 from wavealign import blockmask, hardware, kernels, reorder, synthetic
@@ -35,12 +42,49 @@ WAN_FRAMES = (81, 161, 241, 321, 401)
 TOKENS_PER_LATENT_FRAME = 3600
 SYNTHETIC_MASKS = ("random", "planted")
 STAGES = ("none", "spatial", "temporal", "both")
-ATTENTION_KERNELS = r"_block_sparse_attn_fwd|flex_attention"
+# the attention kernels' names under Nsight Compute: triton, flex, FA4 (CuTe DSL) and FlashInfer (FA2 paged prefill)
+ATTENTION_KERNELS = "|".join([r"_block_sparse_attn_fwd", r"flex_attention", r"FlashAttentionForward", r"flash_fwd",
+                              r"BatchPrefillWithPagedKVCache"])
+# packages whose versions the results record, where installed
+PACKAGES = ("flash-attn-4", "flashinfer-python", "nvidia-cutlass-dsl")
 
 
 def wan_seq_len(frames: int) -> int:
     """Tokens of a Wan2.1-14B 720p video of ``frames`` pixel frames."""
     return ((frames - 1) // 4 + 1) * TOKENS_PER_LATENT_FRAME
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A registered backend with fixed call options, as ``--backends`` names it: ``name[:key=value...]``."""
+
+    name: str
+    options: tuple[tuple[str, object], ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> BackendSpec:
+        name, *pairs = text.split(":")
+        if name not in kernels.names():
+            raise ValueError(f"unknown backend {name!r} in {text!r}; known: {kernels.names()}")
+        options = []
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or not key:
+                raise ValueError(f"backend option {pair!r} in {text!r} must be key=value")
+            options.append((key, yaml.safe_load(value)))
+        return cls(name, tuple(options))
+
+    @property
+    def label(self) -> str:
+        """How cells and tables name this backend: the ``--backends`` text."""
+        return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
+
+    @property
+    def backend(self) -> kernels.Backend:
+        return kernels.get(self.name)
+
+    def __call__(self, q, k, v, mask, order=None, block_size: int = 128) -> torch.Tensor:
+        return self.backend(q, k, v, mask, order=order, block_size=block_size, **dict(self.options))
 
 
 @dataclass
@@ -107,36 +151,48 @@ def _method_inputs(name: str, seq_len: int, heads: int, seed: int):
 class Launches:
     """The launches of one (seq_len, mask) group: per backend and stage, the call to time or profile."""
 
-    def __init__(self, q, k, v, mask: torch.Tensor, block_size: int, wave_size: int, seed: int) -> None:
+    def __init__(self, q, k, v, mask: torch.Tensor, block_size: int, wave_size: int, seed: int,
+                 stages: tuple[str, ...] = STAGES) -> None:
         self.q, self.k, self.v = q, k, v
         self.kv = blockmask.to_kv_indices(mask)
         self.block_size = block_size
-        self.orders = {s: reorder.plan(mask, wave_size=wave_size, stages=s, seed=seed) for s in STAGES if s != "none"}
-        self.plan_ms = {"none": 0.0}
-        for s in self.orders:
-            self.plan_ms[s] = time_cuda(lambda s=s: reorder.plan(mask, wave_size=wave_size, stages=s, seed=seed),
-                                        reps=5, warmup=1).median_ms
+        self.plans = {s: functools.partial(reorder.plan, mask, wave_size=wave_size, stages=s, seed=seed)
+                      for s in stages if s != "none"}
+        self.orders = {s: plan() for s, plan in self.plans.items()}
+        self._gathered: dict[str, tuple] = {}
 
-    def call(self, backend: str, stages: str, *, kernel_only: bool):
-        """The launch of ``backend`` in ``stages`` order; for flex with ``kernel_only``, on Q and mask rows
-        gathered beforehand, so that only the attention kernel runs."""
-        run, order = kernels.get(backend), self.orders.get(stages)
-        if backend == "flex" and kernel_only and order is not None:
+    def plan_ms(self) -> dict[str, float]:
+        """Median GPU time of ``reorder.plan`` per stage set (0 for the original order)."""
+        return {"none": 0.0, **{s: time_cuda(plan, reps=5, warmup=1).median_ms for s, plan in self.plans.items()}}
+
+    def gathered(self, stages: str) -> tuple:
+        """Q (padded to whole blocks) and the mask's kv-index form, rows gathered into ``stages``' launch order."""
+        if stages not in self._gathered:
+            order = self.orders[stages]
             n, mb = self.q.shape[2], order.num_q_blocks
             q_padded = torch.nn.functional.pad(self.q, (0, 0, 0, mb * self.block_size - n))
-            qp = reorder.permute_rows(q_padded, order, self.block_size)
-            kvp = flex_backend.permuted_kv_form(self.kv, order)
-            return lambda: run(qp, self.k, self.v, kvp, block_size=self.block_size)
-        return lambda: run(self.q, self.k, self.v, self.kv, order=order, block_size=self.block_size)
+            self._gathered[stages] = (reorder.permute_rows(q_padded, order, self.block_size),
+                                      flex_backend.permuted_kv_form(self.kv, order))
+        return self._gathered[stages]
+
+    def call(self, spec: BackendSpec, stages: str, *, kernel_only: bool):
+        """The launch of ``spec`` in ``stages`` order. With ``kernel_only``, a backend that does not read the
+        order in its kernel runs on Q and mask rows gathered beforehand, so only its attention kernel runs."""
+        order = self.orders.get(stages)
+        if kernel_only and order is not None and not spec.backend.in_kernel_permutation:
+            qp, kvp = self.gathered(stages)
+            return lambda: spec(qp, self.k, self.v, kvp, block_size=self.block_size)
+        return lambda: spec(self.q, self.k, self.v, self.kv, order=order, block_size=self.block_size)
 
 
-def dense_times(q, k, v, backends: list[str], block_size: int, reps: int) -> dict[str, tuple[float, float, float]]:
-    """(median ms, IQR ms, first-call ms) of the dense kernel per backend, plus cuDNN SDPA as ``cudnn``."""
+def dense_times(q, k, v, backends: list[BackendSpec], block_size: int,
+                reps: int) -> dict[str, tuple[float, float, float]]:
+    """(median ms, IQR ms, first-call ms) of the dense kernel per backend label, plus cuDNN SDPA as ``cudnn``."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     blocks = -(-q.shape[2] // block_size)
     full = blockmask.to_kv_indices(torch.ones(q.shape[1], blocks, blocks, dtype=torch.bool, device=q.device))
-    calls = {b: (lambda b=b: kernels.get(b)(q, k, v, full, block_size=block_size)) for b in backends}
+    calls = {b.label: (lambda b=b: b(q, k, v, full, block_size=block_size)) for b in backends}
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
@@ -148,7 +204,7 @@ def dense_times(q, k, v, backends: list[str], block_size: int, reps: int) -> dic
         first = time_first_call_ms(fn)
         t = time_cuda(fn, reps=reps, warmup=1)
         out[name] = (t.median_ms, t.iqr_ms, first)
-        print(f"  dense {name:7} {t.median_ms:9.2f} ms", flush=True)
+        print(f"  dense {name:12} {t.median_ms:9.2f} ms", flush=True)
     return out
 
 
@@ -163,7 +219,9 @@ def _groups(args, seq_len: int):
         yield name, inputs, mask
 
 
-def run_grid(args) -> list[KernelCell]:
+def run_grid(args, checkpoint=lambda cells: None) -> list[KernelCell]:
+    """Every cell of the grid; ``checkpoint(cells)`` is called after each sequence length, so a run cut
+    short keeps what it measured."""
     cells = []
     hw = hardware.detect() or hardware.get("h200")
     for seq_len in args.seq_lens:
@@ -172,40 +230,43 @@ def run_grid(args) -> list[KernelCell]:
         dense = dense_times(q, k, v, args.backends, args.block_size, args.reps)
         flops_dense = derived.attention_flops(seq_len, seq_len, args.head_dim, args.heads)
         for name, (ms, iqr, first) in dense.items():
+            wave = hw.wave_size(name.split(":")[0])
             cells.append(KernelCell(name, "dense", "dense", seq_len, args.heads, args.head_dim, args.block_size,
-                                    1.0, args.seed, hw.wave_size(name), ms, iqr, 0.0, ms, max(0.0, first - ms),
+                                    1.0, args.seed, wave, ms, iqr, 0.0, ms, max(0.0, first - ms),
                                     derived.effective_tflops(flops_dense, ms), dense_ms=ms))
         del q, k, v
         for kind, (q, k, v), mask in _groups(args, seq_len):
             rho = blockmask.density(mask)
             flops = derived.attention_flops(seq_len, seq_len, args.head_dim, args.heads, rho)
-            group, by_wave = {}, {}
-            for backend in args.backends:
-                wave = hw.wave_size(backend)
+            group, by_wave, plan_ms = {}, {}, {}
+            for spec in args.backends:
+                wave = hw.wave_size(spec.name)
                 if wave not in by_wave:
-                    by_wave[wave] = Launches(q, k, v, mask, args.block_size, wave, args.seed)
-                launches = by_wave[wave]
+                    by_wave[wave] = Launches(q, k, v, mask, args.block_size, wave, args.seed, tuple(args.stages))
+                    plan_ms[wave] = by_wave[wave].plan_ms()
+                launches, label = by_wave[wave], spec.label
                 for stages in args.stages:
-                    kernel_call = launches.call(backend, stages, kernel_only=True)
+                    kernel_call = launches.call(spec, stages, kernel_only=True)
                     first = time_first_call_ms(kernel_call)
                     t = time_cuda(kernel_call, reps=args.reps, warmup=1)
                     extra_ms = 0.0
-                    if backend == "flex" and stages != "none":  # gather Q / scatter O / permute the mask
-                        full = time_cuda(launches.call(backend, stages, kernel_only=False), reps=args.reps, warmup=1)
+                    if stages != "none" and not spec.backend.in_kernel_permutation:  # Q gather and O scatter
+                        full = time_cuda(launches.call(spec, stages, kernel_only=False), reps=args.reps, warmup=1)
                         extra_ms = max(0.0, full.median_ms - t.median_ms)
-                    reorder_ms = launches.plan_ms[stages] + extra_ms
-                    bound = derived.gap_to_bound(dense[backend][0], t.median_ms, rho)
-                    cell = KernelCell(backend, stages, kind, seq_len, args.heads, args.head_dim, args.block_size,
+                    reorder_ms = plan_ms[wave][stages] + extra_ms
+                    bound = derived.gap_to_bound(dense[label][0], t.median_ms, rho)
+                    cell = KernelCell(label, stages, kind, seq_len, args.heads, args.head_dim, args.block_size,
                                       rho, args.seed, wave, t.median_ms, t.iqr_ms, reorder_ms,
                                       t.median_ms + reorder_ms, max(0.0, first - t.median_ms),
-                                      derived.effective_tflops(flops, t.median_ms), dense_ms=dense[backend][0],
+                                      derived.effective_tflops(flops, t.median_ms), dense_ms=dense[label][0],
                                       bound_speedup=bound.bound_speedup, gap_to_bound=bound.gap)
-                    group[(backend, stages)] = cell
+                    group[(label, stages)] = cell
                     cells.append(cell)
-                    print(f"  {kind:8} {backend:6} {stages:8} kernel {t.median_ms:9.2f} ms reorder {reorder_ms:6.2f}"
+                    print(f"  {kind:8} {label:12} {stages:8} kernel {t.median_ms:9.2f} ms reorder {reorder_ms:6.2f}"
                           f" ms", flush=True)
             del by_wave
             _speedups(group)
+        checkpoint(cells)
     return cells
 
 
@@ -245,13 +306,14 @@ class NcuCell:
     ctas_per_sm: int | None
     registers_per_thread: int | None
     mask_density: float  # the density asked of the generator (``density`` is the realised one)
+    launches: int = 1  # attention-kernel launches summed into the row (FlashInfer's sequential heads: one per head)
 
 
 def _ncu_spec(args, hw: hardware.Hardware, folder: Path) -> Path:
     """Every (backend, stages, synthetic mask) cell at the NCU sequence lengths, grouped by mask."""
-    listed = [[backend, stages, kind, seq_len, hw.wave_size(backend)]
+    listed = [[spec.label, stages, kind, seq_len, hw.wave_size(spec.name)]
               for seq_len in args.ncu_seq_lens for kind in args.masks if kind in SYNTHETIC_MASKS
-              for backend in args.backends for stages in args.stages]
+              for spec in args.backends for stages in args.stages]
     spec = folder / "ncu_spec.json"
     spec.write_text(json.dumps({"args": {k: getattr(args, k) for k in ("heads", "head_dim", "block_size", "density",
                                                                        "seed")}, "cells": listed}))
@@ -259,13 +321,13 @@ def _ncu_spec(args, hw: hardware.Hardware, folder: Path) -> Path:
 
 
 def ncu_child(spec_path: Path) -> int:
-    """Run each listed cell's kernel once between cudaProfilerStart/Stop, after an unprofiled warm-up;
-    write each mask's density beside the spec."""
+    """Run each listed cell's kernel once between cudaProfilerStart/Stop, after an unprofiled warm-up, the
+    range opened by the marker kernel; write each mask's density beside the spec."""
     spec = json.loads(spec_path.read_text())
     a = spec["args"]
     cache: dict = {}
     densities = {}
-    for backend, stages, kind, seq_len, wave in spec["cells"]:
+    for label, stages, kind, seq_len, wave in spec["cells"]:
         key = (kind, seq_len, wave)
         if key not in cache:
             cache.clear()
@@ -274,7 +336,7 @@ def ncu_child(spec_path: Path) -> int:
             mask = make_mask(kind, a["heads"], blocks, a["density"], a["seed"]).cuda()
             densities[f"{kind}/{seq_len}"] = blockmask.density(mask)
             cache[key] = Launches(q, k, v, mask, a["block_size"], wave, a["seed"])
-        ncu.profile_one_launch(cache[key].call(backend, stages, kernel_only=True))
+        ncu.profile_one_launch(cache[key].call(BackendSpec.parse(label), stages, kernel_only=True), marker=True)
     spec_path.with_suffix(".densities.json").write_text(json.dumps(densities))
     return 0
 
@@ -288,7 +350,8 @@ def add_ncu(args, cells: list[KernelCell]) -> tuple[str, list[NcuCell]]:
         if not listed:
             return "no cell at the NCU sequence lengths", []
         result, _ = ncu.collect([sys.executable, "-m", "jobs.bench_kernels", "--ncu-child", str(spec)],
-                                Path(tmp) / "cells", kernel_regex=ATTENTION_KERNELS, occupancy=True,
+                                Path(tmp) / "cells", kernel_regex=f"{ATTENTION_KERNELS}|{ncu.MARKER_KERNEL}",
+                                occupancy=True,
                                 timeout_s=args.ncu_timeout_s, csv_path=Path(args.out) / "ncu_raw.csv")
         density_file = spec.with_suffix(".densities.json")
         densities = json.loads(density_file.read_text()) if density_file.exists() else {}
@@ -296,26 +359,28 @@ def add_ncu(args, cells: list[KernelCell]) -> tuple[str, list[NcuCell]]:
         for c in cells:
             c.ncu_note = f"unavailable: {result.reason}"
         return result.reason, []
-    if len(result) != len(listed):
-        return f"ncu returned {len(result)} kernels for {len(listed)} cells; NCU columns left empty", []
+    per_cell = ncu.split_at_markers(result)
+    if len(per_cell) != len(listed) or not all(per_cell):
+        return (f"ncu returned {len(per_cell)} marked ranges for {len(listed)} cells, "
+                f"{sum(not g for g in per_cell)} without an attention kernel; NCU columns left empty"), []
     index = {(c.backend, c.stages, c.mask_kind, c.seq_len): c for c in cells}
     profiled = []
-    for (backend, stages, kind, seq_len, wave), rec in zip(listed, result, strict=True):
-        rho = densities[f"{kind}/{seq_len}"]
+    for (backend, stages, kind, seq_len, wave), records in zip(listed, per_cell, strict=True):
+        rho, rec = densities[f"{kind}/{seq_len}"], ncu.summarize(records)
         profiled.append(NcuCell(backend, stages, kind, seq_len, args.heads, args.block_size, args.head_dim, rho,
-                                args.seed, rec.l2_hit_pct, rec.dram_read_bytes, rec.duration_ms, wave,
+                                args.seed, rec.l2_hit_pct, rec.dram_read_bytes, rec.kernel_ms, wave,
                                 rec.dram_throughput_pct, rec.sm_throughput_pct, rec.ctas_per_sm,
-                                rec.registers_per_thread, args.density))
+                                rec.registers_per_thread, args.density, rec.kernels))
         c = index.get((backend, stages, kind, seq_len))
         if c is None:
             continue
         c.l2_hit_pct, c.dram_read_bytes = rec.l2_hit_pct, rec.dram_read_bytes
         c.dram_throughput_pct, c.sm_throughput_pct, c.ncu_kernel_ms = (rec.dram_throughput_pct,
-                                                                       rec.sm_throughput_pct, rec.duration_ms)
+                                                                       rec.sm_throughput_pct, rec.kernel_ms)
         flops = derived.attention_flops(seq_len, seq_len, c.head_dim, c.heads, c.density)
         c.operational_intensity_flops_per_byte = derived.operational_intensity(flops, max(rec.dram_read_bytes, 1.0))
-        c.ncu_note = f"ctas_per_sm={rec.ctas_per_sm} regs={rec.registers_per_thread}"
-    return f"{len(result)} kernels profiled", profiled
+        c.ncu_note = f"ctas_per_sm={rec.ctas_per_sm} regs={rec.registers_per_thread} launches={rec.kernels}"
+    return f"{len(per_cell)} cells profiled ({len(result) - len(per_cell)} kernels)", profiled
 
 
 # ---- outputs
@@ -355,6 +420,22 @@ def _names(text: str) -> list[str]:
     return [x for x in text.split(",") if x]
 
 
+def _backends(text: str) -> list[BackendSpec]:
+    try:
+        return [BackendSpec.parse(x) for x in _names(text)]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def package_versions() -> dict[str, str]:
+    """The installed versions of ``PACKAGES`` (absent ones left out)."""
+    found = {}
+    for name in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[name] = importlib.metadata.version(name)
+    return found
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="wavealign bench-kernels", description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, help="folder for cells.json, cells.csv, ncu_cells.csv, table.md")
@@ -368,7 +449,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--method-masks", type=_names, default=[],
                    help="wavealign.masks methods on a synthetic Wan2.1 workload, e.g. xattention,spargeattn")
     p.add_argument("--stages", type=_names, default=list(STAGES))
-    p.add_argument("--backends", type=_names, default=["flex", "triton"])
+    p.add_argument("--backends", type=_backends, default=_backends("flex,triton"),
+                   help="comma-separated backends, each with optional :key=value call options, e.g. "
+                        "flex,triton,fa4,flashinfer,flashinfer:head_order=sequential")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--ncu-seq-lens", type=_ints, default=[wan_seq_len(f) for f in (81, 161, 401)],
                    help="profiled under ncu, whether or not in --seq-lens")
@@ -398,12 +481,14 @@ def main(argv: list[str]) -> int:
             "torch": torch.__version__, "triton": triton.__version__,
             "driver": subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                      capture_output=True, text=True).stdout.strip()}
-    cells = run_grid(args)
+    meta.update(package_versions())
     meta["ncu"] = "skipped (--no-ncu)" if args.no_ncu else "pending"
-    table = write_outputs(args.out, cells, meta, [])  # kept even if the NCU pass is cut short
+    # written after every sequence length, and before the NCU pass, so a run cut short keeps what it measured
+    cells = run_grid(args, checkpoint=lambda done: write_outputs(args.out, done, meta, []))
+    profiled = []
     if not args.no_ncu:
         meta["ncu"], profiled = add_ncu(args, cells)
-        table = write_outputs(args.out, cells, meta, profiled)
+    table = write_outputs(args.out, cells, meta, profiled)
     print(f"\n{meta}\n{table}")
     return 0
 

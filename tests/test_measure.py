@@ -144,3 +144,34 @@ def test_derived_figures_reject_impossible_inputs(fn, args):
     with pytest.raises(ValueError):
         fn(*args)
 
+
+
+# ---- several cells in one profiled program: split at the marker kernel, then summarize each cell
+
+def _record(name: str, ms: float, hit: float = 50.0, read: float = 1e6) -> ncu.NcuRecord:
+    return ncu.NcuRecord(name, hit, read, 0.0, 10.0, 20.0, ms)
+
+
+def test_records_split_at_each_marker_without_the_markers():
+    m = _record(ncu.MARKER_KERNEL, 0.001)
+    groups = ncu.split_at_markers([m, _record("a", 1), m, _record("b", 1), _record("b", 2), m])
+    assert [[r.kernel_name for r in g] for g in groups] == [["a"], ["b", "b"], []]
+
+
+def test_records_before_the_first_marker_are_refused():
+    with pytest.raises(ValueError, match="not the marker"):
+        ncu.split_at_markers([_record("a", 1), _record(ncu.MARKER_KERNEL, 0.001)])
+
+
+def test_summary_adds_up_every_launch_of_the_attention_kernel_and_weights_ratios_by_time():
+    # two heads of a sequential launch (1 ms at 90 %, 3 ms at 50 %) and a short helper kernel
+    summary = ncu.summarize([_record("attn", 1.0, hit=90.0, read=2e6), _record("attn", 3.0, hit=50.0, read=6e6),
+                             _record("merge", 0.5, hit=10.0, read=1e6)])
+    assert summary.kernel_ms == 4.0 and summary.kernels == 3
+    assert summary.l2_hit_pct == pytest.approx((90 * 1 + 50 * 3) / 4)
+    assert summary.dram_read_bytes == 9e6  # every launch's bytes
+
+
+def test_summary_of_no_launch_is_an_error():
+    with pytest.raises(ValueError, match="no profiled launch"):
+        ncu.summarize([])

@@ -176,3 +176,17 @@ def test_bad_input_raises_a_value_error_naming_it(call, message):
     mask = synthetic.random_mask(2, 10, 10, 0.3)
     with pytest.raises(ValueError, match=message):
         call(mask)
+
+
+def test_permute_mask_keeps_the_kv_index_form_and_agrees_with_the_dense_form():
+    mask = synthetic.random_mask(3, 9, 7, 0.4, seed=4)
+    order = reorder.plan(mask, wave_size=4)
+    kv_num, kv_idx = reorder.permute_mask(blockmask.to_kv_indices(mask), order)
+    assert torch.equal(blockmask.as_dense((kv_num, kv_idx)), reorder.permute_mask(mask, order))
+
+
+def test_permute_mask_refuses_kv_lists_of_other_rows():
+    mask = synthetic.random_mask(3, 9, 7, 0.4, seed=4)
+    kv = blockmask.to_kv_indices(mask[:, :5])
+    with pytest.raises(ValueError, match=r"\(H, MB\)"):
+        reorder.permute_mask(kv, reorder.plan(mask))

@@ -377,22 +377,12 @@ def _ncu_into(result: CellResult, cell: Cell) -> None:
     if isinstance(records, ncu.NcuUnavailable):
         result.ncu_unavailable = records.reason
         return
-    # the attention kernel may be several launches (e.g. flashinfer's sequential heads): add up every launch of
-    # the longest kernel's name, weighting per-launch ratios by duration, so no figure describes one head only
-    name = max(records, key=lambda r: r.duration_ms).kernel_name
-    attention = [r for r in records if r.kernel_name == name]
-    total_ms = sum(r.duration_ms for r in attention)
-
-    def weighted(field: str) -> float:
-        return sum(getattr(r, field) * r.duration_ms for r in attention) / total_ms
-
-    result.ncu_kernel_ms = total_ms
-    result.ncu_l2_hit_pct = weighted("l2_hit_pct")
-    result.ncu_dram_throughput_pct, result.ncu_sm_throughput_pct = (weighted("dram_throughput_pct"),
-                                                                    weighted("sm_throughput_pct"))
-    result.ncu_dram_read_bytes = sum(r.dram_read_bytes for r in records)
-    result.ncu_dram_write_bytes = sum(r.dram_write_bytes for r in records)
-    result.ncu_kernels = len(records)
+    summary = ncu.summarize(records)
+    result.ncu_kernel_ms, result.ncu_l2_hit_pct = summary.kernel_ms, summary.l2_hit_pct
+    result.ncu_dram_throughput_pct, result.ncu_sm_throughput_pct = (summary.dram_throughput_pct,
+                                                                    summary.sm_throughput_pct)
+    result.ncu_dram_read_bytes, result.ncu_dram_write_bytes = summary.dram_read_bytes, summary.dram_write_bytes
+    result.ncu_kernels = summary.kernels
 
 
 def _ncu_child(spec_path: str) -> int:

@@ -209,15 +209,28 @@ def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128) -> t
     return restored
 
 
-def permute_mask(mask: torch.Tensor, order: RowOrder) -> torch.Tensor:
-    """Reorder the rows of a (H, MB, NB) or (B, H, MB, NB) bool mask into launch order."""
+def permute_mask(mask: MaskLike, order: RowOrder) -> MaskLike:
+    """Reorder a mask's rows into launch order, in the form it came in: a bool (H, MB, NB) or (B, H, MB, NB)
+    mask, or the kv-index form (whose lists are gathered as they are, without a round trip through dense)."""
+    if isinstance(mask, tuple):
+        kv_num, kv_idx = mask
+        _check_mask_rows(tuple(kv_num.shape), order)
+        perm = _perm_like(order, kv_num)
+        return (torch.gather(kv_num, -1, perm), torch.gather(kv_idx, -2, perm.unsqueeze(-1).expand_as(kv_idx)))
     mask = as_dense(mask)
-    if mask.shape[-2] != order.num_q_blocks or mask.shape[-3] != order.perm.shape[-2]:
-        raise ValueError(f"mask has (H, MB)={tuple(mask.shape[-3:-1])}, but the order has "
-                         f"{tuple(order.perm.shape[-2:])}")
-    if order.perm.dim() == 3 and (mask.dim() != 4 or mask.shape[0] != order.perm.shape[0]):
-        raise ValueError(f"order is batched with B={order.perm.shape[0]}, but mask has shape {tuple(mask.shape)}")
-    perm = order.perm.to(mask.device)
-    if perm.dim() == 2 and mask.dim() == 4:
-        perm = perm.expand(mask.shape[0], *perm.shape)
-    return torch.gather(mask, -2, perm.unsqueeze(-1).expand_as(mask))
+    _check_mask_rows(tuple(mask.shape[:-1]), order)
+    return torch.gather(mask, -2, _perm_like(order, mask[..., 0]).unsqueeze(-1).expand_as(mask))
+
+
+def _check_mask_rows(rows: tuple[int, ...], order: RowOrder) -> None:
+    """``rows`` is a mask's (H, MB) or (B, H, MB): it must be the rows ``order`` was planned for."""
+    if rows[-1] != order.num_q_blocks or rows[-2] != order.perm.shape[-2]:
+        raise ValueError(f"mask has (H, MB)={rows[-2:]}, but the order has {tuple(order.perm.shape[-2:])}")
+    if order.perm.dim() == 3 and (len(rows) != 3 or rows[0] != order.perm.shape[0]):
+        raise ValueError(f"order is batched with B={order.perm.shape[0]}, but mask has rows {rows}")
+
+
+def _perm_like(order: RowOrder, rows: torch.Tensor) -> torch.Tensor:
+    """``order.perm`` on ``rows``' device, broadcast over its batch dimension."""
+    perm = order.perm.to(rows.device)
+    return perm.expand(*rows.shape) if perm.dim() < rows.dim() else perm

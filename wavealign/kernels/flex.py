@@ -44,16 +44,10 @@ def block_mask(kv_num_blocks: torch.Tensor, kv_indices: torch.Tensor, block_size
         BLOCK_SIZE=block_size, mask_mod=None, seq_lengths=(q_len, kv_len), compute_q_blocks=False)
 
 
-def permuted_kv_form(mask, order: reorder.RowOrder) -> tuple[torch.Tensor, torch.Tensor]:
-    """The mask's rows in launch order, in kv-index form (``permute_mask``, applied to either form)."""
-    if not isinstance(mask, tuple):
-        return blockmask.to_kv_indices(reorder.permute_mask(mask, order))
-    kv_num, kv_idx = mask
-    perm = order.perm.to(kv_num.device)
-    if perm.dim() < kv_num.dim():
-        perm = perm.expand(*kv_num.shape)
-    return (torch.gather(kv_num, -1, perm),
-            torch.gather(kv_idx, -2, perm.unsqueeze(-1).expand_as(kv_idx)))
+def permuted_kv_form(mask: blockmask.MaskLike, order: reorder.RowOrder) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mask's rows in launch order, in kv-index form."""
+    rows = reorder.permute_mask(mask, order)
+    return rows if isinstance(rows, tuple) else blockmask.to_kv_indices(rows)
 
 
 def flex_block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128,

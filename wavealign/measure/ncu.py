@@ -158,13 +158,72 @@ def collect(program: list[str], report: str | Path, *, kernel_regex: str | None 
     return records, run.stdout
 
 
-def profile_one_launch(call) -> None:
-    """Run ``call`` once to warm up, then once inside the profiler range ``ncu --profile-from-start off`` reads."""
+# the kernel ``profile_one_launch(..., marker=True)`` launches first in its range; see ``ncu_marker``
+MARKER_KERNEL = "wavealign_ncu_cell_marker"
+
+
+def profile_one_launch(call, *, marker: bool = False) -> None:
+    """Run ``call`` once to warm up, then once inside the profiler range ``ncu --profile-from-start off`` reads;
+    with ``marker``, the range opens with the marker kernel, so ``split_at_markers`` can tell cells apart."""
     import torch
 
     call()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
+    if marker:
+        from wavealign.measure import ncu_marker
+
+        ncu_marker.launch()
     call()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
+
+
+def split_at_markers(records: list[NcuRecord]) -> list[list[NcuRecord]]:
+    """The records of each marked range, in order, without the markers themselves."""
+    if records and records[0].kernel_name != MARKER_KERNEL:
+        raise ValueError(f"the first profiled kernel is {records[0].kernel_name!r}, not the marker "
+                         f"{MARKER_KERNEL!r}: profile with marker=True and keep the marker in the kernel filter")
+    groups: list[list[NcuRecord]] = []
+    for record in records:
+        if record.kernel_name == MARKER_KERNEL:
+            groups.append([])
+        else:
+            groups[-1].append(record)
+    return groups
+
+
+@dataclass(frozen=True)
+class NcuSummary:
+    """One cell's counters over every launch of its attention kernel (the longest-running kernel's name):
+    times summed, ratios weighted by duration, so no figure describes one head only. DRAM bytes add up
+    every profiled launch."""
+
+    kernel_ms: float
+    l2_hit_pct: float
+    dram_read_bytes: float
+    dram_write_bytes: float
+    dram_throughput_pct: float
+    sm_throughput_pct: float
+    kernels: int
+    ctas_per_sm: int | None
+    registers_per_thread: int | None
+
+
+def summarize(records: list[NcuRecord]) -> NcuSummary:
+    """The ``NcuSummary`` of one cell's records (at least one)."""
+    if not records:
+        raise ValueError("no profiled launch to summarize")
+    name = max(records, key=lambda r: r.duration_ms).kernel_name
+    attention = [r for r in records if r.kernel_name == name]
+    total_ms = sum(r.duration_ms for r in attention)
+
+    def weighted(field: str) -> float:
+        return sum(getattr(r, field) * r.duration_ms for r in attention) / total_ms
+
+    return NcuSummary(kernel_ms=total_ms, l2_hit_pct=weighted("l2_hit_pct"),
+                      dram_read_bytes=sum(r.dram_read_bytes for r in records),
+                      dram_write_bytes=sum(r.dram_write_bytes for r in records),
+                      dram_throughput_pct=weighted("dram_throughput_pct"),
+                      sm_throughput_pct=weighted("sm_throughput_pct"), kernels=len(records),
+                      ctas_per_sm=attention[0].ctas_per_sm, registers_per_thread=attention[0].registers_per_thread)
