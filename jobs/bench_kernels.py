@@ -32,7 +32,7 @@ import torch
 import yaml
 
 from jobs._records import write_csv
-from wavealign import blockmask, hardware, kernels, reorder, synthetic
+from wavealign import block_gather, blockmask, hardware, kernels, reorder, synthetic
 from wavealign.kernels import flex as flex_backend
 from wavealign.measure import derived, ncu
 from wavealign.measure.timing import time_cuda, time_first_call_ms
@@ -138,13 +138,13 @@ def make_mask(kind: str, heads: int, blocks: int, density: float, seed: int) -> 
     raise ValueError(f"mask kind must be one of {SYNTHETIC_MASKS}, got {kind!r}")
 
 
-def _method_inputs(name: str, seq_len: int, heads: int, seed: int):
+def method_inputs(name: str, seq_len: int, heads: int, seed: int, device: str = "cuda"):
     """q, k, v of a synthetic Wan2.1-14B workload and ``name``'s mask on them."""
     from wavealign import masks, workloads
 
     frames = (seq_len // TOKENS_PER_LATENT_FRAME - 1) * 4 + 1
     wl = workloads.preset("wan2.1-14b", frames, "720p")
-    q, k, v = workloads.synthetic(wl, heads=list(range(heads)), seed=seed, device="cuda", dtype=torch.bfloat16)
+    q, k, v = workloads.synthetic(wl, heads=list(range(heads)), seed=seed, device=device, dtype=torch.bfloat16)
     return (q, k, v), masks.build(name, q, k, v)[0]
 
 
@@ -169,9 +169,7 @@ class Launches:
         """Q (padded to whole blocks) and the mask's kv-index form, rows gathered into ``stages``' launch order."""
         if stages not in self._gathered:
             order = self.orders[stages]
-            n, mb = self.q.shape[2], order.num_q_blocks
-            q_padded = torch.nn.functional.pad(self.q, (0, 0, 0, mb * self.block_size - n))
-            self._gathered[stages] = (reorder.permute_rows(q_padded, order, self.block_size),
+            self._gathered[stages] = (block_gather.gather_blocks(self.q, order, self.block_size),
                                       flex_backend.permuted_kv_form(self.kv, order))
         return self._gathered[stages]
 
@@ -215,7 +213,7 @@ def _groups(args, seq_len: int):
     for kind in args.masks:
         yield kind, qkv, make_mask(kind, args.heads, blocks, args.density, args.seed).cuda()
     for name in args.method_masks:
-        inputs, mask = _method_inputs(name, seq_len, args.heads, args.seed)
+        inputs, mask = method_inputs(name, seq_len, args.heads, args.seed)
         yield name, inputs, mask
 
 

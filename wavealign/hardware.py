@@ -72,13 +72,15 @@ _ENTRIES = (
         peak_bf16_flops=989.4e12,
         default_block_size=128,
         default_backend="triton",
-        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
+        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1, "flashinfer": 2},
         device_name_patterns=(r"(?<![A-Z])H200\b",),  # not GH200
         sources=(
             "NVIDIA H200 datasheet (141 GB HBM3e, 4.8 TB/s; compute as H100 SXM)",
             "torch.cuda.get_device_properties on the project's H200: 132 SMs, L2 60 MiB",
             "ncu launch__occupancy_limit_* on the H200, 2026-11-29: 1 CTA/SM for triton (228 regs x 256 threads) "
             "and flex (169-198 regs); benchmarks/results/kernels-h200/TUNING.md",
+            "the same on the H200 for FA4 (1 CTA/SM, 168 regs) and FlashInfer's FA2 paged prefill (2 CTAs/SM, "
+            "255 regs); benchmarks/results/fa4-flashinfer/h200-ncu-364k",
         ),
     ),
     Hardware(

@@ -150,8 +150,9 @@ def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> to
     mb = order.shape[-1]
     nnz_in_order = torch.gather(nnz.long(), -1, order)
     bucket = torch.arange(mb, device=order.device) // wave_size
-    # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties
-    key = bucket * (int(nnz_in_order.max()) + 1) - nnz_in_order if mb else bucket
+    # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties; a row's NNZ is
+    # below 2^31, so the bucket's weight needs no look at the data (and no wait for the GPU)
+    key = (bucket << 31) - nnz_in_order
     return torch.gather(order, -1, _stable_argsort(key))
 
 

@@ -8,7 +8,8 @@ checked). Q/K/V go in as (B, S, H, D) views of our (B, H, N, D) tensors; the mas
 Launch order: FA4's SM90 non-causal path uses ``SingleTileScheduler`` with grid (query block, head,
 batch), so query blocks run fastest and heads one after another; a row walks its K/V list from the
 last entry down (``kv_walk="reverse"``). WaveAlign is applied from outside, the reference way: gather
-the query blocks and the mask rows into launch order, run, scatter the output back.
+the query blocks (``block_gather``, whole blocks) and the mask rows into launch order, run, scatter the
+output back.
 
 On Blackwell FA4 runs two 128-row Q tiles per CTA, so there the query block must be a multiple of 256.
 Compiled kernels are cached in-process per configuration; across processes set
@@ -18,9 +19,8 @@ Compiled kernels are cached in-process per configuration; across processes set
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from wavealign import blockmask, reorder
+from wavealign import block_gather, blockmask, reorder
 from wavealign.kernels import Backend, register
 from wavealign.kernels.reference import check_qkv
 from wavealign.kernels.sparse_formats import (
@@ -82,14 +82,11 @@ def fa4_block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: bl
                           build)
     n_q = q.shape[2]
     if order is not None:
-        # a ragged last query block would shift every block gathered after it: pad Q to whole blocks
-        padded = -(-n_q // block_size) * block_size
-        q_full = F.pad(q, (0, 0, 0, padded - n_q)) if padded != n_q else q
-        q = reorder.permute_rows(q_full, order, block_size)
+        q = block_gather.gather_blocks(q, order, block_size)
     out, _ = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                              block_sparse_tensors=sparse)
     out = out.transpose(1, 2)
-    return out if order is None else reorder.restore_rows(out, order, block_size)[:, :, :n_q]
+    return out if order is None else block_gather.scatter_blocks(out, order, block_size, n_q)
 
 
 def _on_device(mask: blockmask.MaskLike, device: torch.device) -> blockmask.MaskLike:

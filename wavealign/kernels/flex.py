@@ -2,7 +2,8 @@
 
 Every selected block is passed as a *full* block, so no mask_mod runs. WaveAlign is applied from outside
 the kernel, as a library user would: gather the query blocks and the mask rows into launch order, run,
-and scatter the output back (``reorder.permute_rows`` / ``permute_mask`` / ``restore_rows``).
+and scatter the output back (``block_gather.gather_blocks`` / ``reorder.permute_mask`` /
+``block_gather.scatter_blocks``).
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 
-from wavealign import blockmask, reorder
+from wavealign import block_gather, blockmask, reorder
 from wavealign.kernels import Backend, register
 
 
@@ -65,14 +65,12 @@ def flex_block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, o
         kv_num, kv_idx = mask if isinstance(mask, tuple) else blockmask.to_kv_indices(blockmask.check_mask(mask))
         bm = block_mask(kv_num.to(q.device), kv_idx.to(q.device), block_size, n_q, n_kv)
         return flex(q, k, v, block_mask=bm, kernel_options=kernel_options or None)
-    # A ragged last query block would shift every block after it once gathered: pad Q to whole blocks.
-    padded = -(-n_q // block_size) * block_size
-    q_full = F.pad(q, (0, 0, 0, padded - n_q)) if padded != n_q else q
+    # Q goes in as whole blocks, so a ragged last block cannot shift the blocks gathered after it
+    q_blocks = block_gather.gather_blocks(q, order, block_size)
     kv_num, kv_idx = permuted_kv_form(mask, order)
-    bm = block_mask(kv_num.to(q.device), kv_idx.to(q.device), block_size, padded, n_kv)
-    out = flex(reorder.permute_rows(q_full, order, block_size), k, v, block_mask=bm,
-               kernel_options=kernel_options or None)
-    return reorder.restore_rows(out, order, block_size)[:, :, :n_q]
+    bm = block_mask(kv_num.to(q.device), kv_idx.to(q.device), block_size, q_blocks.shape[2], n_kv)
+    out = flex(q_blocks, k, v, block_mask=bm, kernel_options=kernel_options or None)
+    return block_gather.scatter_blocks(out, order, block_size, n_q)
 
 
 register(Backend(
