@@ -1,20 +1,23 @@
 """Read sweep results into one pandas DataFrame: from a run root's Parquet dataset, or from an MLflow
 experiment whose sweep parent runs point at their datasets.
 
-Rows keep the dataset schema's columns (``orchestrator.dataset.SCHEMA``), newest row per cell (a cell
-re-run with ``force=true`` appears once), plus the derived column ``seq_k`` (thousands of tokens); Nsight
-Compute figures are the dataset's flat ``ncu_*`` columns.
+Rows keep the dataset schema's columns (``orchestrator.dataset.SCHEMA``), newest row per cell configuration
+(a cell re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once), plus
+the derived column ``seq_k`` (thousands of tokens); Nsight Compute figures are the dataset's flat ``ncu_*``
+columns.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
 from orchestrator import dataset
+from wavealign.pipeline import Cell
 
 DEFAULT_RUN_ROOT = Path("wavealign-runs")
 SWEEP_KIND_TAG = "wavealign.kind"
@@ -43,10 +46,21 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
     if sweep_ids is not None:
         frame = frame[frame["sweep_id"].isin(sweep_ids)]
     if latest_only and len(frame):
-        frame = frame.sort_values("recorded_at").drop_duplicates("cell_id", keep="last")
+        frame = latest_per_configuration(frame)
     frame = with_derived_columns(frame.reset_index(drop=True))
     frame.attrs.update(run_roots=[str(r) for r in roots], tracking_uri=uri)
     return frame
+
+
+def configuration_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns that say what a cell measures: every ``pipeline.Cell`` field but its ids (which also hash
+    the code's fingerprint), so one configuration measured by two code versions is one configuration."""
+    return [f.name for f in fields(Cell) if f.name not in ("cell_id", "group_id") and f.name in frame.columns]
+
+
+def latest_per_configuration(frame: pd.DataFrame) -> pd.DataFrame:
+    """The newest row (by ``recorded_at``) of each cell configuration."""
+    return frame.sort_values("recorded_at").drop_duplicates(configuration_columns(frame), keep="last")
 
 
 def is_run_root(path: str | Path) -> bool:

@@ -17,10 +17,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-import wavealign
 from orchestrator.config import CONF_DIR, ConfigError, grids, group_entry
+from wavealign import fingerprint, kernels
 from wavealign import hardware as hardware_registry
-from wavealign import kernels
 from wavealign.pipeline import CPU, SIM_BACKEND, SYNTHETIC_METHODS, Cell
 from wavealign.sim import facts as sim_facts
 
@@ -46,11 +45,11 @@ def stable_hash(payload: dict[str, Any]) -> str:
 
 
 def cell_identity(cell: Cell) -> dict[str, Any]:
-    """What a cell id hashes: its resolved config (ids excluded), the code version and the hardware type."""
+    """What a cell id hashes: its resolved config (ids excluded), the code's fingerprint and the hardware type."""
     fields = asdict(cell)
     fields.pop("cell_id")
     fields.pop("group_id")
-    return {"cell": fields, "code_version": wavealign.__version__, "cell_schema": CELL_SCHEMA,
+    return {"cell": fields, "code_version": fingerprint.code_version(), "cell_schema": CELL_SCHEMA,
             "hardware": cell.hardware}
 
 
@@ -148,7 +147,7 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, conf_dir: Path) -> G
                         heads=list(wl.heads) if wl.model is not None else [], layer=int(wl.layer),
                         method_params=method_params, backend_params=backend_params, reps=int(g.reps),
                         warmup=int(g.warmup), ncu=bool(g.ncu))
-                    group_id = stable_hash({**base, "code_version": wavealign.__version__})
+                    group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
                     for variant in g.variant:
                         v = cfg.variants[variant]
                         cell = Cell(cell_id="", group_id=group_id, variant=variant, stages=v.stages,

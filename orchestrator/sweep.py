@@ -21,10 +21,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-import wavealign
 from orchestrator import dataset, tracking
 from orchestrator.grid import Grid, expand, stable_hash
 from orchestrator.progress import SweepProgress, summary_table
+from wavealign import fingerprint
 from wavealign.pipeline import CPU, ORIGINAL_VARIANT, Cell
 
 # keys that change what is measured; the rest (where, how, resume...) do not change a sweep's identity
@@ -32,10 +32,10 @@ _IDENTITY_KEYS = ("name", "grid", "extra_grids", "variants")
 
 
 def sweep_id(cfg: DictConfig) -> str:
-    """Stable id of a sweep: its grids and variants and the code version, not how or where it runs."""
+    """Stable id of a sweep: its grids and variants and the code's fingerprint, not how or where it runs."""
     config = OmegaConf.to_container(cfg, resolve=True)
     return stable_hash({"config": {k: config[k] for k in _IDENTITY_KEYS},
-                        "code_version": wavealign.__version__})
+                        "code_version": fingerprint.code_version()})
 
 
 def placement(cell: Cell) -> str:

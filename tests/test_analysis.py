@@ -11,6 +11,7 @@ from rich.console import Console
 
 import analysis
 from analysis import figures
+from analysis.load import latest_per_configuration
 from analysis.plotting import SIMULATED_LABEL
 from jobs import report
 from orchestrator import config, sweep
@@ -164,3 +165,13 @@ def test_table_one_takes_measured_l2_where_present_and_simulated_elsewhere():
                           {**cell, "ncu_l2_hit_pct": None, "l2_hit_pct": 50.0}])  # its simulated twin only
     table = analysis.ncu_characterisation(frame)
     assert table["l2_hit_pct"].tolist() == [40.0]
+
+
+def test_load_keeps_the_newest_row_of_a_configuration_re_measured_under_a_new_id(run_root):
+    frame = analysis.load(run_root, latest_only=False)
+    row = frame.iloc[[0]].copy()
+    newer = row.assign(cell_id="re-measured-after-a-code-change", kernel_ms_median=123.0,
+                       recorded_at=row["recorded_at"] + pd.Timedelta(seconds=1))
+    kept = latest_per_configuration(pd.concat([frame, newer], ignore_index=True))
+    assert len(kept) == len(frame)
+    assert kept.loc[kept["cell_id"] == "re-measured-after-a-code-change", "kernel_ms_median"].tolist() == [123.0]

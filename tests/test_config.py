@@ -107,6 +107,19 @@ def test_cell_ids_are_stable_and_distinct():
     assert len({c.cell_id for c in first}) == len(first)
 
 
+def test_a_code_change_gives_new_cell_group_and_sweep_ids(monkeypatch):
+    from orchestrator import sweep
+    from wavealign import fingerprint
+
+    cfg = config.load(CPU_GRID)
+    before, sweep_before = grid.expand(cfg).cells, sweep.sweep_id(cfg)
+    monkeypatch.setattr(fingerprint, "code_version", lambda: "0.1.0+another")
+    after = grid.expand(cfg).cells
+    assert {c.cell_id for c in before}.isdisjoint(c.cell_id for c in after)
+    assert {c.group_id for c in before}.isdisjoint(c.group_id for c in after)
+    assert sweep.sweep_id(cfg) != sweep_before
+
+
 def test_variants_of_one_mask_share_a_group():
     cells = grid.expand(config.load(CPU_GRID)).cells
     assert len({c.group_id for c in cells}) == 1 and len(cells) == 2

@@ -1,0 +1,63 @@
+"""The code fingerprint in cell and sweep ids: it moves with the code's statements and docstrings, not with
+comments, blank lines or trailing spaces."""
+
+import pytest
+
+import wavealign
+from wavealign import fingerprint
+
+CODE = '''"""A module."""
+
+import math
+
+
+def area(r):
+    return math.pi * r * r  # the disc
+'''
+
+
+@pytest.fixture
+def package(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "geometry.py").write_text(CODE)
+    (tmp_path / "kernels" / "__init__.py").write_text("X = 1\n")
+    return tmp_path
+
+
+def test_the_digest_is_stable(package):
+    assert fingerprint.source_digest(package) == fingerprint.source_digest(package)
+    assert len(fingerprint.source_digest(package)) == 12
+
+
+@pytest.mark.parametrize("edit", [
+    lambda s: s.replace("# the disc", "# the area of a disc"),
+    lambda s: s.replace("\n\n\ndef", "\n\n\n\n# a comment line\n\ndef"),
+    lambda s: s.replace("r * r", "r * r   "),
+])
+def test_comments_blank_lines_and_trailing_spaces_do_not_move_it(package, edit):
+    before = fingerprint.source_digest(package)
+    (package / "geometry.py").write_text(edit(CODE))
+    assert fingerprint.source_digest(package) == before
+
+
+@pytest.mark.parametrize("edit", [
+    lambda s: s.replace("r * r", "r ** 2"),
+    lambda s: s.replace("A module.", "A module about discs."),
+])
+def test_a_statement_or_docstring_change_moves_it(package, edit):
+    before = fingerprint.source_digest(package)
+    (package / "geometry.py").write_text(edit(CODE))
+    assert fingerprint.source_digest(package) != before
+
+
+def test_a_new_or_moved_module_moves_it_and_bytecode_does_not(package):
+    before = fingerprint.source_digest(package)
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "stale.py").write_text("Y = 2\n")
+    assert fingerprint.source_digest(package) == before
+    (package / "kernels" / "__init__.py").rename(package / "kernels" / "moved.py")
+    assert fingerprint.source_digest(package) != before
+
+
+def test_the_code_version_is_the_package_version_plus_the_digest_of_the_library():
+    assert fingerprint.code_version() == f"{wavealign.__version__}+{fingerprint.source_digest()}"
