@@ -39,6 +39,14 @@ def test_kv_indices_out_of_range_are_rejected():
         blockmask.from_kv_indices(counts, torch.tensor([[[0, 5]]], dtype=torch.int32), num_kv_blocks=4)
 
 
+def test_kv_lists_trimmed_to_the_longest_row_are_told_to_state_nb():
+    counts = torch.tensor([[2, 1]], dtype=torch.int32)
+    trimmed = torch.tensor([[[0, 5], [3, 0]]], dtype=torch.int32)  # NB = 8, but only 2 columns kept
+    with pytest.raises(ValueError, match="trimmed to the longest row need num_kv_blocks"):
+        blockmask.as_dense((counts, trimmed))
+    assert blockmask.from_kv_indices(counts, trimmed, num_kv_blocks=8).shape == (1, 2, 8)
+
+
 def test_cli_lists_commands_and_rejects_unknown_ones(capsys):
     assert cli.main([]) == 0
     assert "demo" in capsys.readouterr().out

@@ -1,7 +1,8 @@
 """Block-mask formats and their checks: the dense bool form (…, MB, NB) and the kv-index form.
 
 The kv-index form is what kernels consume: ``kv_num_blocks`` (…, MB) int32 counts and ``kv_indices``
-(…, MB, NB) int32 with each row's selected kv blocks first, ascending, the tail unspecified.
+(…, MB, NB) int32 with each row's selected kv blocks first, ascending, the tail unspecified. The width of
+``kv_indices`` is read as NB, so lists trimmed to the longest row must come with ``num_kv_blocks``.
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ def from_kv_indices(kv_num_blocks: torch.Tensor, kv_indices: torch.Tensor,
     valid = torch.arange(k, device=kv_indices.device) < kv_num_blocks.unsqueeze(-1)
     idx = kv_indices.long()
     if valid.any() and (int(idx[valid].min()) < 0 or int(idx[valid].max()) >= nb):
-        raise ValueError(f"kv_indices must lie in [0, {nb}) where selected")
+        hint = ("" if num_kv_blocks is not None else f"; NB is read as kv_indices' width {k}: lists trimmed to the "
+                "longest row need num_kv_blocks, or pass the dense mask")
+        raise ValueError(f"kv_indices must lie in [0, {nb}) where selected, got [{int(idx[valid].min())}, "
+                         f"{int(idx[valid].max())}]{hint}")
     # unselected slots scatter into a spare column nb, dropped afterwards
     mask = torch.zeros(*kv_indices.shape[:-1], nb + 1, dtype=torch.bool, device=kv_indices.device)
     mask.scatter_(-1, torch.where(valid, idx, nb), True)
