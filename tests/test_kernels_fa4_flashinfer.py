@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
 from wavealign import blockmask, kernels, reorder, synthetic
 from wavealign.kernels import fa4, flashinfer
@@ -309,47 +310,25 @@ def _backend_or_skip(name, block_size=128):
     return kernels.get(name)
 
 
-def _inputs(batch, heads, seq_len, head_dim, block_size, seed, density=0.4):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=gen, device="cuda", dtype=torch.bfloat16)
-               for _ in range(3))
-    blocks = -(-seq_len // block_size)
-    mask = synthetic.random_mask(heads, blocks, blocks, density, nnz_spread=0.5, seed=seed).cuda()
-    mask[0, min(1, blocks - 1)] = False  # an empty row must give zeros
-    mask[-1, 0, -1] = True  # the ragged last K/V block is read
-    return q, k, v, mask
-
-
-def _run_poisoned(backend, q, k, v, mask, order=None, block_size=128, **params):
-    """Fill the memory the output will most likely reuse with NaN, so an unwritten element shows."""
-    poison = torch.full_like(q, float("nan"))
-    del poison
-    return backend(q, k, v, mask, order=order, block_size=block_size, **params)
-
-
-def _relative_error(out, ref):
-    return float((out.float() - ref).norm() / ref.norm())
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize(("name", "params"), VARIANTS, ids=VARIANT_IDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_vendor_backend_matches_reference_in_bf16(name, params, shape):
     backend = _backend_or_skip(name, shape[-1])
-    q, k, v, mask = _inputs(*shape, seed=sum(shape) % 1000)
-    out = _run_poisoned(backend, q, k, v, mask, block_size=shape[-1], **params)
+    q, k, v, mask = attention_inputs(*shape, seed=sum(shape) % 1000)
+    out = run_poisoned(backend, q, k, v, mask, block_size=shape[-1], **params)
     ref = reference_attention(q.float(), k.float(), v.float(), mask, block_size=shape[-1])
     assert out.shape == q.shape and out.dtype == q.dtype
     assert torch.isfinite(out).all()
-    assert _relative_error(out, ref) <= 1e-2
+    assert relative_error(out, ref) <= 1e-2
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("name", "params"), VARIANTS, ids=VARIANT_IDS)
 def test_vendor_backend_gives_zeros_for_empty_rows(name, params):
     backend = _backend_or_skip(name)
-    q, k, v, mask = _inputs(1, 2, 1000, 128, 128, seed=3)
-    out = _run_poisoned(backend, q, k, v, mask, **params)
+    q, k, v, mask = attention_inputs(1, 2, 1000, 128, 128, seed=3)
+    out = run_poisoned(backend, q, k, v, mask, **params)
     assert torch.count_nonzero(out[0, 0, 128:256]) == 0
 
 
@@ -358,10 +337,10 @@ def test_vendor_backend_gives_zeros_for_empty_rows(name, params):
 @pytest.mark.parametrize("shape", [(1, 3, 3000, 128, 128), (2, 2, 1000, 64, 64)], ids=lambda s: "x".join(map(str, s)))
 def test_vendor_backend_row_order_leaves_output_bitwise_equal(name, params, shape):
     backend = _backend_or_skip(name, shape[-1])
-    q, k, v, mask = _inputs(*shape, seed=7)
+    q, k, v, mask = attention_inputs(*shape, seed=7)
     order = reorder.plan(mask, wave_size=8)
     plain = backend(q, k, v, mask, block_size=shape[-1], **params)
-    permuted = _run_poisoned(backend, q, k, v, mask, order=order, block_size=shape[-1], **params)
+    permuted = run_poisoned(backend, q, k, v, mask, order=order, block_size=shape[-1], **params)
     assert torch.equal(plain, permuted)
 
 
@@ -369,26 +348,26 @@ def test_vendor_backend_row_order_leaves_output_bitwise_equal(name, params, shap
 @pytest.mark.parametrize("name", ["fa4", "flashinfer"])
 def test_vendor_backend_takes_the_kv_index_form_of_the_mask(name):
     backend = _backend_or_skip(name)
-    q, k, v, mask = _inputs(1, 2, 1000, 128, 128, seed=9)
+    q, k, v, mask = attention_inputs(1, 2, 1000, 128, 128, seed=9)
     assert torch.equal(backend(q, k, v, mask), backend(q, k, v, blockmask.to_kv_indices(mask)))
 
 
 @pytest.mark.gpu
 def test_flashinfer_head_orders_agree():
     backend = _backend_or_skip("flashinfer")
-    q, k, v, mask = _inputs(2, 3, 1500, 128, 128, seed=11)
+    q, k, v, mask = attention_inputs(2, 3, 1500, 128, 128, seed=11)
     order = reorder.plan(mask, wave_size=4)
     native = backend(q, k, v, mask, order=order, head_order="native")
     sequential = backend(q, k, v, mask, order=order, head_order="sequential")
     # split-KV chunking depends on how many requests one launch holds, so the sums may round differently
-    assert _relative_error(sequential, native.float()) <= 1e-2
+    assert relative_error(sequential, native.float()) <= 1e-2
 
 
 @pytest.mark.gpu
 def test_flashinfer_plan_runs_again_with_new_inputs_of_the_same_shape():
     _backend_or_skip("flashinfer")
-    q, k, v, mask = _inputs(1, 2, 1000, 128, 128, seed=13)
+    q, k, v, mask = attention_inputs(1, 2, 1000, 128, 128, seed=13)
     launch = flashinfer.plan(q, k, v, mask, block_size=128)
     q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))
     ref = reference_attention(q2.float(), k2.float(), v2.float(), mask, block_size=128)
-    assert _relative_error(launch.run(q2, k2, v2), ref) <= 1e-2
+    assert relative_error(launch.run(q2, k2, v2), ref) <= 1e-2

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
 from wavealign import kernels, reorder, synthetic
 from wavealign.kernels.reference import reference_attention
@@ -13,60 +14,39 @@ FAST_BACKENDS = ["triton", "flex"]
 SHAPES = [(1, 2, 1000, 128, 128), (2, 3, 768, 64, 128), (1, 2, 700, 128, 64), (1, 1, 4096, 128, 128)]
 
 
-def _inputs(batch, heads, seq_len, head_dim, block_size, seed, density=0.4):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=gen, device="cuda", dtype=torch.bfloat16)
-               for _ in range(3))
-    blocks = -(-seq_len // block_size)
-    mask = synthetic.random_mask(heads, blocks, blocks, density, nnz_spread=0.5, seed=seed).cuda()
-    mask[0, min(1, blocks - 1)] = False  # an empty row must give zeros
-    return q, k, v, mask
-
-
-def _run_poisoned(backend, q, k, v, mask, order=None, block_size=128):
-    """Fill the memory the output will most likely reuse with NaN, so an unwritten element shows."""
-    poison = torch.full_like(q, float("nan"))
-    del poison
-    return backend(q, k, v, mask, order=order, block_size=block_size)
-
-
-def _relative_error(out, ref):
-    return float((out.float() - ref).norm() / ref.norm())
-
-
 @pytest.mark.parametrize("name", FAST_BACKENDS)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_backend_matches_reference_in_bf16(name, shape):
     if name == "flex" and shape[-1] != 128:
         pytest.skip("the flex baseline runs 128x128 mask blocks only")
-    q, k, v, mask = _inputs(*shape, seed=hash(shape) % 1000)
+    q, k, v, mask = attention_inputs(*shape, seed=hash(shape) % 1000)
     block_size = shape[-1]
-    out = _run_poisoned(kernels.get(name), q, k, v, mask, block_size=block_size)
+    out = run_poisoned(kernels.get(name), q, k, v, mask, block_size=block_size)
     ref = reference_attention(q.float(), k.float(), v.float(), mask, block_size=block_size)
     assert torch.isfinite(out).all()
-    assert _relative_error(out, ref) <= 1e-2
+    assert relative_error(out, ref) <= 1e-2
 
 
 @pytest.mark.parametrize("name", FAST_BACKENDS)
 def test_empty_rows_give_zeros(name):
-    q, k, v, mask = _inputs(1, 2, 1000, 128, 128, seed=3)
-    out = _run_poisoned(kernels.get(name), q, k, v, mask)
+    q, k, v, mask = attention_inputs(1, 2, 1000, 128, 128, seed=3)
+    out = run_poisoned(kernels.get(name), q, k, v, mask)
     assert torch.count_nonzero(out[0, 0, 128:256]) == 0
 
 
 @pytest.mark.parametrize("name", FAST_BACKENDS)
 @pytest.mark.parametrize("stages", ["both", "spatial"])
 def test_row_order_leaves_output_bitwise_equal(name, stages):
-    q, k, v, mask = _inputs(1, 3, 3000, 128, 128, seed=7)
+    q, k, v, mask = attention_inputs(1, 3, 3000, 128, 128, seed=7)
     order = reorder.plan(mask, wave_size=8, stages=stages)
     backend = kernels.get(name)
     plain = backend(q, k, v, mask)
-    permuted = _run_poisoned(backend, q, k, v, mask, order=order)
+    permuted = run_poisoned(backend, q, k, v, mask, order=order)
     assert torch.equal(plain, permuted)
 
 
 def test_triton_head_orders_give_the_same_output():
-    q, k, v, mask = _inputs(2, 3, 1500, 64, 128, seed=11)
+    q, k, v, mask = attention_inputs(2, 3, 1500, 64, 128, seed=11)
     order = reorder.plan(mask, wave_size=4)
     run = kernels.get("triton")
     assert torch.equal(run(q, k, v, mask, order=order, head_order="parallel"),
@@ -74,7 +54,7 @@ def test_triton_head_orders_give_the_same_output():
 
 
 def test_triton_pointer_and_tma_loads_agree():
-    q, k, v, mask = _inputs(1, 2, 1000, 128, 128, seed=13)
+    q, k, v, mask = attention_inputs(1, 2, 1000, 128, 128, seed=13)
     run = kernels.get("triton")
     assert torch.equal(run(q, k, v, mask, use_tma=False), run(q, k, v, mask, use_tma=True))
 
@@ -82,7 +62,7 @@ def test_triton_pointer_and_tma_loads_agree():
 def test_triton_reads_the_kv_index_form():
     from wavealign import blockmask
 
-    q, k, v, mask = _inputs(1, 2, 900, 128, 128, seed=17)
+    q, k, v, mask = attention_inputs(1, 2, 900, 128, 128, seed=17)
     run = kernels.get("triton")
     assert torch.equal(run(q, k, v, blockmask.to_kv_indices(mask)), run(q, k, v, mask))
 
