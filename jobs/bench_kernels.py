@@ -6,8 +6,8 @@
 For every sequence length it times the dense kernel of each backend and cuDNN SDPA, then for each mask the
 variants {none, spatial, temporal, both} (the paper's Original, O+S1, O+S2, O+S1+S2) on each backend: kernel
 ms, reorder ms (``reorder.plan`` on the GPU; for a backend that does not read the order inside its kernel,
-also the Q gather and O scatter, timed apart from the kernel), net speedup, effective TFLOP/s and the gap to
-the 1/rho bound. A backend takes call options after a colon (``name:key=value:key=value``). A second pass
+also the Q gather, mask-row permutation and O scatter, each timed on its own), net speedup, effective
+TFLOP/s and the gap to the 1/rho bound. A backend takes call options after a colon (``name:key=value``). A second pass
 under Nsight Compute adds L2 hit % and DRAM bytes (every launch of a cell's attention kernel, added up) for
 the ``--ncu-seq-lens``. Writes cells.json / cells.csv / ncu_cells.csv / table.md to ``--out`` and
 prints the table last. Masks are ``wavealign.synthetic`` masks (labelled random / planted, regenerable from
@@ -25,6 +25,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class BackendSpec:
 
     name: str
     options: tuple[tuple[str, object], ...] = ()
+    text: str = ""  # as written in --backends
 
     @classmethod
     def parse(cls, text: str) -> BackendSpec:
@@ -72,12 +74,12 @@ class BackendSpec:
             if not eq or not key:
                 raise ValueError(f"backend option {pair!r} in {text!r} must be key=value")
             options.append((key, yaml.safe_load(value)))
-        return cls(name, tuple(options))
+        return cls(name, tuple(options), text)
 
     @property
     def label(self) -> str:
         """How cells and tables name this backend: the ``--backends`` text."""
-        return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
+        return self.text or self.name
 
     @property
     def backend(self) -> kernels.Backend:
@@ -103,11 +105,13 @@ class KernelCell:
     wave_size: int
     kernel_ms: float
     kernel_iqr_ms: float
-    reorder_ms: float
+    reorder_ms: float  # plan_ms + gather_ms
     total_ms: float
     # first call minus the median: the compile/JIT time where this process meets the shape first, else ~0
     compile_ms: float
     effective_tflops: float
+    plan_ms: float = 0.0  # reorder.plan on the GPU
+    gather_ms: float = 0.0  # Q gather, mask-row permutation and O scatter, for backends that need them
     speedup_vs_original: float = float("nan")
     net_speedup_vs_original: float = float("nan")
     net_speedup_vs_flex_original: float = float("nan")
@@ -165,19 +169,32 @@ class Launches:
         """Median GPU time of ``reorder.plan`` per stage set (0 for the original order)."""
         return {"none": 0.0, **{s: time_cuda(plan, reps=5, warmup=1).median_ms for s, plan in self.plans.items()}}
 
+    def order_steps(self, stages: str) -> dict[str, Callable[[], object]]:
+        """What a backend that does not read the order in its kernel adds to it: gather Q's blocks and the
+        mask's rows into launch order, and scatter the output's blocks back."""
+        order, bs = self.orders[stages], self.block_size
+        out = block_gather.gather_blocks(self.q, order, bs)  # an output in launch order has Q's layout
+        return {"gather_q": lambda: block_gather.gather_blocks(self.q, order, bs),
+                "permute_mask": lambda: flex_backend.permuted_kv_form(self.kv, order),
+                "scatter_o": lambda: block_gather.scatter_blocks(out, order, bs, self.q.shape[2])}
+
+    def order_steps_ms(self) -> dict[str, float]:
+        """Median GPU time of ``order_steps`` per stage set, each step timed on its own (0 for the original)."""
+        return {"none": 0.0, **{s: sum(time_cuda(step, reps=5, warmup=1).median_ms
+                                       for step in self.order_steps(s).values()) for s in self.orders}}
+
     def gathered(self, stages: str) -> tuple:
         """Q (padded to whole blocks) and the mask's kv-index form, rows gathered into ``stages``' launch order."""
         if stages not in self._gathered:
-            order = self.orders[stages]
-            self._gathered[stages] = (block_gather.gather_blocks(self.q, order, self.block_size),
-                                      flex_backend.permuted_kv_form(self.kv, order))
+            steps = self.order_steps(stages)
+            self._gathered[stages] = (steps["gather_q"](), steps["permute_mask"]())
         return self._gathered[stages]
 
-    def call(self, spec: BackendSpec, stages: str, *, kernel_only: bool):
-        """The launch of ``spec`` in ``stages`` order. With ``kernel_only``, a backend that does not read the
-        order in its kernel runs on Q and mask rows gathered beforehand, so only its attention kernel runs."""
+    def call(self, spec: BackendSpec, stages: str):
+        """The attention kernel of ``spec`` in ``stages`` order, alone: a backend that does not read the order
+        in its kernel runs on Q and mask rows gathered beforehand (its output stays in launch order)."""
         order = self.orders.get(stages)
-        if kernel_only and order is not None and not spec.backend.in_kernel_permutation:
+        if order is not None and not spec.backend.in_kernel_permutation:
             qp, kvp = self.gathered(stages)
             return lambda: spec(qp, self.k, self.v, kvp, block_size=self.block_size)
         return lambda: spec(self.q, self.k, self.v, self.kv, order=order, block_size=self.block_size)
@@ -236,28 +253,26 @@ def run_grid(args, checkpoint=lambda cells: None) -> list[KernelCell]:
         for kind, (q, k, v), mask in _groups(args, seq_len):
             rho = blockmask.density(mask)
             flops = derived.attention_flops(seq_len, seq_len, args.head_dim, args.heads, rho)
-            group, by_wave, plan_ms = {}, {}, {}
+            group, by_wave, plan_ms, steps_ms = {}, {}, {}, {}
             for spec in args.backends:
                 wave = hw.wave_size(spec.name)
                 if wave not in by_wave:
                     by_wave[wave] = Launches(q, k, v, mask, args.block_size, wave, args.seed, tuple(args.stages))
-                    plan_ms[wave] = by_wave[wave].plan_ms()
+                    plan_ms[wave], steps_ms[wave] = by_wave[wave].plan_ms(), by_wave[wave].order_steps_ms()
                 launches, label = by_wave[wave], spec.label
                 for stages in args.stages:
-                    kernel_call = launches.call(spec, stages, kernel_only=True)
+                    kernel_call = launches.call(spec, stages)
                     first = time_first_call_ms(kernel_call)
                     t = time_cuda(kernel_call, reps=args.reps, warmup=1)
-                    extra_ms = 0.0
-                    if stages != "none" and not spec.backend.in_kernel_permutation:  # Q gather and O scatter
-                        full = time_cuda(launches.call(spec, stages, kernel_only=False), reps=args.reps, warmup=1)
-                        extra_ms = max(0.0, full.median_ms - t.median_ms)
-                    reorder_ms = plan_ms[wave][stages] + extra_ms
+                    gather_ms = 0.0 if spec.backend.in_kernel_permutation else steps_ms[wave][stages]
+                    reorder_ms = plan_ms[wave][stages] + gather_ms
                     bound = derived.gap_to_bound(dense[label][0], t.median_ms, rho)
                     cell = KernelCell(label, stages, kind, seq_len, args.heads, args.head_dim, args.block_size,
                                       rho, args.seed, wave, t.median_ms, t.iqr_ms, reorder_ms,
                                       t.median_ms + reorder_ms, max(0.0, first - t.median_ms),
                                       derived.effective_tflops(flops, t.median_ms), dense_ms=dense[label][0],
-                                      bound_speedup=bound.bound_speedup, gap_to_bound=bound.gap)
+                                      bound_speedup=bound.bound_speedup, gap_to_bound=bound.gap,
+                                      plan_ms=plan_ms[wave][stages], gather_ms=gather_ms)
                     group[(label, stages)] = cell
                     cells.append(cell)
                     print(f"  {kind:8} {label:12} {stages:8} kernel {t.median_ms:9.2f} ms reorder {reorder_ms:6.2f}"
@@ -313,8 +328,8 @@ def _ncu_spec(args, hw: hardware.Hardware, folder: Path) -> Path:
               for seq_len in args.ncu_seq_lens for kind in args.masks if kind in SYNTHETIC_MASKS
               for spec in args.backends for stages in args.stages]
     spec = folder / "ncu_spec.json"
-    spec.write_text(json.dumps({"args": {k: getattr(args, k) for k in ("heads", "head_dim", "block_size", "density",
-                                                                       "seed")}, "cells": listed}))
+    keys = ("heads", "head_dim", "block_size", "density", "seed", "stages")
+    spec.write_text(json.dumps({"args": {k: getattr(args, k) for k in keys}, "cells": listed}))
     return spec
 
 
@@ -333,8 +348,8 @@ def ncu_child(spec_path: Path) -> int:
             blocks = -(-seq_len // a["block_size"])
             mask = make_mask(kind, a["heads"], blocks, a["density"], a["seed"]).cuda()
             densities[f"{kind}/{seq_len}"] = blockmask.density(mask)
-            cache[key] = Launches(q, k, v, mask, a["block_size"], wave, a["seed"])
-        ncu.profile_one_launch(cache[key].call(BackendSpec.parse(label), stages, kernel_only=True), marker=True)
+            cache[key] = Launches(q, k, v, mask, a["block_size"], wave, a["seed"], tuple(a["stages"]))
+        ncu.profile_one_launch(cache[key].call(BackendSpec.parse(label), stages), marker=True)
     spec_path.with_suffix(".densities.json").write_text(json.dumps(densities))
     return 0
 

@@ -69,6 +69,14 @@ for name, (b, h, n, d, bs) in {"ragged_d64": (1, 2, 100, 64, 32), "whole_d128": 
     slow = block_gather.copy_blocks_torch(x, padded, order, bs, True)
     back = block_gather.copy_blocks_triton(fast, torch.full_like(x, float("nan")), order, bs, False)
     out[name] = {"gather_bitwise": torch.equal(fast, slow), "round_trip_bitwise": torch.equal(back, x)}
+# one (H, MB) order for a batch of 2, and a source read through a transposed view (FA4's (B, S, H, D) output)
+x = torch.randn(2, 40, 3, 16).half().transpose(1, 2)  # (B, H, N, D) view, N stride = H * D
+order = reorder.RowOrder.from_perm(torch.stack([torch.randperm(3) for _ in range(3)]), 4, "both")
+fast = block_gather.copy_blocks_triton(x, x.new_full((2, 3, 48, 16), float("nan")), order, 16, True)
+slow = block_gather.copy_blocks_torch(x, x.new_empty(2, 3, 48, 16), order, 16, True)
+back = block_gather.copy_blocks_triton(fast, x.new_full((2, 3, 40, 16), float("nan")), order, 16, False)
+out["unbatched_order_strided_source"] = {"gather_bitwise": torch.equal(fast, slow),
+                                          "round_trip_bitwise": torch.equal(back, x)}
 print(json.dumps(out))
 """
 
@@ -81,4 +89,4 @@ def test_the_triton_copy_equals_the_torch_copy_bitwise_under_the_interpreter():
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert results == {name: {"gather_bitwise": True, "round_trip_bitwise": True} for name in results}
-    assert len(results) == 3
+    assert len(results) == 4

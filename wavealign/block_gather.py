@@ -82,7 +82,9 @@ def copy_blocks_torch(src: torch.Tensor, dst: torch.Tensor, order: RowOrder, blo
 
 
 def _copy(src: torch.Tensor, dst: torch.Tensor, order: RowOrder, block_size: int, gather: bool) -> torch.Tensor:
-    copy = copy_blocks_triton if src.is_cuda and triton is not None else copy_blocks_torch
+    # the Triton tile is one block of rows: a power of two (16 and up, as every backend's block is)
+    fast = src.is_cuda and triton is not None and block_size >= 16 and block_size & (block_size - 1) == 0
+    copy = copy_blocks_triton if fast else copy_blocks_torch
     return copy(src, dst, order, block_size, gather)
 
 

@@ -13,7 +13,7 @@ block), because the wrappers cannot express what our masks need at scale:
 Head orders (the paper's A40 study): ``native`` is one launch over all heads, in FlashInfer's own
 order (its work list runs head after head, waves straddling head boundaries); ``sequential`` is one
 launch per head, so only that head's K/V competes for L2. WaveAlign permutes each head's requests and
-gathers Q into that order (``reorder.permute_rows``), then scatters O back.
+gathers Q's blocks into that order (``block_gather``, whole blocks), then scatters O back.
 
 ``plan`` does the host-side scheduling and loads the JIT-built kernel: nvcc compiles it on first use
 (about 24 s), into ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer`` ($HOME by default), reused by later
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from wavealign import blockmask, reorder
+from wavealign import block_gather, blockmask, reorder
 from wavealign.kernels import Backend, register
 from wavealign.kernels.reference import check_qkv
 from wavealign.kernels.sparse_formats import (
@@ -74,8 +74,9 @@ class FlashInferPlan:
                              f"and kv_len={self.kv_len}")
         batch, heads, n_q, d = q.shape
         if self.order is not None:
-            q = reorder.permute_rows(q, self.order, self.block_size)
-        q_tokens = q.reshape(batch * heads * n_q, 1, d)
+            q = block_gather.gather_blocks(q, self.order, self.block_size)  # whole blocks, as planned
+        rows = q.shape[2]
+        q_tokens = q.reshape(batch * heads * rows, 1, d)
         k_pages, v_pages = _PAGES.get((k, v), (self.block_size,), lambda: (_pages(k, self.block_size),
                                                                            _pages(v, self.block_size)))
         out = torch.empty_like(q_tokens)
@@ -84,10 +85,10 @@ class FlashInferPlan:
         else:
             pages = k_pages.shape[0] // len(self.wrappers)
             for g, wrapper in enumerate(self.wrappers):
-                tokens, head_pages = slice(g * n_q, (g + 1) * n_q), slice(g * pages, (g + 1) * pages)
+                tokens, head_pages = slice(g * rows, (g + 1) * rows), slice(g * pages, (g + 1) * pages)
                 wrapper.run(q_tokens[tokens], (k_pages[head_pages], v_pages[head_pages]), out=out[tokens])
-        out = out.reshape(batch, heads, n_q, d)
-        return out if self.order is None else reorder.restore_rows(out, self.order, self.block_size)
+        out = out.reshape(batch, heads, rows, d)
+        return out if self.order is None else block_gather.scatter_blocks(out, self.order, self.block_size, n_q)
 
 
 def _pages(x: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -133,7 +134,9 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: blockmask.Mask
     _check_head_order(head_order)
     flashinfer = _flashinfer()
     dense = check_qkv(q, k, v, blockmask.as_dense(mask), block_size).to(q.device)  # (B, H, MB, NB)
-    structures = launch_structures(dense, order, block_size, q.shape[2], k.shape[2], head_order)
+    # with an order, Q runs as whole blocks (block_gather), so a ragged last block cannot shift the others
+    q_len = q.shape[2] if order is None else dense.shape[-2] * block_size
+    structures = launch_structures(dense, order, block_size, q_len, k.shape[2], head_order)
     workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
     wrappers = []
     for bsr in structures:

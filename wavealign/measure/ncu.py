@@ -167,13 +167,17 @@ def profile_one_launch(call, *, marker: bool = False) -> None:
     with ``marker``, the range opens with the marker kernel, so ``split_at_markers`` can tell cells apart."""
     import torch
 
-    call()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
+    target = None
     if marker:
         from wavealign.measure import ncu_marker
 
-        ncu_marker.launch()
+        target = ncu_marker.buffer()
+        ncu_marker.launch(target)  # compiled outside the range
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    if target is not None:
+        ncu_marker.launch(target)
     call()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
