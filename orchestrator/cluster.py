@@ -89,9 +89,9 @@ def inventory() -> Inventory:
     return Inventory(gpus_by_label=dict(gpus), untyped_gpus=untyped, cpus=cpus)
 
 
-@ray.remote
-class CellWorker:
-    """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep."""
+class CellRunner:
+    """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep.
+    A plain class, so that tests can subclass it (e.g. to inject a worker death)."""
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
@@ -105,6 +105,9 @@ class CellWorker:
         finished = time.time()
         where = self.where()
         return [{"result": r, "started_at": started, "finished_at": finished, **where} for r in results]
+
+
+CellWorker = ray.remote(CellRunner)
 
 
 def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory) -> list[Any]:

@@ -71,6 +71,8 @@ class RayConfig:
     max_retries: int = 2  # a worker that dies mid-cell is restarted and the cell retried this often
     wait_for_nodes: bool = False  # keep cells for absent GPU types waiting instead of unschedulable
     wait_timeout_s: float = 3600.0
+    # a worker not up this long after it is started (or back after dying) is dropped: Ray may never place it
+    worker_start_timeout_s: float = 300.0
 
 
 @dataclass
@@ -197,8 +199,9 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
         value = cfg.ray[key]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             raise ConfigError(f"ray.{key}={value!r}; expected null or an integer >= {least}")
-    if cfg.ray.wait_timeout_s <= 0:
-        raise ConfigError(f"ray.wait_timeout_s={cfg.ray.wait_timeout_s}; expected > 0")
+    for key in ("wait_timeout_s", "worker_start_timeout_s"):
+        if cfg.ray[key] <= 0:
+            raise ConfigError(f"ray.{key}={cfg.ray[key]}; expected > 0")
     for where, grid in grids(cfg).items():
         _validate_grid(where, grid, cfg, conf_dir)
 

@@ -3,8 +3,10 @@ type, and record every result to Parquet (first) and MLflow (second) in batches 
 
 Cells for GPU types the cluster lacks are recorded ``unschedulable`` (or wait, with
 ``ray.wait_for_nodes=true``); a cell that raises is recorded ``failed`` with its traceback; a worker that
-dies is restarted and its cells retried ``ray.max_retries`` times. Ctrl-C stops submitting, records what
-finished and prints how to resume.
+dies is restarted and its cells retried ``ray.max_retries`` times, after which they are ``failed`` and the
+restarted worker takes the next group. A worker not up within ``ray.worker_start_timeout_s`` is dropped (the
+cells of a type left with none are ``failed``). Ctrl-C stops submitting, records what finished and prints how to
+resume.
 """
 
 from __future__ import annotations
@@ -208,13 +210,15 @@ def run(cfg: DictConfig, console: Console | None = None,
                 started = time.monotonic()
                 workers = _start_pools(cfg, queues, recorder, progress, console)
                 # wait until every worker is up, so that start-up is not counted as cell time
-                where = {k: ray.get([w.where.remote() for w in ws]) for k, ws in workers.items()}
+                workers, where = _await_workers(workers, cfg.ray.worker_start_timeout_s, console)
+                _fail_unstarted(queues, workers, recorder, progress, cfg.ray.worker_start_timeout_s)
                 outcome.workers = sum(len(ws) for ws in workers.values())
                 outcome.startup_s = time.monotonic() - started
                 if on_workers is not None:
                     on_workers(where)
                 started = time.monotonic()
-                outcome.interrupted = _dispatch(queues, workers, recorder, progress)
+                outcome.interrupted = _dispatch(queues, workers, recorder, progress,
+                                                cfg.ray.worker_start_timeout_s, console)
                 recorder.flush()
                 outcome.dispatch_s = time.monotonic() - started
     except KeyboardInterrupt:  # during start-up; _dispatch handles it once cells run
@@ -317,13 +321,55 @@ def _start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder
     return workers
 
 
+def _await_workers(workers: dict[str, list[Any]], timeout_s: float,
+                   console: Console) -> tuple[dict[str, list[Any]], dict[str, list[dict[str, Any]]]]:
+    """The workers that answer ``where`` within ``timeout_s``, per placement (one left with none is left out),
+    and their answers. The others are killed: a worker Ray cannot place would hold the sweep forever."""
+    import ray
+
+    calls = [(key, worker, worker.where.remote()) for key, ws in workers.items() for worker in ws]
+    ready = set(ray.wait([ref for _, _, ref in calls], num_returns=len(calls), timeout=timeout_s)[0])
+    up: dict[str, list[Any]] = {}
+    where: dict[str, list[dict[str, Any]]] = {}
+    for key, worker, ref in calls:
+        try:
+            answer = ray.get(ref) if ref in ready else None
+        except ray.exceptions.RayError as exc:
+            answer = None
+            console.print(f"[yellow]a {key} worker failed to start: {exc}[/yellow]")
+        if answer is None:
+            ray.kill(worker)
+        else:
+            up.setdefault(key, []).append(worker)
+            where.setdefault(key, []).append(answer)
+    for key, ws in workers.items():
+        if len(up.get(key, [])) < len(ws):
+            console.print(f"[yellow]{len(ws) - len(up.get(key, []))} of {len(ws)} {key} workers not up within "
+                          f"ray.worker_start_timeout_s={timeout_s:g}; going on without them[/yellow]")
+    return up, where
+
+
+def _fail_unstarted(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]], recorder: Recorder,
+                    progress: SweepProgress, timeout_s: float) -> None:
+    """Record ``failed`` the queued cells of each placement left with no worker after start-up."""
+    for key in [k for k in queues if k not in workers]:
+        _fail_all(queues.pop(key), recorder, progress, key,
+                  f"no {key} worker started within ray.worker_start_timeout_s={timeout_s:g} (Ray could not place "
+                  f"one: its GPUs held by other work or its nodes gone; or it failed to start)")
+
+
 def _dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]], recorder: Recorder,
-              progress: SweepProgress) -> bool:
-    """Keep every worker busy with one group at a time until the queues drain; True if interrupted."""
+              progress: SweepProgress, probe_timeout_s: float, console: Console) -> bool:
+    """Keep every worker busy with one group at a time until the queues drain; True if interrupted.
+
+    A worker that died on a group (Ray's retries spent) is asked ``where`` once: Ray restarts it, and it takes
+    the next group if it answers within ``probe_timeout_s``; otherwise it is dropped.
+    """
     import ray
 
     idle = {k: list(ws) for k, ws in workers.items()}
     inflight: dict[Any, tuple[str, Any, list[Cell]]] = {}
+    probes: dict[Any, tuple[str, Any, float]] = {}  # where() of a worker that died -> placement, worker, deadline
     try:
         while any(queues.values()) or inflight:
             for key, queue in queues.items():
@@ -331,43 +377,76 @@ def _dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]
                     actor, group = idle[key].pop(), queue.popleft()
                     inflight[actor.run.remote(group)] = (key, actor, group)
                     progress.add(key, running=len(recorder.recordable(group)))
-                if queue and not idle[key] and not any(k == key for k, _, _ in inflight.values()):
+                coming = any(k == key for k, _, _ in (*inflight.values(), *probes.values()))
+                if queue and not idle[key] and not coming:
                     _fail_all(queue, recorder, progress, key, "every worker of this type died")
-            if not inflight:
+            if not inflight and not probes:
                 continue
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            ready, _ = ray.wait([*inflight, *probes], num_returns=1, timeout=1.0)
             for ref in ready:
+                if ref in probes:
+                    key, actor, _ = probes.pop(ref)
+                    _readmit(ref, actor, key, idle, console)
+                    continue
                 key, actor, group = inflight.pop(ref)
                 progress.add(key, running=-len(recorder.recordable(group)))
-                _collect(ref, actor, group, key, idle, recorder, progress)
+                if _collect(ref, actor, group, key, idle, recorder, progress):
+                    probes[actor.where.remote()] = (key, actor, time.monotonic() + probe_timeout_s)
                 recorder.flush()  # a group's rows reach Parquet as soon as it finishes: a killed driver loses none
+            _drop_expired(probes, probe_timeout_s, console)
     except KeyboardInterrupt:
         return True
     return False
 
 
 def _collect(ref, actor, group: list[Cell], key: str, idle: dict[str, list[Any]], recorder: Recorder,
-             progress: SweepProgress) -> None:
+             progress: SweepProgress) -> bool:
+    """Record ``group``'s results and return its worker to ``idle``; True if instead the worker died on it
+    (Ray's ``ray.max_retries`` spent), to be probed before it takes another group."""
     import ray
 
     try:
         outputs = ray.get(ref)
-    except ray.exceptions.RayActorError as exc:  # died more than max_retries times
-        for cell in group:
-            recorder.add(cell, None, status="failed", error=f"worker died: {exc}")
-        progress.add(key, failed=len(recorder.recordable(group)))
-        return
     except ray.exceptions.RayError as exc:
+        died = isinstance(exc, ray.exceptions.RayActorError)
         for cell in group:
-            recorder.add(cell, None, status="failed", error=f"{type(exc).__name__}: {exc}")
+            recorder.add(cell, None, status="failed",
+                         error=f"worker died: {exc}" if died else f"{type(exc).__name__}: {exc}")
         progress.add(key, failed=len(recorder.recordable(group)))
-        idle[key].append(actor)
-        return
+        if not died:
+            idle[key].append(actor)
+        return died
     idle[key].append(actor)
     for cell, out in zip(group, outputs, strict=True):
         result = out.pop("result")
         if recorder.add(cell, result, **out) is not None:
             progress.add(key, **{"done" if result.status == "done" else "failed": 1})
+    return False
+
+
+def _readmit(ref, actor, key: str, idle: dict[str, list[Any]], console: Console) -> None:
+    """Return a worker that died to ``idle`` if its ``where`` answered (Ray restarted it); else drop it."""
+    import ray
+
+    try:
+        ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        console.print(f"[yellow]dropped a {key} worker: it died and Ray cannot restart it ({exc})[/yellow]")
+        return
+    idle[key].append(actor)
+
+
+def _drop_expired(probes: dict[Any, tuple[str, Any, float]], timeout_s: float, console: Console) -> None:
+    """Kill and forget the workers that died and are not back by their deadline (Ray cannot place them again)."""
+    import ray
+
+    now = time.monotonic()
+    for ref, (key, actor, deadline) in list(probes.items()):
+        if now > deadline:
+            del probes[ref]
+            ray.kill(actor)
+            console.print(f"[yellow]dropped a {key} worker: it died and was not back within "
+                          f"ray.worker_start_timeout_s={timeout_s:g}[/yellow]")
 
 
 def _fail_all(queue: deque[list[Cell]], recorder: Recorder, progress: SweepProgress, key: str, reason: str) -> None:

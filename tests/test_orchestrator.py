@@ -195,6 +195,60 @@ def test_a_worker_killed_mid_cell_is_retried(ray_cluster, tmp_path):
     assert all(r["worker_pid"] != pids["a40"][0] for r in outcome.rows)
 
 
+def flaky_worker(poison: Path):
+    """A worker actor class whose process exits on every try of the first group any of its workers is given
+    (kept in the file ``poison``: a restart forgets everything), noting each dead pid in ``poison``.pids."""
+
+    class FlakyRunner(cluster.CellRunner):
+        def run(self, cells):
+            if not poison.exists():
+                poison.write_text(cells[0].group_id)
+            if poison.read_text() == cells[0].group_id:
+                with poison.with_suffix(".pids").open("a") as fh:
+                    fh.write(f"{os.getpid()}\n")
+                os._exit(1)
+            return super().run(cells)
+
+    return ray.remote(FlakyRunner)
+
+
+def test_a_group_that_spends_its_retries_fails_and_its_restarted_worker_takes_the_next(ray_cluster, tmp_path,
+                                                                                        monkeypatch):
+    poison = tmp_path / "poisoned-group"
+    monkeypatch.setattr(cluster, "CellWorker", flaky_worker(poison))
+    # the one A40 worker dies on both tries (max_retries=1) of its first group; two groups follow it
+    outcome = run_sweep(tmp_path / "runs", "grid.hardware=[a40]", "grid.seed=[0,1,2]", "ray.max_retries=1")
+    died = [int(pid) for pid in poison.with_suffix(".pids").read_text().split()]
+    failed = [r for r in outcome.rows if r["status"] == "failed"]
+    done = [r for r in outcome.rows if r["status"] == "done"]
+    assert outcome.workers == 1 and len(died) == 2
+    assert len(failed) == 2 and {r["group_id"] for r in failed} == {poison.read_text()}
+    assert all(r["error"].startswith("worker died") for r in failed)
+    assert len(done) == 4 and len({r["worker_pid"] for r in done}) == 1 and done[0]["worker_pid"] not in died
+
+
+def test_workers_ray_cannot_place_are_dropped_and_a_type_left_without_fails(ray_cluster, tmp_path):
+    # other work holds the A40 and one of the two H100s, so those sweep workers can never be placed
+    holders = [cluster.CellWorker.options(num_cpus=0, num_gpus=1, label_selector={key: accel}).remote()
+               for key, accel in ((cluster.USER_ACCELERATOR_LABEL, "A40"), (LABEL, "H100"))]
+    try:
+        ray.get([h.where.remote() for h in holders])
+        outcome = run_sweep(tmp_path, "grid.hardware=[h100,a40]", "grid.seed=[0,1]",
+                            "ray.worker_start_timeout_s=20")
+    finally:
+        for holder in holders:
+            ray.kill(holder)
+    a40 = [r for r in outcome.rows if r["hardware"] == "a40"]
+    assert outcome.workers == 1 and len(a40) == 4 and {r["status"] for r in a40} == {"failed"}
+    assert "no a40 worker started within ray.worker_start_timeout_s=20" in a40[0]["error"]
+    assert [r["status"] for r in outcome.rows if r["hardware"] == "h100"] == ["done"] * 4
+
+
+def test_a_worker_start_timeout_must_be_positive():
+    with pytest.raises(config.ConfigError, match=r"ray\.worker_start_timeout_s=0\.0; expected > 0"):
+        config.load([*TINY, "ray.worker_start_timeout_s=0"])
+
+
 def test_resume_after_a_killed_driver_loses_and_redoes_nothing(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
                  "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
