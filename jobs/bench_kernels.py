@@ -42,7 +42,7 @@ from wavealign.measure.timing import time_cuda, time_first_call_ms
 WAN_FRAMES = (81, 161, 241, 321, 401)
 TOKENS_PER_LATENT_FRAME = 3600
 SYNTHETIC_MASKS = ("random", "planted")
-STAGES = ("none", "spatial", "temporal", "both")
+STAGES = reorder.STAGES
 # the attention kernels' names under Nsight Compute: triton, flex, FA4 (CuTe DSL) and FlashInfer (FA2 paged prefill)
 ATTENTION_KERNELS = "|".join([r"_block_sparse_attn_fwd", r"flex_attention", r"FlashAttentionForward", r"flash_fwd",
                               r"BatchPrefillWithPagedKVCache"])
@@ -173,10 +173,11 @@ class Launches:
         """What a backend that does not read the order in its kernel adds to it: gather Q's blocks and the
         mask's rows into launch order, and scatter the output's blocks back."""
         order, bs = self.orders[stages], self.block_size
-        out = block_gather.gather_blocks(self.q, order, bs)  # an output in launch order has Q's layout
+        # an output in launch order has the gathered Q's layout: scatter that (gathered once, then cached)
         return {"gather_q": lambda: block_gather.gather_blocks(self.q, order, bs),
                 "permute_mask": lambda: flex_backend.permuted_kv_form(self.kv, order),
-                "scatter_o": lambda: block_gather.scatter_blocks(out, order, bs, self.q.shape[2])}
+                "scatter_o": lambda: block_gather.scatter_blocks(self.gathered(stages)[0], order, bs,
+                                                                 self.q.shape[2])}
 
     def order_steps_ms(self) -> dict[str, float]:
         """Median GPU time of ``order_steps`` per stage set, each step timed on its own (0 for the original)."""

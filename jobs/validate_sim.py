@@ -38,7 +38,7 @@ REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", 
             "l2_hit_pct", "dram_read_bytes", "kernel_ms")
 # the sweep's variant names (conf/config.yaml) for the reorder stages
 VARIANT_STAGES = {"original": "none", "spatial": "spatial", "temporal": "temporal", "wavealign": "both"}
-STAGES = ("none", "spatial", "temporal", "both")
+STAGES = reorder.STAGES
 L2_MAE_GOAL_PTS = 5.0
 DRAM_RATIO_GOAL = 0.15
 

@@ -43,7 +43,9 @@ def test_a_transposed_view_is_read_through_its_strides():
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda: block_gather.gather_blocks(torch.zeros(1, 2, 10, 4), _order([[0, 1]]), 4), "order has H=1 and MB=2"),
+    (lambda: block_gather.gather_blocks(torch.zeros(1, 2, 10, 4), _order([[0, 1]]), 4), "covers MB=2 query blocks"),
+    (lambda: block_gather.gather_blocks(torch.zeros(1, 2, 12, 4), _order([[0, 1, 2]]), 4), "order has 1"),
+    (lambda: block_gather.scatter_blocks(torch.zeros(1, 1, 12, 4), _order([[0, 1, 2]]), 4, 7), "seq_len=7"),
     (lambda: block_gather.gather_blocks(torch.zeros(2, 10, 4), _order([[0, 1, 2]]), 4), r"\(B, H, N, D\)"),
     (lambda: block_gather.scatter_blocks(torch.zeros(1, 1, 10, 4), _order([[0, 1, 2]]), 4, 10), "make 12"),
     (lambda: block_gather.gather_blocks(torch.zeros(1, 1, 10, 4).transpose(2, 3), _order([[0]]), 4),

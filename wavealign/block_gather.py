@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from wavealign.reorder import RowOrder
+from wavealign import reorder
 
 try:
     import triton
@@ -44,19 +44,13 @@ if triton is not None:
                  mask=(dst_rows[:, None] < N_DST) & col_ok)
 
 
-def _check(x: torch.Tensor, order: RowOrder, block_size: int, rows: int, name: str) -> None:
-    if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.stride(-1) != 1:
-        raise ValueError(f"{name} must be a (B, H, N, D) tensor with unit stride along D, got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    mb = order.num_q_blocks
-    if -(-rows // block_size) != mb or x.shape[1] != order.perm.shape[-2]:
-        raise ValueError(f"{name} has H={x.shape[1]} heads and {rows} rows, but the order has "
-                         f"H={order.perm.shape[-2]} and MB={mb} blocks of {block_size}")
-    if order.perm.dim() == 3 and order.perm.shape[0] != x.shape[0]:
-        raise ValueError(f"{name} has B={x.shape[0]}, but the order is batched with B={order.perm.shape[0]}")
+def _check(x: torch.Tensor, order: reorder.RowOrder, block_size: int, name: str) -> None:
+    reorder.check_rows(x, order, block_size, name)
+    if x.stride(-1) != 1:  # the Triton copy reads rows of D contiguous elements
+        raise ValueError(f"{name} must have unit stride along D, got strides {x.stride()}")
 
 
-def copy_blocks_triton(src: torch.Tensor, dst: torch.Tensor, order: RowOrder, block_size: int,
+def copy_blocks_triton(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_size: int,
                        gather: bool) -> torch.Tensor:
     """The Triton copy: block ``perm[slot]`` of ``src`` to block ``slot`` of ``dst`` (``gather``), or back."""
     perm = order.perm.to(src.device).contiguous()
@@ -69,7 +63,7 @@ def copy_blocks_triton(src: torch.Tensor, dst: torch.Tensor, order: RowOrder, bl
     return dst
 
 
-def copy_blocks_torch(src: torch.Tensor, dst: torch.Tensor, order: RowOrder, block_size: int,
+def copy_blocks_torch(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_size: int,
                       gather: bool) -> torch.Tensor:
     """The same copy with torch ops on views of whole blocks (any device)."""
     batch, heads, _, d = src.shape
@@ -81,25 +75,28 @@ def copy_blocks_torch(src: torch.Tensor, dst: torch.Tensor, order: RowOrder, blo
     return dst.copy_(moved.view(batch, heads, mb * block_size, d)[:, :, :dst.shape[2]])
 
 
-def _copy(src: torch.Tensor, dst: torch.Tensor, order: RowOrder, block_size: int, gather: bool) -> torch.Tensor:
+def _copy(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_size: int, gather: bool) -> torch.Tensor:
     # the Triton tile is one block of rows: a power of two (16 and up, as every backend's block is)
     fast = src.is_cuda and triton is not None and block_size >= 16 and block_size & (block_size - 1) == 0
     copy = copy_blocks_triton if fast else copy_blocks_torch
     return copy(src, dst, order, block_size, gather)
 
 
-def gather_blocks(x: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
+def gather_blocks(x: torch.Tensor, order: reorder.RowOrder, block_size: int = 128) -> torch.Tensor:
     """``x`` (B, H, N, D) with its query blocks in launch order: (B, H, MB * block_size, D), zero-padded."""
-    _check(x, order, block_size, x.shape[2], "x")
+    _check(x, order, block_size, "x")
     b, h, _, d = x.shape
     return _copy(x, x.new_empty(b, h, order.num_q_blocks * block_size, d), order, block_size, gather=True)
 
 
-def scatter_blocks(y: torch.Tensor, order: RowOrder, block_size: int, seq_len: int) -> torch.Tensor:
+def scatter_blocks(y: torch.Tensor, order: reorder.RowOrder, block_size: int, seq_len: int) -> torch.Tensor:
     """Undo ``gather_blocks`` on an output (B, H, MB * block_size, D) in launch order: (B, H, seq_len, D)."""
-    _check(y, order, block_size, seq_len, "y")
+    _check(y, order, block_size, "y")
     if y.shape[2] != order.num_q_blocks * block_size:
         raise ValueError(f"y has {y.shape[2]} rows, but the order's {order.num_q_blocks} blocks of {block_size} "
                          f"make {order.num_q_blocks * block_size}")
+    if -(-seq_len // block_size) != order.num_q_blocks:
+        raise ValueError(f"seq_len={seq_len} makes {-(-seq_len // block_size)} blocks of {block_size}, but the "
+                         f"order covers MB={order.num_q_blocks}")
     b, h, _, d = y.shape
     return _copy(y, y.new_empty(b, h, seq_len, d), order, block_size, gather=False)

@@ -168,7 +168,8 @@ def _block_row_index(order_perm: torch.Tensor, seq_len: int, block_size: int) ->
     return flat.reshape(*order_perm.shape[:-1], seq_len)
 
 
-def _check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> None:
+def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> None:
+    """``x`` must be a non-empty (B, H, N, D) tensor whose N tokens make the query blocks ``order`` covers."""
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"{name} must be a (B, H, N, D) tensor, got "
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
@@ -196,13 +197,13 @@ def _gather_rows(x: torch.Tensor, perm: torch.Tensor, block_size: int) -> torch.
 
 def permute_rows(q: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
     """Gather the query blocks of ``q`` (B, H, N, D) into launch order (a ragged last block keeps its length)."""
-    _check_rows(q, order, block_size, "q")
+    check_rows(q, order, block_size, "q")
     return _gather_rows(q, order.perm, block_size)
 
 
 def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
     """Undo ``permute_rows`` on an output (B, H, N, D) computed in launch order."""
-    _check_rows(out, order, block_size, "out")
+    check_rows(out, order, block_size, "out")
     index = _block_row_index(order.perm.to(out.device), out.shape[2], block_size)
     restored = torch.empty_like(out)
     b, h, n, d = out.shape
