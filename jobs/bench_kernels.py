@@ -41,7 +41,7 @@ from wavealign.measure.timing import time_cuda, time_first_call_ms
 # Wan2.1-14B 720p: pixel frames -> (F - 1) / 4 + 1 latent frames x 45 x 80 tokens
 WAN_FRAMES = (81, 161, 241, 321, 401)
 TOKENS_PER_LATENT_FRAME = 3600
-SYNTHETIC_MASKS = ("random", "planted")
+SYNTHETIC_MASKS = ("random", "random-fixed-nnz", "planted")
 STAGES = reorder.STAGES
 # the attention kernels' names under Nsight Compute: triton, flex, FA4 (CuTe DSL) and FlashInfer (FA2 paged prefill)
 ATTENTION_KERNELS = "|".join([r"_block_sparse_attn_fwd", r"flex_attention", r"FlashAttentionForward", r"flash_fwd",
@@ -134,9 +134,11 @@ def _qkv(heads: int, seq_len: int, head_dim: int, seed: int):
 
 
 def make_mask(kind: str, heads: int, blocks: int, density: float, seed: int) -> torch.Tensor:
-    """The synthetic mask of ``kind`` ("random" or "planted"), as the NCU table's rows regenerate it."""
+    """The synthetic mask of ``kind`` (one of ``SYNTHETIC_MASKS``), as the NCU table's rows regenerate it."""
     if kind == "random":
         return synthetic.random_mask(heads, blocks, blocks, density, seed=seed)
+    if kind == "random-fixed-nnz":
+        return synthetic.fixed_nnz_mask(heads, blocks, blocks, density, seed=seed)
     if kind == "planted":
         return synthetic.planted_mask(heads, blocks, blocks, density, seed=seed)
     raise ValueError(f"mask kind must be one of {SYNTHETIC_MASKS}, got {kind!r}")

@@ -137,12 +137,15 @@ def cell_mask(cell: Cell) -> torch.Tensor:
     blocks = math.ceil(cell.seq_len / cell.block_size)
     density = cell.mask_density if cell.mask_density is not None else cell.density
     if cell.mask_kind == "random":
-        return synthetic.random_mask(cell.heads, blocks, blocks, density, nnz_spread=cell.nnz_spread,
-                                     seed=cell.seed)
+        return synthetic.random_mask(cell.heads, blocks, blocks, density, seed=cell.seed)
+    if cell.mask_kind == "random-fixed-nnz":
+        return synthetic.fixed_nnz_mask(cell.heads, blocks, blocks, density, nnz_spread=cell.nnz_spread,
+                                        seed=cell.seed)
     if cell.mask_kind == "planted":
         return synthetic.planted_mask(cell.heads, blocks, blocks, density, seed=cell.seed,
                                       **cell.generator_kwargs(("prototypes", "noise")))
-    raise ValueError(f"mask_kind {cell.mask_kind!r} is neither 'random' nor 'planted', so its row needs a "
+    raise ValueError(f"mask_kind {cell.mask_kind!r} is none of 'random', 'random-fixed-nnz' and "
+                     "'planted', so its row needs a "
                      "mask_file column (a wavealign.sim.packed .npz)")
 
 

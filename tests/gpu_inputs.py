@@ -12,7 +12,7 @@ def attention_inputs(batch, heads, seq_len, head_dim, block_size, seed, density=
     q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=gen, device="cuda", dtype=torch.bfloat16)
                for _ in range(3))
     blocks = -(-seq_len // block_size)
-    mask = synthetic.random_mask(heads, blocks, blocks, density, nnz_spread=0.5, seed=seed).cuda()
+    mask = synthetic.fixed_nnz_mask(heads, blocks, blocks, density, nnz_spread=0.5, seed=seed).cuda()
     mask[0, min(1, blocks - 1)] = False
     mask[-1, 0, -1] = True
     return q, k, v, mask

@@ -59,14 +59,14 @@ def test_fa4_lists_keep_the_batch_of_a_4d_mask():
 
 
 def test_fa4_lists_are_ascending_in_every_row():
-    lists = full_block_lists(synthetic.random_mask(3, 9, 11, 0.4, nnz_spread=0.5, seed=2))
+    lists = full_block_lists(synthetic.fixed_nnz_mask(3, 9, 11, 0.4, nnz_spread=0.5, seed=2))
     for count, index in zip(lists.count.flatten().tolist(), lists.index.reshape(-1, lists.index.shape[-1]),
                             strict=True):
         assert index[:count].tolist() == sorted(index[:count].tolist())
 
 
 def test_permuted_fa4_lists_equal_the_lists_of_the_permuted_mask():
-    mask = synthetic.random_mask(3, 10, 7, 0.35, nnz_spread=0.6, seed=3)
+    mask = synthetic.fixed_nnz_mask(3, 10, 7, 0.35, nnz_spread=0.6, seed=3)
     order = reorder.plan(mask, wave_size=4)
     permuted = permute_block_lists(full_block_lists(mask), order)
     expected = full_block_lists(reorder.permute_mask(mask, order))
@@ -142,7 +142,7 @@ def test_permuted_paged_bsr_moves_requests_with_their_lengths_and_pages():
 
 
 def test_permuted_paged_bsr_equals_the_bsr_of_the_permuted_mask():
-    mask = synthetic.random_mask(3, 8, 6, 0.4, nnz_spread=0.5, seed=5)
+    mask = synthetic.fixed_nnz_mask(3, 8, 6, 0.4, nnz_spread=0.5, seed=5)
     order = reorder.plan(mask, wave_size=3)
     permuted = permute_paged_bsr(paged_bsr(mask, 16, 128, 90), order)
     expected = paged_bsr(reorder.permute_mask(mask, order), 16, 128, 90)
@@ -160,7 +160,7 @@ def test_an_unbatched_order_permutes_every_batch_element_alike():
 
 
 def test_split_heads_gives_each_heads_own_bsr():
-    mask = synthetic.random_mask(3, 5, 4, 0.5, nnz_spread=0.5, seed=7)
+    mask = synthetic.fixed_nnz_mask(3, 5, 4, 0.5, nnz_spread=0.5, seed=7)
     order = reorder.plan(mask, wave_size=2)
     parts = split_heads(permute_paged_bsr(paged_bsr(mask, 8, 37, 30), order))
     for g, part in enumerate(parts):

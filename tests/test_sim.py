@@ -11,7 +11,7 @@ import torch
 
 from wavealign import hardware, reorder, sim
 from wavealign.sim import facts
-from wavealign.synthetic import planted_mask, random_mask
+from wavealign.synthetic import fixed_nnz_mask, planted_mask, random_mask
 
 KV_BLOCK_BYTES = 2 * 128 * 128 * 2  # K + V tiles of 128 tokens x head_dim 128, bf16
 
@@ -91,7 +91,7 @@ def test_rows_run_in_the_launch_order_given_by_perm():
 
 
 def test_a_larger_l2_never_lowers_the_lru_hit_ratio_on_the_same_trace():
-    mask = random_mask(3, 48, 64, 0.3, nnz_spread=0.5, seed=1)
+    mask = fixed_nnz_mask(3, 48, 64, 0.3, nnz_spread=0.5, seed=1)
     hits = [sim.simulate(mask, hardware=tiny_gpu(sms=6, cache_blocks=c), backend="flex").kv_hit_ratio
             for c in (1, 2, 4, 8, 16, 32, 64, 128, 192)]
     assert all(a <= b for a, b in itertools.pairwise(hits))
@@ -102,7 +102,7 @@ def test_identical_rows_hit_more_than_random_rows_of_equal_nnz():
     """Dense-like (every row selects the same 32 of 64 blocks) against random rows of NNZ 32."""
     same = torch.zeros(1, 32, 64, dtype=torch.bool)
     same[..., :32] = True
-    rand = random_mask(1, 32, 64, 0.5, seed=2)
+    rand = fixed_nnz_mask(1, 32, 64, 0.5, seed=2)
     assert int(rand.sum()) == int(same.sum())
     gpu = tiny_gpu(sms=4, cache_blocks=16)
     assert (sim.simulate(same, hardware=gpu).l2_hit_ratio

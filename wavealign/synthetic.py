@@ -1,8 +1,11 @@
 """Seeded synthetic block masks for tests, demos and kernel benchmarks, independent of any Q/K.
 
-``random_mask`` is the unstructured control; ``planted_mask`` draws rows from a few prototype K/V sets
-and shuffles them, the structure Stage 1 is meant to recover. Both are generated on the CPU from a
-``torch.Generator`` so a seed gives the same mask on every device.
+``random_mask`` is the unstructured control: every block kept independently with probability ``density``
+(iid Bernoulli), so row NNZ is binomial, as in the paper's random control and any mask users call random.
+``fixed_nnz_mask`` keeps a set number of blocks per row (a lock-step control with no temporal skew).
+``planted_mask`` draws rows from a few prototype K/V sets and shuffles them, the structure Stage 1 is meant
+to recover. All are generated on the CPU from a ``torch.Generator`` so a seed gives the same mask on every
+device.
 """
 
 from __future__ import annotations
@@ -24,9 +27,18 @@ def _select_per_row(scores: torch.Tensor, nnz: torch.Tensor) -> torch.Tensor:
     return rank < nnz.unsqueeze(-1)
 
 
-def random_mask(heads: int, q_blocks: int, kv_blocks: int, density: float, *, nnz_spread: float = 0.0,
-                seed: int = 0, device: str | torch.device = "cpu") -> torch.Tensor:
-    """Uniformly random rows; each row's NNZ is ``density * kv_blocks`` times U(1 - spread, 1 + spread)."""
+def random_mask(heads: int, q_blocks: int, kv_blocks: int, density: float, *, seed: int = 0,
+                device: str | torch.device = "cpu") -> torch.Tensor:
+    """iid Bernoulli(``density``) blocks: row NNZ ~ Binomial(kv_blocks, density), rows may even be empty."""
+    _check_shape(heads, q_blocks, kv_blocks, density)
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.rand(heads, q_blocks, kv_blocks, generator=gen) < density).to(device)
+
+
+def fixed_nnz_mask(heads: int, q_blocks: int, kv_blocks: int, density: float, *, nnz_spread: float = 0.0,
+                   seed: int = 0, device: str | torch.device = "cpu") -> torch.Tensor:
+    """Uniformly random columns with a chosen row NNZ: ``density * kv_blocks`` times U(1 - spread, 1 + spread)
+    (``nnz_spread=0``: every row exactly the same NNZ)."""
     _check_shape(heads, q_blocks, kv_blocks, density)
     if not 0.0 <= nnz_spread < 1.0:
         raise ValueError(f"nnz_spread must be in [0, 1), got {nnz_spread}")
