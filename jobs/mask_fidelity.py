@@ -1,9 +1,11 @@
 """Measure how the four sparse-attention methods' masks look on a synthetic video-DiT workload (Table I).
 
-For each chosen head of one layer it builds every method's block mask at the paper's settings (XAttention
-tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and MInference with per-head tuned configs, tuned here and
-cached under --out), records density and adjacent-row Jaccard per (head, method), draws one head's mask per
-method (full and zoomed), writes rows.csv / rows.json / summary.json under --out and prints a markdown table.
+For each chosen head of one layer it builds every method's block mask with the method's own defaults
+(``conf/method/*.yaml`` = the registry's params: XAttention tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and
+MInference tuned per head as they run), through ``masks.build_for_heads``, the call a sweep cell makes, so a
+cell of the same workload, layer, step and heads builds the same masks. It records density and adjacent-row
+Jaccard per (head, method), draws one head's mask per method (full and zoomed), writes rows.csv / rows.json /
+summary.json under --out and prints a markdown table. ``--set METHOD.KEY=VALUE`` overrides a method's param.
 
 GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 101 latent frames = 363600 tokens):
     wavealign mask-fidelity --out docs/mask_fidelity --heads 8 --device cuda
@@ -18,19 +20,20 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
+import yaml
 
+from jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
 from jobs._records import write_csv
 from wavealign import masks, skip, workloads
-from wavealign.masks import minference, spargeattn
 from wavealign.masks._draw import save_mask_png
 
 METHODS = ("minference", "flexprefill", "xattention", "spargeattn")
-# the paper's Table I: mean mask density at Wan2.1-14B, 364K tokens
-PAPER_DENSITY = {"minference": 0.183, "flexprefill": 0.294, "xattention": 0.288, "spargeattn": 0.283}
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,7 @@ class FidelityRow:
     density: float
     adjacent_jaccard: float
     nnz_cv: float
-    build_ms: float
-    tune_ms: float
+    build_ms: float  # per-head tuning included (SpargeAttn, MInference)
 
 
 def _parse_heads(spec: str, num_heads: int) -> list[int]:
@@ -85,29 +87,39 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _method_params(method: str, args: argparse.Namespace, head: int, tuned: dict[str, Path]) -> dict:
-    if method == "xattention":
-        return {"threshold": args.xattention_threshold}
-    if method == "flexprefill":
-        return {"gamma": args.flexprefill_gamma}
-    return {"tuned_config": str(tuned[method]), "model": args.model, "layer": args.layer, "heads": [head]}
+def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """``["xattention.threshold=0.8", ...]`` -> {"xattention": {"threshold": 0.8}}; values are YAML scalars."""
+    out: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for item in items:
+        name, _, value = item.partition("=")
+        method, _, key = name.partition(".")
+        if not value or method not in out or key not in masks.get(method).params:
+            known = {m: sorted(masks.get(m).params) for m in methods}
+            raise ValueError(f"--set {item!r}: expected METHOD.KEY=VALUE with METHOD in {methods} and KEY one of "
+                             f"its params {known.get(method, known)}")
+        out[method][key] = yaml.safe_load(value)
+    return out
 
 
-def _tune(method: str, q, k, v, args: argparse.Namespace, head: int, cache: Path) -> float:
-    """Tune ``head`` into ``cache`` unless it holds the head already; returns the tuning time in ms."""
-    from wavealign.masks import _tuned
-
-    if cache.exists() and _tuned.key(args.model, args.layer, head) in _tuned.load(cache, method):
-        return 0.0
-    start = time.perf_counter()
-    if method == "spargeattn":
-        spargeattn.autotune(q, k, v, args.block_size, model=args.model, layer=args.layer, heads=[head],
-                            cache=str(cache), l1_bound=args.l1_bound, sample_blocks=args.sample_blocks)
-    else:
-        minference.search(q, k, v, args.block_size, model=args.model, layer=args.layer, heads=[head],
-                          cache=str(cache), budget=args.minference_budget if args.minference_budget > 0 else None,
-                          recall_target=args.recall_target, sample_blocks=args.sample_blocks)
-    return (time.perf_counter() - start) * 1e3
+def head_masks(wl: workloads.Workload, heads: list[int], methods: list[str], *, layer: int, step: int, seed: int,
+               block_size: int, device: torch.device, overrides: dict[str, dict[str, Any]] | None = None,
+               ) -> Iterator[tuple[workloads.HeadSpec, str, torch.Tensor, float]]:
+    """Yield ``(spec, method, mask (MB, NB), build_ms)`` head by head: the masks a sweep cell of these heads
+    builds, one head's Q/K/V in memory at a time."""
+    overrides = overrides or {}
+    for spec, q, k, v in workloads.iter_heads(wl, heads, layer=layer, step=step, seed=seed, device=device):
+        for method in methods:
+            _sync(device)
+            start = time.perf_counter()
+            try:
+                mask = masks.build_for_heads(method, q, k, v, block_size, model=wl.model, layer=layer,
+                                             heads=[spec.head], **overrides.get(method, {}))
+            except (RuntimeError, ValueError) as err:
+                raise RuntimeError(f"{method} failed on head {spec.head} ({spec.head_type}) of {wl.model} at "
+                                   f"{wl.seq_len} tokens on {device}: {err}") from err
+            _sync(device)
+            yield spec, method, mask[0, 0], (time.perf_counter() - start) * 1e3
+        del q, k, v
 
 
 def _summary(rows: list[FidelityRow]) -> list[dict]:
@@ -159,14 +171,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
     parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--xattention-threshold", type=float, default=0.9)
-    parser.add_argument("--flexprefill-gamma", type=float, default=0.6)
-    parser.add_argument("--l1-bound", type=float, default=0.06, help="SpargeAttn autotune output-error bound")
-    parser.add_argument("--minference-budget", type=float, default=0.2,
-                        help="MInference kernel-aware search: density (FLOPs) budget; <= 0 searches by recall")
-    parser.add_argument("--recall-target", type=float, default=0.95,
-                        help="MInference search recall target (with --minference-budget 0)")
-    parser.add_argument("--sample-blocks", type=int, default=8, help="query blocks sampled by the tuners")
+    parser.add_argument("--set", action="append", default=[], metavar="METHOD.KEY=VALUE",
+                        help="override one method param (default: the method's own, as conf/method/ has it)")
     parser.add_argument("--picture-head", type=int, default=None, help="head drawn per method (default: first)")
     parser.add_argument("--hardware", default="h100", help="hardware id for the skip features")
     args = parser.parse_args(argv)
@@ -178,45 +184,32 @@ def main(argv: list[str]) -> int:
     unknown = sorted(set(methods) - set(masks.available()))
     if unknown:
         raise ValueError(f"--methods must be among {masks.available()}, got unknown {unknown}")
+    overrides = parse_overrides(args.set, methods)
     picture_head = heads[0] if args.picture_head is None else args.picture_head
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tuned = {m: out / f"{m}_tuned.json" for m in ("spargeattn", "minference")}
     command = "wavealign mask-fidelity " + shlex.join(argv)
     print(f"{args.model} {args.frames} frames {args.resolution}: {wl.seq_len} tokens "
           f"({wl.latent_frames} x {wl.grid_height} x {wl.grid_width}), {wl.num_blocks(args.block_size)} blocks of "
-          f"{args.block_size}; layer {args.layer}, heads {heads}, device {device}", flush=True)
+          f"{args.block_size}; layer {args.layer}, step {args.step}, heads {heads}, device {device}", flush=True)
 
     rows: list[FidelityRow] = []
-    for spec, q, k, v in workloads.iter_heads(wl, heads, layer=args.layer, step=args.step, seed=args.seed,
-                                              device=device):
-        for method in methods:
-            try:
-                tune_ms = _tune(method, q, k, v, args, spec.head, tuned[method]) if method in tuned else 0.0
-                params = _method_params(method, args, spec.head, tuned) if method in METHODS else {}
-                _sync(device)
-                start = time.perf_counter()
-                mask = masks.build(method, q, k, v, block_size=args.block_size, **params)
-                _sync(device)
-                build_ms = (time.perf_counter() - start) * 1e3
-            except (RuntimeError, ValueError) as err:
-                raise RuntimeError(f"{method} failed on head {spec.head} ({spec.head_type}) of {args.model} at "
-                                   f"{wl.seq_len} tokens on {device}: {err}") from err
-            feats = skip.features(mask[0], args.hardware, block_size=args.block_size)
-            shown = {key: val for key, val in params.items() if key not in ("heads", "model", "layer")}
-            rows.append(FidelityRow(args.model, args.layer, args.step, spec.head, spec.head_type, method,
-                                    json.dumps(shown), wl.seq_len, mask.shape[-1], args.block_size, feats.density,
-                                    feats.adjacent_jaccard, feats.nnz_cv, build_ms, tune_ms))
-            print(f"  head {spec.head:2d} {spec.head_type:9s} {method:12s} density {feats.density:6.1%}  "
-                  f"jaccard {feats.adjacent_jaccard:.3f}  build {build_ms:8.1f} ms  tune {tune_ms:8.1f} ms",
-                  flush=True)
-            if spec.head == picture_head:
-                frame_blocks = max(1, round(3 * wl.tokens_per_frame / args.block_size))
-                save_mask_png(mask[0, 0].cpu(), out / f"mask_{method}.png",
-                              f"{method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {spec.head} "
-                              f"({spec.head_type})", zoom_blocks=min(frame_blocks, mask.shape[-1]))
-        del q, k, v
-        _write_outputs(out, rows, command, device, wl.seq_len, heads)  # a cut-short run keeps its heads
+    for spec, method, mask, build_ms in head_masks(wl, heads, methods, layer=args.layer, step=args.step,
+                                                    seed=args.seed, block_size=args.block_size, device=device,
+                                                    overrides=overrides):
+        feats = skip.features(mask.unsqueeze(0), args.hardware, block_size=args.block_size)
+        rows.append(FidelityRow(args.model, args.layer, args.step, spec.head, spec.head_type, method,
+                                json.dumps(overrides[method]), wl.seq_len, mask.shape[-1], args.block_size,
+                                feats.density, feats.adjacent_jaccard, feats.nnz_cv, build_ms))
+        print(f"  head {spec.head:2d} {spec.head_type:9s} {method:12s} density {feats.density:6.1%}  "
+              f"jaccard {feats.adjacent_jaccard:.3f}  build {build_ms:8.1f} ms", flush=True)
+        if spec.head == picture_head:
+            frame_blocks = max(1, round(3 * wl.tokens_per_frame / args.block_size))
+            save_mask_png(mask.cpu(), out / f"mask_{method}.png",
+                          f"{method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {spec.head} "
+                          f"({spec.head_type})", zoom_blocks=min(frame_blocks, mask.shape[-1]))
+        if method == methods[-1]:
+            _write_outputs(out, rows, command, device, wl.seq_len, heads)  # a cut-short run keeps its heads
 
     summary = _write_outputs(out, rows, command, device, wl.seq_len, heads)
     print()

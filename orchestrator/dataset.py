@@ -39,7 +39,7 @@ SCHEMA = pa.schema([
     ("hardware", _S), ("profile_hardware", _S), ("backend", _S), ("method", _S), ("variant", _S),
     ("stages", _S), ("skip_mode", _S), ("workload", _S), ("model", _S), ("resolution", _S), ("frames", _I),
     ("seq_len_tokens", _I), ("num_heads", _I), ("heads", _S), ("head_dim", _I), ("block_size", _I),
-    ("wave_size", _I), ("seed", _I), ("layer", _I), ("method_params", _S), ("backend_params", _S),
+    ("wave_size", _I), ("seed", _I), ("layer", _I), ("step", _I), ("method_params", _S), ("backend_params", _S),
     ("reps", _I), ("warmup", _I), ("ncu_requested", _B),
     # measurements
     ("simulated", _B), ("device", _S), ("timer", _S), ("reps_done", _I), ("kernel_ms_median", _F),

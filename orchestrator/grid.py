@@ -144,7 +144,7 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, conf_dir: Path) -> G
                         head_dim=int(wl.head_dim), block_size=block_size,
                         wave_size=int(wave or hw_spec.wave_size(kernel)), seed=int(seed), model=wl.model,
                         resolution=wl.resolution, frames=frames,
-                        heads=list(wl.heads) if wl.model is not None else [], layer=int(wl.layer),
+                        heads=list(wl.heads) if wl.model is not None else [], layer=int(wl.layer), step=int(wl.step),
                         method_params=method_params, backend_params=backend_params, reps=int(g.reps),
                         warmup=int(g.warmup), ncu=bool(g.ncu))
                     group_id = stable_hash({**base, "code_version": fingerprint.code_version()})

@@ -31,7 +31,7 @@ from orchestrator import dataset
 TAG = "wavealign."
 PARAM_COLUMNS = ("hardware", "profile_hardware", "backend", "method", "variant", "stages", "skip_mode", "workload",
                  "model", "resolution", "frames", "seq_len_tokens", "num_heads", "head_dim", "block_size",
-                 "wave_size", "seed", "layer", "method_params", "backend_params", "reps", "warmup",
+                 "wave_size", "seed", "layer", "step", "method_params", "backend_params", "reps", "warmup",
                  "ncu_requested")
 TAG_COLUMNS = ("cell_id", "group_id", "result_id", "sweep_id", "status", "simulated", "timer", "device",
                "gpu_name", "host", "git_sha", "ray_node_id", "worker_pid", "stages_applied", "reorder_applied",

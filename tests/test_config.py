@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from orchestrator import config, grid
 from wavealign import hardware, kernels, masks
@@ -22,6 +23,15 @@ def names_in(group: str) -> list[str]:
 
 def test_conf_method_mirrors_the_mask_registry():
     assert names_in("method") == masks.available()
+
+
+def test_each_conf_method_yaml_holds_its_registered_defaults():
+    """One fact, kept in two places: a YAML default that drifts from the module's would make a sweep cell
+    build another mask than ``masks.build`` or ``mask-fidelity`` does."""
+    for name in masks.available():
+        yaml_params = OmegaConf.to_container(OmegaConf.load(CONF / "method" / f"{name}.yaml").params)
+        declared = {k: v for k, v in masks.get(name).params.items() if k not in masks.IDENTITY_PARAMS}
+        assert yaml_params == declared, name
 
 
 def test_conf_backend_mirrors_the_kernel_registry_plus_sim():

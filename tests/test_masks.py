@@ -20,7 +20,8 @@ def qkv():
 
 
 def test_available_lists_the_four_methods_and_both_controls():
-    assert masks.available() == ["dense", "flexprefill", "minference", "random", "spargeattn", "xattention"]
+    assert masks.available() == ["dense", "flexprefill", "minference", "random", "random-fixed-nnz", "spargeattn",
+                                 "xattention"]
 
 
 def test_each_method_exposes_its_parameters_with_defaults():
@@ -61,9 +62,30 @@ def test_dense_selects_every_block(qkv):
 
 
 def test_random_reuses_the_synthetic_random_mask(qkv):
-    got = masks.build("random", *qkv, block_size=BLOCK, density=0.3, nnz_spread=0.5, seed=4)
-    want = synthetic.random_mask(2, 74, 74, 0.3, nnz_spread=0.5, seed=4)
-    assert torch.equal(got[0], want)
+    got = masks.build("random", *qkv, block_size=BLOCK, density=0.3, seed=4)
+    assert torch.equal(got[0], synthetic.random_mask(2, 74, 74, 0.3, seed=4))
+
+
+def test_random_fixed_nnz_reuses_the_synthetic_fixed_nnz_mask(qkv):
+    got = masks.build("random-fixed-nnz", *qkv, block_size=BLOCK, density=0.3, nnz_spread=0.5, seed=4)
+    assert torch.equal(got[0], synthetic.fixed_nnz_mask(2, 74, 74, 0.3, nnz_spread=0.5, seed=4))
+
+
+def test_random_is_iid_bernoulli_with_a_binomial_row_nnz():
+    rho, nb = 0.25, 2000
+    mask = synthetic.random_mask(4, 256, nb, rho, seed=3)
+    nnz = mask.sum(-1).double()
+    assert abs(mask.double().mean().item() - rho) < 0.005
+    # Binomial(nb, rho): row NNZ variance nb * rho * (1 - rho) = 375, not the 0 of a fixed-NNZ control
+    assert 0.8 < nnz.var().item() / (nb * rho * (1 - rho)) < 1.2
+    # independent columns: a row's blocks do not predict its neighbour's beyond chance
+    both = (mask[:, 1:] & mask[:, :-1]).double().mean().item()
+    assert abs(both - rho * rho) < 0.005
+
+
+def test_random_fixed_nnz_gives_every_row_the_same_nnz():
+    nnz = synthetic.fixed_nnz_mask(2, 64, 400, 0.25, seed=1).sum(-1)
+    assert (nnz == 100).all()
 
 
 def test_xattention_keeps_the_block_that_crosses_the_threshold():
@@ -111,20 +133,22 @@ def test_spargeattn_computes_non_self_similar_blocks_as_whole_rows_and_columns()
     q[2 * BLOCK:3 * BLOCK] = torch.randn(BLOCK, d, generator=gen)
     k[5 * BLOCK:6 * BLOCK] = torch.randn(BLOCK, d, generator=gen)
     q, k = q.view(1, 1, n, d), k.view(1, 1, n, d)
-    mask = masks.build("spargeattn", q, k, k, block_size=BLOCK, simthreshd1=0.5, cdfthreshd=0.3)[0, 0]
+    mask = masks.build("spargeattn", q, k, k, block_size=BLOCK, simthreshd1=0.5, cdfthreshd=0.3,
+                       autotune=False)[0, 0]
     assert mask[2].all() and mask[:, 5].all()
     assert not mask.all()
 
 
 def test_spargeattn_attention_sink_adds_kv_block_0(qkv):
-    mask = masks.build("spargeattn", *qkv, block_size=BLOCK, simthreshd1=0.0, cdfthreshd=0.1, attention_sink=True)
+    mask = masks.build("spargeattn", *qkv, block_size=BLOCK, simthreshd1=0.0, cdfthreshd=0.1, attention_sink=True,
+                       autotune=False)
     assert mask[..., 0].all()
 
 
 @pytest.mark.parametrize(("name", "param", "values", "fixed"), [
     ("xattention", "threshold", (0.5, 0.8, 0.9, 0.95), {}),
     ("flexprefill", "gamma", (0.3, 0.6, 0.9), {}),
-    ("spargeattn", "cdfthreshd", (0.3, 0.6, 0.9, 0.99), {"simthreshd1": 0.0}),
+    ("spargeattn", "cdfthreshd", (0.3, 0.6, 0.9, 0.99), {"simthreshd1": 0.0, "autotune": False}),
 ])
 def test_density_is_non_decreasing_in_the_threshold(qkv, name, param, values, fixed):
     densities = [float(masks.build(name, *qkv, block_size=BLOCK, **fixed, **{param: x}).float().mean())
@@ -153,7 +177,7 @@ def test_flexprefill_js_distance_is_zero_for_equal_and_positive_for_different_di
 
 def test_minference_vertical_slash_keeps_first_tokens_and_nearest_diagonals_on_both_sides(qkv):
     # the forced columns and diagonals count in the budgets, as upstream: 30 and 100 are exactly them
-    mask = masks.build("minference", *qkv, block_size=BLOCK, vertical_size=30, slash_size=100)
+    mask = masks.build("minference", *qkv, block_size=BLOCK, vertical_size=30, slash_size=100, search=False)
     assert mask[..., 0].all()  # the first 30 tokens live in kv block 0
     r = torch.arange(mask.shape[-1] - 1)
     assert mask[..., r, r + 1].all() and mask[..., r + 1, r].all()  # distances < 100 cross both neighbours
@@ -167,7 +191,7 @@ def test_minference_a_shape_is_a_sink_column_and_a_symmetric_band():
 
 
 def test_minference_block_sparse_keeps_top_k_blocks_per_row_plus_the_diagonal(qkv):
-    mask = masks.build("minference", *qkv, block_size=BLOCK, pattern="block_sparse", top_k=5)
+    mask = masks.build("minference", *qkv, block_size=BLOCK, pattern="block_sparse", top_k=5, search=False)
     nnz = mask.sum(-1)
     assert int(nnz.min()) >= 5 and int(nnz.max()) <= 6
 

@@ -30,10 +30,11 @@ from wavealign import blockmask, reorder
 
 # Mask sources that need no Q/K: seeded block masks from ``wavealign.synthetic``, for cells (e.g. large
 # simulated ones on CPU) where running a real method on real-sized Q/K would cost minutes.
-# Their parameters and defaults (a cell's method_params override them).
+# Their parameters and defaults (a cell's method_params override them); "synthetic-random" is iid Bernoulli.
 SYNTHETIC_METHODS: dict[str, dict[str, Any]] = {
     "synthetic-planted": {"density": 0.25, "prototypes": 8, "noise": 0.02, "shuffle": True},
-    "synthetic-random": {"density": 0.25, "nnz_spread": 0.0},
+    "synthetic-random": {"density": 0.25},
+    "synthetic-random-fixed-nnz": {"density": 0.25, "nnz_spread": 0.0},
 }
 CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GPU of a given type
 SIM_BACKEND = "sim"
@@ -65,6 +66,7 @@ class Cell:
     frames: int | None = None
     heads: list[int] = field(default_factory=list)  # preset head indices
     layer: int = 0
+    step: int = 0  # the generator's denoising step (attention sharpens as the video forms)
     method_params: dict[str, Any] = field(default_factory=dict)
     backend_params: dict[str, Any] = field(default_factory=dict)
     reps: int = 5
@@ -186,7 +188,8 @@ def build_mask(cell: Cell, device: torch.device) -> tuple[torch.Tensor, tuple[to
     if cell.method in SYNTHETIC_METHODS:
         from wavealign import synthetic
 
-        make = synthetic.planted_mask if cell.method == "synthetic-planted" else synthetic.random_mask
+        make = {"synthetic-planted": synthetic.planted_mask, "synthetic-random": synthetic.random_mask,
+                "synthetic-random-fixed-nnz": synthetic.fixed_nnz_mask}[cell.method]
         params = {**SYNTHETIC_METHODS[cell.method], **cell.method_params}
         mask = make(cell.num_heads, mb, mb, seed=cell.seed, device=device, **params)
         qkv = _random_qkv(cell, device) if needs_qkv else None
@@ -194,7 +197,8 @@ def build_mask(cell: Cell, device: torch.device) -> tuple[torch.Tensor, tuple[to
     q, k, v = _workload_qkv(cell, device)
     from wavealign import masks
 
-    mask = masks.build(cell.method, q, k, v, block_size=cell.block_size, **cell.method_params)
+    mask = masks.build_for_heads(cell.method, q, k, v, cell.block_size, model=cell.model, layer=cell.layer,
+                                 heads=list(cell.heads) or list(range(cell.num_heads)), **cell.method_params)
     mask = mask.reshape(-1, *mask.shape[-2:]).to(device)
     return mask, ((q, k, v) if needs_qkv else None)
 
@@ -205,7 +209,8 @@ def _workload_qkv(cell: Cell, device: torch.device) -> tuple[torch.Tensor, torch
     from wavealign import workloads
 
     wl = workloads.preset(cell.model, frames=int(cell.frames), resolution=cell.resolution)
-    return workloads.synthetic(wl, heads=list(cell.heads), layer=cell.layer, seed=cell.seed, device=device)
+    return workloads.synthetic(wl, heads=list(cell.heads), layer=cell.layer, step=cell.step, seed=cell.seed,
+                               device=device)
 
 
 def _random_qkv(cell: Cell, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

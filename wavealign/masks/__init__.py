@@ -5,6 +5,10 @@
 
 q, k, v are (B, H, N, D); MB = NB = ceil(N / block_size). Methods work one head at a time and in chunks of
 query rows, so 364K tokens fit on a GPU and 32K on a CPU. ``python -m wavealign.masks.<name>`` draws one.
+
+Methods tuned per head (SpargeAttn, MInference) declare ``model``, ``layer`` and ``heads`` among their params
+(``IDENTITY_PARAMS``) to key their per-head configs; ``build_for_heads`` fills them from the workload, so a
+sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way.
 """
 
 from __future__ import annotations
@@ -62,3 +66,17 @@ def build(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_si
           **params: Any) -> torch.Tensor:
     """The bool block mask (B, H, MB, NB) of method ``name`` on q, k, v (B, H, N, D)."""
     return get(name)(q, k, v, block_size=block_size, **params)
+
+
+# the workload identity a per-head tuned method declares among its params
+IDENTITY_PARAMS = ("model", "layer", "heads")
+
+
+def build_for_heads(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *,
+                    model: str | None, layer: int, heads: list[int], **params: Any) -> torch.Tensor:
+    """``build`` on heads ``heads`` of ``layer`` of ``model``: the identity goes to methods that declare it
+    (to key per-head tuned configs); ``params`` override the method's defaults."""
+    declared = get(name).params
+    identity = {"model": model or "", "layer": int(layer), "heads": list(heads)}
+    return build(name, q, k, v, block_size,
+                 **{**{key: val for key, val in identity.items() if key in declared}, **params})

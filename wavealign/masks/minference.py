@@ -17,7 +17,9 @@ The paper runs MInference with a pre-searched config: ``search_head`` scores eac
 kernel-aware search, keeps the best-recall candidate within a FLOPs (density) ``budget``; the default
 budget 0.2 is a choice for video (upstream derives its target from an LLM A-shape config), so MInference's
 density is bounded by it. ``budget=None`` keeps instead the sparsest candidate reaching ``recall_target``.
-Results are cached per (model, layer, head) in a JSON file (``tuned_config``) that ``build`` reads.
+With ``search`` (the default) ``build`` searches every head it has no config for, so any caller (a sweep
+cell, ``mask-fidelity``) gets the searched mask; ``search=False`` applies the fixed pattern params. Results
+can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from wavealign.masks._common import (
 PATTERNS = ("vertical_slash", "a_shape", "block_sparse")
 PARAMS: dict[str, Any] = {"pattern": "vertical_slash", "vertical_size": 1000, "slash_size": 6096, "last_q": 64,
                           "n_init": 30, "n_local": 100, "a_shape_init": 128, "a_shape_local": 4096, "top_k": 100,
+                          "search": True, "budget": 0.2, "recall_target": 0.95, "sample_blocks": 8,
                           "tuned_config": None, "model": "", "layer": 0, "heads": None}
 # the search space: MInference's published per-head settings, plus sparser and denser variants
 CANDIDATES: tuple[dict[str, Any], ...] = (
@@ -134,23 +137,39 @@ def head_mask(q: torch.Tensor, k: torch.Tensor, block_size: int, cfg: dict[str, 
 
 
 def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, **params: Any) -> torch.Tensor:
-    """MInference block mask (B, H, MB, NB); per-head searched configs from ``tuned_config`` when given.
+    """MInference block mask (B, H, MB, NB): each head with its searched config (from ``tuned_config``, else
+    searched now when ``search``), else the fixed pattern params.
 
-    ``heads`` names the model heads that q's H heads are (default 0..H-1), to look up searched configs.
+    ``heads`` names the model heads that q's H heads are (default 0..H-1), to key searched configs.
     """
     check_qkv(q, k, v, block_size)
     if params["pattern"] not in PATTERNS:
         raise ValueError(f"pattern must be one of {PATTERNS}, got {params['pattern']!r}")
     for name in ("vertical_size", "slash_size", "last_q", "n_init", "n_local", "a_shape_init", "a_shape_local",
-                 "top_k"):
-        if not isinstance(params[name], int) or params[name] < 0 or (name == "last_q" and params[name] < 1):
-            raise ValueError(f"{name} must be a non-negative int (last_q >= 1), got {params[name]!r}")
+                 "top_k", "sample_blocks"):
+        if not isinstance(params[name], int) or params[name] < 0 or (name in ("last_q", "sample_blocks")
+                                                                      and params[name] < 1):
+            raise ValueError(f"{name} must be a non-negative int (last_q, sample_blocks >= 1), got "
+                             f"{params[name]!r}")
+    budget = params["budget"]
+    if budget is not None and not 0.0 < budget <= 1.0:
+        raise ValueError(f"budget must be None or a density in (0, 1], got {budget!r}")
     head_ids = list(range(q.shape[1])) if params["heads"] is None else list(params["heads"])
     if len(head_ids) != q.shape[1]:
         raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {params['heads']}")
-    tuned = _tuned.lookup(params["tuned_config"], "minference", params["model"], params["layer"], head_ids)
-    return per_head(q, k, v, block_size,
-                    lambda h, qh, kh, _v: head_mask(qh, kh, block_size, {**params, **(tuned[h] or {})}))
+    cache, model, layer = params["tuned_config"], params["model"], params["layer"]
+    tuned = _tuned.lookup(cache, "minference", model, layer, head_ids)
+
+    def one_head(h: int, qh: torch.Tensor, kh: torch.Tensor, _v: torch.Tensor) -> torch.Tensor:
+        cfg = tuned[h]
+        if cfg is None and params["search"]:
+            cfg = search_head(qh, kh, block_size, budget=budget, recall_target=params["recall_target"],
+                              sample_blocks=params["sample_blocks"])
+            if cache is not None:
+                _tuned.save(cache, "minference", {_tuned.key(model, layer, head_ids[h]): cfg})
+        return head_mask(qh, kh, block_size, {**params, **(cfg or {})})
+
+    return per_head(q, k, v, block_size, one_head)
 
 
 def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budget: float | None = 0.2,

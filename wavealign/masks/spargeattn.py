@@ -10,11 +10,12 @@ not kept**, but at least one block is. ``attention_sink`` adds kv-block 0 to eve
 
 Bidirectional: upstream's non-causal path, unchanged (no causal mask on the pooled scores).
 
-The paper runs SpargeAttn with a pre-autotuned config: ``autotune`` searches ``simthreshd1`` over a grid
+The paper runs SpargeAttn with a per-head tuned config: ``tune_head`` searches ``simthreshd1`` over a grid
 and, for each, bisects ``cdfthreshd`` for the smallest value whose output L1 error
 sum|o - o_dense| / sum|o_dense| on sampled query blocks stays under ``l1_bound``; the sparsest passing
-setting wins. Tuned configs are cached per (model, layer, head) in a JSON file (``tuned_config``), which
-``build`` reads when given one, falling back to the params for heads it does not hold.
+setting wins. With ``autotune`` (the default) ``build`` tunes every head it has no config for, so any caller
+(a sweep cell, ``mask-fidelity``) gets the tuned mask; ``autotune=False`` uses the fixed thresholds. Tuned
+configs can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from wavealign.masks._common import (
     sample_query_blocks,
 )
 
-PARAMS: dict[str, Any] = {"simthreshd1": 0.6, "cdfthreshd": 0.98, "attention_sink": False,
-                          "tuned_config": None, "model": "", "layer": 0, "heads": None}
+PARAMS: dict[str, Any] = {"simthreshd1": 0.6, "cdfthreshd": 0.98, "attention_sink": False, "autotune": True,
+                          "l1_bound": 0.06, "sample_blocks": 8, "tuned_config": None, "model": "", "layer": 0,
+                          "heads": None}
 SIM_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -90,21 +92,31 @@ def _check(simthreshd1: float, cdfthreshd: float) -> None:
 
 
 def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, simthreshd1: float,
-          cdfthreshd: float, attention_sink: bool, tuned_config: str | None, model: str, layer: int,
-          heads: list[int] | None) -> torch.Tensor:
-    """SpargeAttn block mask (B, H, MB, NB); per-head tuned configs from ``tuned_config`` when given.
+          cdfthreshd: float, attention_sink: bool, autotune: bool, l1_bound: float, sample_blocks: int,
+          tuned_config: str | None, model: str, layer: int, heads: list[int] | None) -> torch.Tensor:
+    """SpargeAttn block mask (B, H, MB, NB): each head with its tuned config (from ``tuned_config``, else
+    tuned now when ``autotune``), else the fixed thresholds.
 
-    ``heads`` names the model heads that q's H heads are (default 0..H-1), to look up tuned configs.
+    ``heads`` names the model heads that q's H heads are (default 0..H-1), to key tuned configs.
     """
     check_qkv(q, k, v, block_size)
     _check(simthreshd1, cdfthreshd)
+    check_fraction("l1_bound", l1_bound)
+    if not isinstance(sample_blocks, int) or sample_blocks < 1:
+        raise ValueError(f"sample_blocks must be a positive int, got {sample_blocks!r}")
     head_ids = list(range(q.shape[1])) if heads is None else list(heads)
     if len(head_ids) != q.shape[1]:
         raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {heads}")
     tuned = _tuned.lookup(tuned_config, "spargeattn", model, layer, head_ids)
 
-    def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, _v: torch.Tensor) -> torch.Tensor:
-        cfg = tuned[h] or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}
+    def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+        cfg = tuned[h]
+        if cfg is None and autotune:
+            cfg = tune_head(qh, kh, vh, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks,
+                            attention_sink=attention_sink)
+            if tuned_config is not None:
+                _tuned.save(tuned_config, "spargeattn", {_tuned.key(model, layer, head_ids[h]): cfg})
+        cfg = cfg or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}
         return _HeadStats(qh, kh, block_size).mask(cfg["simthreshd1"], cfg["cdfthreshd"], attention_sink)
 
     return per_head(q, k, v, block_size, head_mask)
