@@ -121,6 +121,7 @@ class WorkloadConfig:
     num_heads: int = 1  # bare shapes
     head_dim: int = 128
     layer: int = 0
+    step: int = 0  # the synthetic generator's denoising step
 
 
 def register_schema() -> None:
@@ -269,3 +270,11 @@ def _validate_workload(wl: DictConfig) -> None:
             raise ConfigError(f"{where}: {key}={wl[key]}; expected >= 1")
     if wl.layer < 0:
         raise ConfigError(f"{where}: layer={wl.layer}; expected >= 0")
+    if wl.model is not None and wl.layer >= workloads.MODELS[wl.model].layers:
+        raise ConfigError(f"{where}: layer={wl.layer}; expected < {workloads.MODELS[wl.model].layers}, the layers "
+                          f"of {wl.model}")
+    from wavealign.workloads import default_config
+
+    steps = default_config().num_steps
+    if not 0 <= wl.step < steps:
+        raise ConfigError(f"{where}: step={wl.step}; expected a denoising step in [0, {steps})")

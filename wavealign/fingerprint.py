@@ -3,7 +3,8 @@ whose code changed, instead of keeping rows measured by older kernels or reorder
 
 It hashes every ``.py`` file under ``wavealign/`` (kernels, reorder, masks, pipeline, ...), with comments,
 blank lines and trailing spaces dropped, so editing comments does not invalidate results but any statement or
-docstring change does. Text, not an AST dump, so the same code hashes alike on every Python version.
+docstring change does. Text, not an AST dump, so the same code hashes alike on every Python version. The
+``.yaml`` data the code runs on (the calibrated workload generator, skip profiles) is hashed the same way.
 """
 
 from __future__ import annotations
@@ -28,14 +29,21 @@ def _normalized(source: str) -> str:
     return "\n".join(line.rstrip() for line in lines if line.strip())
 
 
+def _yaml_normalized(text: str) -> str:
+    """YAML without whole-line comments, trailing spaces and blank lines."""
+    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
 def source_digest(root: Path = PACKAGE_DIR) -> str:
-    """12 hex digits of sha256 over the normalized ``.py`` files under ``root``, by relative path."""
+    """12 hex digits of sha256 over the normalized ``.py`` and ``.yaml`` files under ``root``, by relative path."""
     digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py"), key=lambda p: p.relative_to(root).as_posix()):
+    paths = [*root.rglob("*.py"), *root.rglob("*.yaml")]
+    for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
         if "__pycache__" in path.parts:
             continue
+        text = path.read_text(encoding="utf-8")
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(_normalized(path.read_text(encoding="utf-8")).encode() + b"\0")
+        digest.update((_normalized(text) if path.suffix == ".py" else _yaml_normalized(text)).encode() + b"\0")
     return digest.hexdigest()[:12]
 
 

@@ -12,25 +12,33 @@ give the structures seen in Wan/LTX attention maps, then RMS-normalised and rota
   token, chosen by a smooth random field over (t, h, w) so clusters are objects that persist across
   frames; same-cluster tokens attend to each other anywhere (*semantic* heads);
 - a *sink* part: every query and only the keys of frame 0 share a direction (*sink* heads);
-- a *smooth* part for the rest but ``noise_energy``: a soft mix of random vectors (independent for q and k)
+- a *smooth* part for the rest but ``noise``: a soft mix of random vectors (independent for q and k)
   weighted by the same fields stretched 4x, so neighbouring tokens are similar as in real DiTs without adding
   attention structure of its own;
-- i.i.d. noise of energy ``noise_energy``.
+- i.i.d. noise of the type's energy ``noise``.
 
 Each head mixes these with type-specific energies and a per-head sharpness (the logit scale). Head types
 are drawn per layer from a mix that moves from ``mix_first_layer`` to ``mix_last_layer`` with depth, and
-the sharpness grows with the denoising step (attention sharpens as the video forms). Everything is a
+the sharpness grows with the denoising step (attention sharpens as the video forms).
+
+``default_config()`` is the generator ``wavealign calibrate-workload`` fitted so the paper's four methods
+give their Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance);
+``GeneratorConfig()`` is the hand-set starting point the fit begins from. Everything is a
 function of (seed, layer, head) and the token positions, generated in fixed chunks of tokens, so a head
 at 364K tokens needs only its own q/k/v in memory and a seed gives the same tensors for the same device.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
+import yaml
 
 from wavealign.workloads.presets import Workload
 from wavealign.workloads.rope import apply_rope, pair_angles, positions
@@ -49,6 +57,13 @@ class HeadProfile:
     semantic: float
     sink: float
     sharpness: tuple[float, float]
+    noise: float = 0.1  # i.i.d. noise energy, independent for q and k: blurs every structure of the head
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noise <= 1.0:
+            raise ValueError(f"noise must be in [0, 1], got {self.noise}")
+        if not 0.0 < self.sharpness[0] <= self.sharpness[1]:
+            raise ValueError(f"sharpness must be a range 0 < lo <= hi, got {self.sharpness}")
 
 
 DEFAULT_PROFILES: dict[str, HeadProfile] = {
@@ -75,7 +90,6 @@ class GeneratorConfig:
     step_sharpening: float = 0.3
     num_steps: int = 50
     clusters: int = 32
-    noise_energy: float = 0.1
     # the lowest-frequency RoPE pairs of each axis (this fraction of them) carry semantic/sink content
     content_pair_fraction: float = 0.33
 
@@ -87,10 +101,42 @@ class GeneratorConfig:
             raise ValueError(f"profiles must cover exactly {HEAD_TYPES}, got {sorted(self.profiles)}")
         if self.clusters < 1:
             raise ValueError(f"clusters must be >= 1, got {self.clusters}")
-        if not 0.0 <= self.noise_energy <= 1.0:
-            raise ValueError(f"noise_energy must be in [0, 1], got {self.noise_energy}")
         if not 0.0 < self.content_pair_fraction < 1.0:
             raise ValueError(f"content_pair_fraction must be in (0, 1), got {self.content_pair_fraction}")
+
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists and floats, as ``calibrated.yaml`` stores them."""
+        out = asdict(self)
+        out["profiles"] = {t: {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}
+                           for t, p in out["profiles"].items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GeneratorConfig:
+        """The inverse of ``to_dict``; unknown keys are an error naming them."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"generator config has unknown key(s) {unknown}; expected some of {sorted(known)}")
+        fields = dict(data)
+        if "profiles" in fields:
+            fields["profiles"] = {t: HeadProfile(positional=tuple(p["positional"]), semantic=p["semantic"],
+                                                 sink=p["sink"], sharpness=tuple(p["sharpness"]),
+                                                 noise=p.get("noise", 0.1))
+                                  for t, p in fields["profiles"].items()}
+        return cls(**fields)
+
+
+CALIBRATED_PATH = Path(__file__).with_name("calibrated.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def default_config() -> GeneratorConfig:
+    """The calibrated generator (``calibrated.yaml``'s ``generator``), or the hand-set one if none is shipped."""
+    if not CALIBRATED_PATH.exists():
+        return GeneratorConfig()
+    return GeneratorConfig.from_dict(yaml.safe_load(CALIBRATED_PATH.read_text())["generator"])
 
 
 @dataclass(frozen=True)
@@ -111,7 +157,7 @@ def _seed(*parts: int) -> int:
 def head_types(wl: Workload, layer: int = 0, seed: int = 0,
                config: GeneratorConfig | None = None) -> list[str]:
     """The type of every head of ``layer``: counts from the layer's mix, assigned to heads by ``seed``."""
-    config = config or GeneratorConfig()
+    config = config or default_config()
     if not 0 <= layer < wl.layers:
         raise ValueError(f"layer must be in [0, {wl.layers}), got {layer}")
     depth = layer / max(wl.layers - 1, 1)
@@ -130,7 +176,7 @@ def head_types(wl: Workload, layer: int = 0, seed: int = 0,
 def head_specs(wl: Workload, heads: Sequence[int] | None = None, layer: int = 0, step: int = 0, seed: int = 0,
                config: GeneratorConfig | None = None) -> list[HeadSpec]:
     """The drawn type and sharpness of each of ``heads`` (default all) at ``layer`` and denoising ``step``."""
-    config = config or GeneratorConfig()
+    config = config or default_config()
     heads = list(range(wl.heads)) if heads is None else list(heads)
     for h in heads:
         if not 0 <= h < wl.heads:
@@ -216,12 +262,13 @@ def _rms_norm(x: torch.Tensor) -> torch.Tensor:
 
 
 def _head_chunk(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, stop: int, noise_seed: int,
-                noise_energy: float, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     pos = positions(wl, start, stop, device)
     n, d = stop - start, wl.head_dim
     gen = torch.Generator(device=device).manual_seed(noise_seed)
     noise = torch.randn(3, n, d, generator=gen, device=device) / math.sqrt(d)
     prof = spec.profile
+    noise_energy = prof.noise
     f_smooth = max(1.0 - sum(prof.positional) - prof.semantic - prof.sink - noise_energy, 0.0)
     fields = cluster_fields(basis, pos)
     cid = fields.argmax(-1)
@@ -250,7 +297,7 @@ def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int =
 
     ``dtype`` defaults to bfloat16 on CUDA (as the models run) and float32 elsewhere.
     """
-    config = config or GeneratorConfig()
+    config = config or default_config()
     device = torch.device(device)
     dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
     for spec in head_specs(wl, heads, layer, step, seed, config):
@@ -259,7 +306,7 @@ def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int =
         for chunk, start in enumerate(range(0, wl.seq_len, GEN_CHUNK_TOKENS)):
             stop = min(start + GEN_CHUNK_TOKENS, wl.seq_len)
             noise_seed = _seed(seed, layer, spec.head, chunk, 17)
-            for i, t in enumerate(_head_chunk(wl, spec, basis, start, stop, noise_seed, config.noise_energy, device)):
+            for i, t in enumerate(_head_chunk(wl, spec, basis, start, stop, noise_seed, device)):
                 out[i, start:stop] = t.to(dtype)
         q, k, v = (t.view(1, 1, wl.seq_len, wl.head_dim) for t in out)
         yield spec, q, k, v
