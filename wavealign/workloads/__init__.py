@@ -22,6 +22,6 @@ from wavealign.workloads.synthetic import (
 
 __all__ = [
     "FORMAT", "HEAD_TYPES", "MODELS", "CapturedQKV", "GeneratorConfig", "HeadProfile", "HeadSpec", "ModelSpec",
-    "RopeAxes", "Workload", "apply_rope", "default_config", "head_specs", "head_types", "iter_heads", "load_captured", "models",
-    "positions", "preset", "save_captured", "synthetic",
+    "RopeAxes", "Workload", "apply_rope", "default_config", "head_specs", "head_types", "iter_heads",
+    "load_captured", "models", "positions", "preset", "save_captured", "synthetic",
 ]
