@@ -96,16 +96,17 @@ def test_xattention_keeps_the_block_that_crosses_the_threshold():
     assert exact.tolist() == [[True, False, False, False]]  # 0.5 reaches 0.5: nothing more is needed
 
 
-def test_xattention_counts_forced_blocks_first():
+def test_xattention_adds_kv_block_0_without_counting_its_mass():
+    """Upstream's non-causal path: a plain selection (0.5, then 0.25 crosses 0.6), then block 0 switched on."""
     scores = torch.tensor([[0.125, 0.5, 0.25, 0.125]])
     kept = xattention.select_blocks(scores, 0.6, keep_first_block=True, keep_diagonal=False)
-    assert kept.tolist() == [[True, True, False, False]]
+    assert kept.tolist() == [[True, True, True, False]]
 
 
 def test_xattention_selects_kv_block_0_in_every_row_by_default_like_upstream(qkv):
     mask = masks.build("xattention", *qkv, block_size=BLOCK)
     assert mask[..., 0].all()
-    assert mask.diagonal(dim1=-2, dim2=-1).all()
+    assert masks.get("xattention").params["keep_diagonal"] is False  # upstream forces no diagonal without causal
 
 
 def test_xattention_antidiagonal_scores_are_block_masses_summing_to_group_count():
@@ -190,10 +191,20 @@ def test_minference_a_shape_is_a_sink_column_and_a_symmetric_band():
     assert not mask[10, 15]
 
 
-def test_minference_block_sparse_keeps_top_k_blocks_per_row_plus_the_diagonal(qkv):
+def test_minference_block_sparse_keeps_exactly_top_k_blocks_per_row(qkv):
     mask = masks.build("minference", *qkv, block_size=BLOCK, pattern="block_sparse", top_k=5, search=False)
-    nnz = mask.sum(-1)
-    assert int(nnz.min()) >= 5 and int(nnz.max()) <= 6
+    assert (mask.sum(-1) == 5).all()
+
+
+def test_minference_search_runs_the_winner_as_upstream_remaps_it(qkv):
+    """A-shape and block-sparse winners run as vertical-slash; the returned config is the one that runs."""
+    q, k, _ = qkv
+    cfg = minference.search_head(q[0, 0], k[0, 0], BLOCK, sample_blocks=4)
+    assert cfg["pattern"] == "vertical_slash"
+    runs = {tuple(sorted(r.items())) for _, r in minference.CANDIDATES}
+    assert tuple(sorted((key, cfg[key]) for key in ("pattern", "vertical_size", "slash_size"))) in runs
+    built = minference.head_mask(q[0, 0], k[0, 0], BLOCK, {**minference.PARAMS, **cfg})
+    assert float(built.float().mean()) == pytest.approx(cfg["density"])
 
 
 def test_spargeattn_autotune_caches_per_head_configs_that_build_then_uses(qkv, tmp_path):
@@ -203,10 +214,15 @@ def test_spargeattn_autotune_caches_per_head_configs_that_build_then_uses(qkv, t
                                   l1_bound=0.1, sample_blocks=4)
     assert set(configs) == {"wan2.1-1.3b/3/7", "wan2.1-1.3b/3/9"}
     assert all(c["l1_error"] <= 0.1 for c in configs.values())
-    mask = masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=str(cache), model="wan2.1-1.3b",
-                       layer=3, heads=[7, 9])
+    # tuned with the sink off; built with it off the densities are the tuned ones, with it on (the default,
+    # as upstream runs) kv-block 0 is added to every row
+    without = masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=str(cache), model="wan2.1-1.3b",
+                          layer=3, heads=[7, 9], attention_sink=False)
     for i, key in enumerate(("wan2.1-1.3b/3/7", "wan2.1-1.3b/3/9")):
-        assert float(mask[0, i].float().mean()) == pytest.approx(configs[key]["density"])
+        assert float(without[0, i].float().mean()) == pytest.approx(configs[key]["density"])
+    with_sink = masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=str(cache), model="wan2.1-1.3b",
+                            layer=3, heads=[7, 9])
+    assert torch.equal(with_sink, without | (torch.arange(without.shape[-1]) == 0))
 
 
 def test_minference_search_picks_a_candidate_per_head_and_caches_it(qkv, tmp_path):

@@ -12,14 +12,16 @@ Bidirectional port: the last query rows see every key, so the estimate uses no c
 scored by its distance |i - j| from the main diagonal (the last rows only see keys behind them), and each
 chosen distance is kept on both sides of the diagonal; the A-shape band is symmetric too.
 
-The paper runs MInference with a pre-searched config: ``search_head`` scores each candidate of
-``CANDIDATES`` by the dense attention mass it recalls on sampled query blocks and, as MInference's
-kernel-aware search, keeps the best-recall candidate within a FLOPs (density) ``budget``; the default
-budget 0.2 is a choice for video (upstream derives its target from an LLM A-shape config), so MInference's
-density is bounded by it. ``budget=None`` keeps instead the sparsest candidate reaching ``recall_target``.
+The paper runs MInference with a pre-searched config. ``search_head`` is MInference's offline search
+(``search_pattern``): each candidate of ``CANDIDATES`` (upstream's list: a stream-LLM A-shape, four
+vertical-slash sizes, block-sparse keeping 1/8 of the kv blocks) is scored by the dense attention mass it
+recalls on sampled query blocks and the best recall wins; as upstream, an A-shape winner then runs as
+vertical-slash with the same sizes and a block-sparse winner as vertical-slash (1000, 6096). A density
+``budget`` (a FLOPs cap, off by default) restricts the choice to candidates that fit it.
 With ``search`` (the default) ``build`` searches every head it has no config for, so any caller (a sweep
 cell, ``mask-fidelity``) gets the searched mask; ``search=False`` applies the fixed pattern params. Results
 can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended.
+``docs/methods.md`` compares every step with upstream.
 """
 
 from __future__ import annotations
@@ -43,21 +45,18 @@ from wavealign.masks._common import (
 
 PATTERNS = ("vertical_slash", "a_shape", "block_sparse")
 PARAMS: dict[str, Any] = {"pattern": "vertical_slash", "vertical_size": 1000, "slash_size": 6096, "last_q": 64,
-                          "n_init": 30, "n_local": 100, "a_shape_init": 128, "a_shape_local": 4096, "top_k": 100,
-                          "search": True, "budget": 0.2, "recall_target": 0.95, "sample_blocks": 8,
+                          "n_init": 30, "n_local": 100, "a_shape_init": 128, "a_shape_local": 3968, "top_k": 100,
+                          "search": True, "budget": None, "recall_target": 0.95, "sample_blocks": 8,
                           "tuned_config": None, "model": "", "layer": 0, "heads": None}
-# the search space: MInference's published per-head settings, plus sparser and denser variants
-CANDIDATES: tuple[dict[str, Any], ...] = (
-    {"pattern": "vertical_slash", "vertical_size": 100, "slash_size": 800},
-    {"pattern": "vertical_slash", "vertical_size": 500, "slash_size": 2000},
-    {"pattern": "vertical_slash", "vertical_size": 1000, "slash_size": 6096},
-    {"pattern": "vertical_slash", "vertical_size": 3500, "slash_size": 200},
-    {"pattern": "vertical_slash", "vertical_size": 3000, "slash_size": 12000},
-    {"pattern": "a_shape", "a_shape_init": 128, "a_shape_local": 4096},
-    {"pattern": "a_shape", "a_shape_init": 1024, "a_shape_local": 16384},
-    {"pattern": "block_sparse", "top_k": 50},
-    {"pattern": "block_sparse", "top_k": 100},
-    {"pattern": "block_sparse", "top_k": 300},
+# the search space and what each winner runs as (upstream minference_forward.search_pattern); the block-sparse
+# candidate keeps 1/8 of the kv blocks of each row ("top_k": None is resolved to NB // 8)
+CANDIDATES: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+    ({"pattern": "a_shape", "a_shape_init": 100, "a_shape_local": 800},
+     {"pattern": "vertical_slash", "vertical_size": 100, "slash_size": 800}),
+    *(({"pattern": "vertical_slash", "vertical_size": v, "slash_size": s},) * 2
+      for v, s in ((30, 800), (100, 750), (500, 700), (3500, 100))),
+    ({"pattern": "block_sparse", "top_k": None}, {"pattern": "vertical_slash", "vertical_size": 1000,
+                                                  "slash_size": 6096}),
 )
 
 
@@ -114,13 +113,11 @@ def a_shape(n: int, block_size: int, init: int, local: int, device: torch.device
 
 
 def block_sparse(q: torch.Tensor, k: torch.Tensor, block_size: int, top_k: int) -> torch.Tensor:
-    """The ``top_k`` kv blocks of each query block by pooled q . k, plus the diagonal, (MB, NB)."""
+    """The ``top_k`` kv blocks of each query block by pooled q . k, (MB, NB); nothing is forced, as upstream."""
     scores = pool_blocks(q, block_size) @ pool_blocks(k, block_size).T
     nb = scores.shape[0]
-    top = torch.topk(scores, min(top_k, nb), dim=-1).indices
-    mask = torch.zeros(nb, nb, dtype=torch.bool, device=q.device).scatter_(-1, top, True)
-    mask.fill_diagonal_(True)
-    return mask
+    top = torch.topk(scores, min(max(top_k, 1), nb), dim=-1).indices
+    return torch.zeros(nb, nb, dtype=torch.bool, device=q.device).scatter_(-1, top, True)
 
 
 def head_mask(q: torch.Tensor, k: torch.Tensor, block_size: int, cfg: dict[str, Any]) -> torch.Tensor:
@@ -172,35 +169,32 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     return per_head(q, k, v, block_size, one_head)
 
 
-def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budget: float | None = 0.2,
+def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budget: float | None = None,
                 recall_target: float = 0.95, sample_blocks: int = 8) -> dict[str, Any]:
-    """Pick one head's pattern from ``CANDIDATES`` by the dense attention mass it recalls on sampled query
-    blocks, with its recall and density.
+    """One head's config by MInference's search: the candidate of ``CANDIDATES`` recalling the most dense
+    attention mass on sampled query blocks, as the pattern it runs as, with its recall and that mask's density.
 
-    With a ``budget`` (a density, i.e. a FLOPs target) this is MInference's kernel-aware search: the
-    best-recall candidate whose density fits the budget (the sparsest one if none fits). With
-    ``budget=None`` it is the sparsest candidate reaching ``recall_target`` (else the best-recall one).
+    With a ``budget`` (a density, i.e. a FLOPs cap) only candidates whose run mask fits it compete (the
+    sparsest if none does). ``recall_target`` is reported against (``meets_target``), not searched for.
     """
     nb = num_blocks(k.shape[0], block_size)
     blocks = sample_query_blocks(nb, sample_blocks).to(q.device)
     q_rows, owner = block_rows(q, blocks, block_size)
     mass = block_mass(q_rows, k, block_size)
     results = []
-    for cand in CANDIDATES:
-        mask = head_mask(q, k, block_size, {**PARAMS, **cand})
-        recall = float((mass * mask[blocks][owner]).sum(-1).mean())
-        results.append({**cand, "recall": recall, "density": float(mask.float().mean())})
+    for scored, runs_as in CANDIDATES:
+        scored = {**scored, "top_k": max(nb // 8, 1)} if scored.get("top_k", 0) is None else scored
+        recall = float((mass * head_mask(q, k, block_size, {**PARAMS, **scored})[blocks][owner]).sum(-1).mean())
+        density = float(head_mask(q, k, block_size, {**PARAMS, **runs_as}).float().mean())
+        results.append({**runs_as, "scored_as": scored["pattern"], "recall": recall, "density": density})
     if budget is not None:
-        fitting = [r for r in results if r["density"] <= budget]
-        if not fitting:
-            return min(results, key=lambda r: r["density"])
-        return max(fitting, key=lambda r: (r["recall"], -r["density"]))
-    passing = [r for r in results if r["recall"] >= recall_target]
-    return min(passing, key=lambda r: r["density"]) if passing else max(results, key=lambda r: r["recall"])
+        results = [r for r in results if r["density"] <= budget] or [min(results, key=lambda r: r["density"])]
+    best = max(results, key=lambda r: (r["recall"], -r["density"]))
+    return {**best, "meets_target": best["recall"] >= recall_target}
 
 
 def search(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, model: str, layer: int,
-           heads: list[int] | None = None, cache: str | None = None, budget: float | None = 0.2,
+           heads: list[int] | None = None, cache: str | None = None, budget: float | None = None,
            recall_target: float = 0.95, sample_blocks: int = 8) -> dict[str, dict[str, Any]]:
     """Search every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
     check_qkv(q, k, v, block_size)

@@ -6,7 +6,8 @@ is *self-similar* when the mean pairwise cosine of its tokens (self-pairs includ
 computed against every kv block (a whole row) and a non-self-similar kv block by every query block (a
 whole column). For the rest, softmax(pooled_q pooled_k^T / sqrt(d)) over the self-similar kv blocks is
 sorted and blocks are kept while the cumulative mass stays <= ``cdfthreshd``: **the crossing block is
-not kept**, but at least one block is. ``attention_sink`` adds kv-block 0 to every row.
+not kept**, but at least one block is. ``attention_sink`` adds kv-block 0 to every row; as upstream, heads
+are tuned with it off and run with it on (the default).
 
 Bidirectional: upstream's non-causal path, unchanged (no causal mask on the pooled scores).
 
@@ -38,7 +39,7 @@ from wavealign.masks._common import (
     sample_query_blocks,
 )
 
-PARAMS: dict[str, Any] = {"simthreshd1": 0.6, "cdfthreshd": 0.98, "attention_sink": False, "autotune": True,
+PARAMS: dict[str, Any] = {"simthreshd1": 0.6, "cdfthreshd": 0.98, "attention_sink": True, "autotune": True,
                           "l1_bound": 0.06, "sample_blocks": 8, "tuned_config": None, "model": "", "layer": 0,
                           "heads": None}
 SIM_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -112,8 +113,7 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
         cfg = tuned[h]
         if cfg is None and autotune:
-            cfg = tune_head(qh, kh, vh, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks,
-                            attention_sink=attention_sink)
+            cfg = tune_head(qh, kh, vh, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks)
             if tuned_config is not None:
                 _tuned.save(tuned_config, "spargeattn", {_tuned.key(model, layer, head_ids[h]): cfg})
         cfg = cfg or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}

@@ -7,10 +7,11 @@ kv block) an estimated attention mass. Each row then keeps blocks in descending 
 reaches ``threshold`` x the row's total, **including the block that crosses it**.
 
 Bidirectional port: the softmax runs over every key (no causal mask), which is upstream's non-causal path.
-Upstream's block selection always seeds each row with kv-block 0 and the diagonal block and counts their
-mass first, whether or not attention is causal, so its non-causal masks select kv-block 0 in every row.
-``keep_first_block`` (on by default) and ``keep_diagonal`` reproduce that. Default stride 8 (the paper's
-video setting; 16 is the other published value).
+That path forces nothing into the threshold count: each row is a plain descending selection, and a side
+effect of upstream's index bookkeeping then turns kv-block 0 on in every row without counting its mass.
+``keep_first_block`` (on by default) reproduces that; ``keep_diagonal`` (off by default, as upstream without
+causal masking or ``keep_recent``) adds the diagonal block the same way. Default stride 8 (the paper's video
+setting; 16 is the other published value). ``docs/methods.md`` compares every step with upstream.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from wavealign import masks
 from wavealign.masks._common import check_fraction, check_qkv, num_blocks, per_head, rows_per_chunk
 
-PARAMS = {"threshold": 0.9, "stride": 8, "keep_first_block": True, "keep_diagonal": True}
+PARAMS = {"threshold": 0.9, "stride": 8, "keep_first_block": True, "keep_diagonal": False}
 
 
 def _antidiagonal_groups(x: torch.Tensor, stride: int, reverse: bool) -> torch.Tensor:
@@ -63,24 +64,22 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int)
 
 
 def select_blocks(scores: torch.Tensor, threshold: float, keep_first_block: bool = True,
-                  keep_diagonal: bool = True) -> torch.Tensor:
-    """Per row of ``scores`` (MB, NB): forced blocks first, then descending mass, keeping each block whose
-    preceding cumulative mass is still below ``threshold`` x the row total (so the crossing block is kept)."""
+                  keep_diagonal: bool = False) -> torch.Tensor:
+    """Per row of ``scores`` (MB, NB): blocks in descending mass, each kept while the cumulative mass before it
+    is still below ``threshold`` x the row total (so the crossing block is kept); then kv-block 0 and the
+    diagonal are added when asked, their mass not counted (upstream's non-causal path)."""
     mb, nb = scores.shape
-    forced = torch.zeros(mb, nb, dtype=torch.bool, device=scores.device)
-    if keep_first_block:
-        forced[:, 0] = True
-    if keep_diagonal:
-        diag = torch.arange(min(mb, nb), device=scores.device)
-        forced[diag, diag] = True
     s = scores.double()
     required = s.sum(-1, keepdim=True) * threshold
-    forced_mass = torch.where(forced, s, 0.0).sum(-1, keepdim=True)
-    rest, order = torch.sort(torch.where(forced, -1.0, s), dim=-1, descending=True)
-    before = forced_mass + torch.cumsum(rest, dim=-1) - rest
-    take = (before < required) & (rest >= 0)
-    mask = forced.clone()
-    mask.scatter_(-1, order, take | torch.gather(forced, -1, order))
+    ordered, order = torch.sort(s, dim=-1, descending=True)
+    before = torch.cumsum(ordered, dim=-1) - ordered
+    mask = torch.zeros(mb, nb, dtype=torch.bool, device=scores.device)
+    mask.scatter_(-1, order, before < required)
+    if keep_first_block:
+        mask[:, 0] = True
+    if keep_diagonal:
+        diag = torch.arange(min(mb, nb), device=scores.device)
+        mask[diag, diag] = True
     return mask
 
 
