@@ -8,3 +8,5 @@ TABLE_I_DENSITY = {"minference": 0.183, "flexprefill": 0.294, "xattention": 0.28
 # L2 hit rate (%) of the original order, from Nsight Compute
 TABLE_I_L2_HIT_PCT = {"minference": 21.7, "flexprefill": 14.7, "xattention": 17.9, "spargeattn": 17.4,
                       "random": 10.6, "dense": 46.5}
+# the methods Table I measures, in its row order
+TABLE_I_METHODS = ("minference", "flexprefill", "xattention", "spargeattn")

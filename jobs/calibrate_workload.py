@@ -43,13 +43,14 @@ import numpy as np
 import torch
 import yaml
 
+from jobs._head_masks import add_workload_arguments, device_for, head_masks
 from jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
+from jobs._paper import TABLE_I_METHODS as METHODS
 from jobs._records import write_csv
-from wavealign import masks, sim, synthetic, workloads
+from wavealign import sim, synthetic, workloads
 from wavealign.sim import facts as sim_facts
-from wavealign.workloads.synthetic import CALIBRATED_PATH, HEAD_TYPES, GeneratorConfig
+from wavealign.workloads.synthetic import CALIBRATED_PATH, HEAD_TYPES, GeneratorConfig, HeadProfile
 
-METHODS = ("minference", "flexprefill", "xattention", "spargeattn")
 DENSITY_TOLERANCE_PTS = 3.0
 L2_TOLERANCE_PTS = 5.0
 
@@ -106,21 +107,24 @@ def _pairs(text: str) -> list[tuple[int, int]]:
     return pairs  # type: ignore[return-value]
 
 
+def _scaled(profile: HeadProfile, sharpness_multiplier: float, noise: float) -> HeadProfile:
+    lo, hi = profile.sharpness
+    return replace(profile, sharpness=(lo * sharpness_multiplier, hi * sharpness_multiplier), noise=noise)
+
+
 def candidate_config(base: GeneratorConfig, head_type: str, sharpness_multiplier: float,
                      noise: float) -> GeneratorConfig:
     """``base`` with only ``head_type`` heads, its sharpness range scaled and its noise set."""
-    profile = base.profiles[head_type]
-    lo, hi = profile.sharpness
-    scaled = replace(profile, sharpness=(lo * sharpness_multiplier, hi * sharpness_multiplier), noise=noise)
     only = {head_type: 1.0}
-    return replace(base, profiles={**base.profiles, head_type: scaled}, mix_first_layer=only, mix_last_layer=only)
+    return replace(base, profiles={**base.profiles, head_type: _scaled(base.profiles[head_type],
+                                                                       sharpness_multiplier, noise)},
+                   mix_first_layer=only, mix_last_layer=only)
 
 
 def fitted_config(base: GeneratorConfig, choice: dict[str, tuple[float, float]],
                   mix: dict[str, float]) -> GeneratorConfig:
     """``base`` with each type's (sharpness multiplier, noise) of ``choice`` and one mix for every layer."""
-    profiles = {t: replace(p, sharpness=(p.sharpness[0] * choice[t][0], p.sharpness[1] * choice[t][0]),
-                           noise=choice[t][1]) for t, p in base.profiles.items()}
+    profiles = {t: _scaled(p, *choice[t]) for t, p in base.profiles.items()}
     return replace(base, profiles=profiles, mix_first_layer=dict(mix), mix_last_layer=dict(mix))
 
 
@@ -135,19 +139,6 @@ def simulated_l2(mask: np.ndarray, hardware: str, kernel: str, head_dim: int, bl
     return float(hits), float(lookups)
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _method_masks(wl: workloads.Workload, q, k, v, layer: int, head: int, block_size: int) -> dict[str, np.ndarray]:
-    out = {}
-    for method in METHODS:
-        mask = masks.build_for_heads(method, q, k, v, block_size, model=wl.model, layer=layer, heads=[head])
-        out[method] = mask[0].cpu().numpy()  # (1, MB, NB)
-    return out
-
-
 def sample(wl: workloads.Workload, base: GeneratorConfig, sharpness: list[float], noise: list[float], *,
            replicates: int, layers: list[int], steps: list[int], seed: int, block_size: int, device: torch.device,
            hardware: str, kernel: str, pool: concurrent.futures.Executor, log=print) -> list[SampleRow]:
@@ -159,12 +150,12 @@ def sample(wl: workloads.Workload, base: GeneratorConfig, sharpness: list[float]
         cfg = candidate_config(base, head_type, mult, nz)
         start = time.perf_counter()
         for rep, (layer, step, head) in enumerate(draws):
-            _, q, k, v = next(workloads.iter_heads(wl, [head], layer=layer, step=step, seed=seed, device=device,
-                                                   config=cfg))
-            for method, mask in _method_masks(wl, q, k, v, layer, head, block_size).items():
-                meta = (head_type, mult, nz, rep, layer, step, head, method, float(mask.mean()))
-                pending.append((meta, pool.submit(simulated_l2, mask, hardware, kernel, wl.head_dim, block_size)))
-        _sync(device)
+            for _, method, mask, _ in head_masks(wl, [head], list(METHODS), layer=layer, step=step, seed=seed,
+                                                 block_size=block_size, device=device, config=cfg):
+                one_head = mask.cpu().numpy()[None]  # (1, MB, NB)
+                meta = (head_type, mult, nz, rep, layer, step, head, method, float(one_head.mean()))
+                pending.append((meta, pool.submit(simulated_l2, one_head, hardware, kernel, wl.head_dim,
+                                                  block_size)))
         log(f"  sampled {head_type:9s} sharpness x{mult:<5g} noise {nz:<5g} {replicates} heads "
             f"in {time.perf_counter() - start:6.1f} s", flush=True)
     return [SampleRow(*meta, *future.result()) for meta, future in pending]
@@ -253,11 +244,11 @@ def verify(wl: workloads.Workload, cfg: GeneratorConfig, at: list[tuple[int, int
         start = time.perf_counter()
         dens: dict[str, list[float]] = {m: [] for m in METHODS}
         futures: dict[str, list] = {m: [] for m in METHODS}
-        for spec, q, k, v in workloads.iter_heads(wl, None, layer=layer, step=step, seed=seed, device=device,
-                                                  config=cfg):
-            for method, mask in _method_masks(wl, q, k, v, layer, spec.head, block_size).items():
-                dens[method].append(float(mask.mean()))
-                futures[method].append(pool.submit(simulated_l2, mask, hardware, kernel, wl.head_dim, block_size))
+        for _, method, mask, _ in head_masks(wl, None, list(METHODS), layer=layer, step=step, seed=seed,
+                                             block_size=block_size, device=device, config=cfg):
+            one_head = mask.cpu().numpy()[None]  # (1, MB, NB)
+            dens[method].append(float(one_head.mean()))
+            futures[method].append(pool.submit(simulated_l2, one_head, hardware, kernel, wl.head_dim, block_size))
         for method in METHODS:
             counts = np.array([f.result() for f in futures[method]])
             out.append(VerifyRow(layer, step, method, wl.heads, float(np.mean(dens[method])),
@@ -306,9 +297,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="wavealign calibrate-workload", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="wavealign-runs/calibration", help="output folder")
-    parser.add_argument("--model", default="wan2.1-14b", choices=workloads.models())
-    parser.add_argument("--frames", type=int, default=401)
-    parser.add_argument("--resolution", default="720p")
+    add_workload_arguments(parser)
     parser.add_argument("--sharpness", default="0.5,0.7,1,1.4,2,2.8", help="candidate sharpness multipliers")
     parser.add_argument("--noise", default="0.1,0.35", help="candidate noise energies")
     parser.add_argument("--replicates", type=int, default=2, help="sampled heads per (type, candidate)")
@@ -317,12 +306,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--verify-at", default="20:25,5:10,35:40", help="LAYER:STEP pairs verified whole")
     parser.add_argument("--mix-step", type=float, default=0.05, help="grid step of the head-type mix")
     parser.add_argument("--restarts", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--hardware", default="h100", help="the simulated GPU of Table I's L2 hit rates")
     parser.add_argument("--kernel", default="fa4", help="the simulated kernel of Table I")
     parser.add_argument("--random-density", type=float, default=0.25, help="density of the iid random control")
-    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
     parser.add_argument("--workers", type=int, default=None, help="simulator processes (default: CPUs, max 8)")
     parser.add_argument("--install", action="store_true", help="make the fit the default generator")
     args = parser.parse_args(argv)
@@ -344,9 +330,7 @@ def main(argv: list[str]) -> int:
     if args.replicates < 1 or args.restarts < 1 or not 0 < args.mix_step <= 0.5:
         raise ValueError(f"--replicates and --restarts must be >= 1 and --mix-step in (0, 0.5], got "
                          f"{args.replicates}, {args.restarts}, {args.mix_step}")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {args.device} asked for CUDA, but torch sees no CUDA device")
+    device = device_for(args.device)
     sim_facts.get(args.kernel, args.block_size)  # an unknown kernel fails before any work
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

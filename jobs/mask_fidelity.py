@@ -19,21 +19,18 @@ import argparse
 import json
 import shlex
 import sys
-import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
+from jobs._head_masks import add_workload_arguments, device_for, head_masks
 from jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
+from jobs._paper import TABLE_I_METHODS as METHODS
 from jobs._records import write_csv
 from wavealign import masks, skip, workloads
 from wavealign.masks._draw import save_mask_png
-
-METHODS = ("minference", "flexprefill", "xattention", "spargeattn")
 
 
 @dataclass(frozen=True)
@@ -73,20 +70,6 @@ def _parse_heads(spec: str, num_heads: int) -> list[int]:
     return heads
 
 
-def _device(name: str | None) -> torch.device:
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name} asked for CUDA, but torch {torch.__version__} sees no CUDA device")
-    return device
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
     """``["xattention.threshold=0.8", ...]`` -> {"xattention": {"threshold": 0.8}}; values are YAML scalars."""
     out: dict[str, dict[str, Any]] = {m: {} for m in methods}
@@ -99,27 +82,6 @@ def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str,
                              f"its params {known.get(method, known)}")
         out[method][key] = yaml.safe_load(value)
     return out
-
-
-def head_masks(wl: workloads.Workload, heads: list[int], methods: list[str], *, layer: int, step: int, seed: int,
-               block_size: int, device: torch.device, overrides: dict[str, dict[str, Any]] | None = None,
-               ) -> Iterator[tuple[workloads.HeadSpec, str, torch.Tensor, float]]:
-    """Yield ``(spec, method, mask (MB, NB), build_ms)`` head by head: the masks a sweep cell of these heads
-    builds, one head's Q/K/V in memory at a time."""
-    overrides = overrides or {}
-    for spec, q, k, v in workloads.iter_heads(wl, heads, layer=layer, step=step, seed=seed, device=device):
-        for method in methods:
-            _sync(device)
-            start = time.perf_counter()
-            try:
-                mask = masks.build_for_heads(method, q, k, v, block_size, model=wl.model, layer=layer,
-                                             heads=[spec.head], **overrides.get(method, {}))
-            except (RuntimeError, ValueError) as err:
-                raise RuntimeError(f"{method} failed on head {spec.head} ({spec.head_type}) of {wl.model} at "
-                                   f"{wl.seq_len} tokens on {device}: {err}") from err
-            _sync(device)
-            yield spec, method, mask[0, 0], (time.perf_counter() - start) * 1e3
-        del q, k, v
 
 
 def _summary(rows: list[FidelityRow]) -> list[dict]:
@@ -161,15 +123,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="wavealign mask-fidelity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="wavealign-runs/mask-fidelity", help="output folder")
-    parser.add_argument("--model", default="wan2.1-14b", choices=workloads.models())
-    parser.add_argument("--frames", type=int, default=401)
-    parser.add_argument("--resolution", default="720p")
+    add_workload_arguments(parser)
     parser.add_argument("--heads", default="8", help="a count (spread evenly) or a comma list of heads")
     parser.add_argument("--layer", type=int, default=20)
     parser.add_argument("--step", type=int, default=25, help="denoising step of the generator (0..49)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--block-size", type=int, default=128)
-    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--set", action="append", default=[], metavar="METHOD.KEY=VALUE",
                         help="override one method param (default: the method's own, as conf/method/ has it)")
@@ -177,7 +134,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hardware", default="h100", help="hardware id for the skip features")
     args = parser.parse_args(argv)
 
-    device = _device(args.device)
+    device = device_for(args.device)
     wl = workloads.preset(args.model, args.frames, args.resolution)
     heads = _parse_heads(args.heads, wl.heads)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
