@@ -151,20 +151,13 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     budget = params["budget"]
     if budget is not None and not 0.0 < budget <= 1.0:
         raise ValueError(f"budget must be None or a density in (0, 1], got {budget!r}")
-    head_ids = list(range(q.shape[1])) if params["heads"] is None else list(params["heads"])
-    if len(head_ids) != q.shape[1]:
-        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {params['heads']}")
-    cache, model, layer = params["tuned_config"], params["model"], params["layer"]
-    tuned = _tuned.lookup(cache, "minference", model, layer, head_ids)
+    configs = _tuned.HeadConfigs("minference", params["tuned_config"], params["model"], params["layer"],
+                                 params["heads"], q.shape[1])
 
     def one_head(h: int, qh: torch.Tensor, kh: torch.Tensor, _v: torch.Tensor) -> torch.Tensor:
-        cfg = tuned[h]
-        if cfg is None and params["search"]:
-            cfg = search_head(qh, kh, block_size, budget=budget, recall_target=params["recall_target"],
-                              sample_blocks=params["sample_blocks"])
-            if cache is not None:
-                _tuned.save(cache, "minference", {_tuned.key(model, layer, head_ids[h]): cfg})
-        return head_mask(qh, kh, block_size, {**params, **(cfg or {})})
+        search = (lambda: search_head(qh, kh, block_size, budget=budget, recall_target=params["recall_target"],
+                                      sample_blocks=params["sample_blocks"])) if params["search"] else None
+        return head_mask(qh, kh, block_size, {**params, **(configs.get(h, search) or {})})
 
     return per_head(q, k, v, block_size, one_head)
 
@@ -184,8 +177,10 @@ def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budg
     results = []
     for scored, runs_as in CANDIDATES:
         scored = {**scored, "top_k": max(nb // 8, 1)} if scored.get("top_k", 0) is None else scored
-        recall = float((mass * head_mask(q, k, block_size, {**PARAMS, **scored})[blocks][owner]).sum(-1).mean())
-        density = float(head_mask(q, k, block_size, {**PARAMS, **runs_as}).float().mean())
+        scored_mask = head_mask(q, k, block_size, {**PARAMS, **scored})
+        run_mask = scored_mask if scored == runs_as else head_mask(q, k, block_size, {**PARAMS, **runs_as})
+        recall = float((mass * scored_mask[blocks][owner]).sum(-1).mean())
+        density = float(run_mask.float().mean())
         results.append({**runs_as, "scored_as": scored["pattern"], "recall": recall, "density": density})
     if budget is not None:
         results = [r for r in results if r["density"] <= budget] or [min(results, key=lambda r: r["density"])]

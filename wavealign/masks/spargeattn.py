@@ -105,19 +105,14 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     check_fraction("l1_bound", l1_bound)
     if not isinstance(sample_blocks, int) or sample_blocks < 1:
         raise ValueError(f"sample_blocks must be a positive int, got {sample_blocks!r}")
-    head_ids = list(range(q.shape[1])) if heads is None else list(heads)
-    if len(head_ids) != q.shape[1]:
-        raise ValueError(f"heads must name one model head per head of q ({q.shape[1]}), got {heads}")
-    tuned = _tuned.lookup(tuned_config, "spargeattn", model, layer, head_ids)
+    configs = _tuned.HeadConfigs("spargeattn", tuned_config, model, layer, heads, q.shape[1])
 
     def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
-        cfg = tuned[h]
-        if cfg is None and autotune:
-            cfg = tune_head(qh, kh, vh, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks)
-            if tuned_config is not None:
-                _tuned.save(tuned_config, "spargeattn", {_tuned.key(model, layer, head_ids[h]): cfg})
-        cfg = cfg or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}
-        return _HeadStats(qh, kh, block_size).mask(cfg["simthreshd1"], cfg["cdfthreshd"], attention_sink)
+        stats = _HeadStats(qh, kh, block_size)
+        tune = (lambda: _tune(stats, qh, kh, vh, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks)
+                ) if autotune else None
+        cfg = configs.get(h, tune) or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}
+        return stats.mask(cfg["simthreshd1"], cfg["cdfthreshd"], attention_sink)
 
     return per_head(q, k, v, block_size, head_mask)
 
@@ -126,7 +121,13 @@ def tune_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
               sample_blocks: int = 8, bisect_steps: int = 8, attention_sink: bool = False) -> dict[str, float]:
     """Autotune one head (q, k, v each (N, D)): the sparsest (simthreshd1, cdfthreshd) with L1 error
     under ``l1_bound`` on ``sample_blocks`` evenly spread query blocks; returns it with its density and error."""
-    stats = _HeadStats(q, k, block_size)
+    return _tune(_HeadStats(q, k, block_size), q, k, v, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks,
+                 bisect_steps=bisect_steps, attention_sink=attention_sink)
+
+
+def _tune(stats: _HeadStats, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, *, l1_bound: float,
+          sample_blocks: int, bisect_steps: int = 8, attention_sink: bool = False) -> dict[str, float]:
+    """``tune_head`` on the head's prediction statistics, computed once by the caller and reused for its mask."""
     blocks = sample_query_blocks(stats.scores.shape[0], sample_blocks)
     q_rows, owner = block_rows(q, blocks, block_size)
     partials = BlockPartials(q_rows, k, v, block_size)
