@@ -34,7 +34,7 @@ from analysis.plotting import (
     relative_to_original,
 )
 from wavealign import hardware as hardware_registry
-from wavealign.pipeline import SYNTHETIC_METHODS
+from wavealign import masks
 
 ORIGINAL = "original"
 DENSE = "dense"
@@ -372,7 +372,7 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
 def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_tokens: int = 65_536) -> Figure:
     """Fig. 14: one head's block mask before and after reordering, in full and zoomed to the first wave.
 
-    The mask is regenerated from the cell's recorded config with ``wavealign.pipeline.build_mask`` (the
+    The mask is regenerated from the cell's recorded config with ``wavealign.pipeline.build_inputs`` (the
     sweep's own mask-building code) and reordered with ``wavealign.reorder.plan`` using the cell's stages,
     wave size and seed. Without ``cell_id``, the longest reordered cell up to ``max_seq_len_tokens``
     (building a mask from Q/K on the CPU costs time) is drawn, preferring Q/K-free synthetic masks and a
@@ -395,7 +395,8 @@ def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_t
         if chosen.empty:
             return note_figure(title, f"no reordered cell of at most {max_seq_len_tokens} tokens to redraw")
         # prefer Q/K-free masks, full WaveAlign, the longest sequence, then the density nearest the paper's 25%
-        chosen = chosen.assign(_synthetic=chosen["method"].isin(list(SYNTHETIC_METHODS)),
+        qk_free = [m for m in chosen["method"].unique() if m in masks.available() and not masks.get(m).needs_qk]
+        chosen = chosen.assign(_synthetic=chosen["method"].isin(qk_free),
                                _both=chosen["stages"] == "both",
                                _near_quarter=-(chosen["density"] - 0.25).abs() if "density" in chosen else 0.0)
         chosen = chosen.sort_values(["_synthetic", "_both", "seq_len_tokens", "_near_quarter"], ascending=False)
@@ -415,14 +416,15 @@ def _rebuild_and_reorder(config: dict):
     import torch
 
     from wavealign import reorder
-    from wavealign.pipeline import Cell, build_mask
+    from wavealign.pipeline import build_inputs
+    from wavealign.records import Cell
 
     known = {f.name for f in dataclasses.fields(Cell)}
     cell = Cell(**{k: v for k, v in config.items() if k in known})
     if cell.model is not None:  # one head is all the figure shows: build only that head's Q/K
         cell.heads, cell.num_heads = list(cell.heads[:1]), 1
     cell.backend = "sim"  # Q/K/V for a kernel are not needed, only the mask
-    mask, _ = build_mask(cell, torch.device("cpu"))
+    mask, _ = build_inputs(cell, torch.device("cpu"))
     head = mask[:1]
     cell.stages = cell.stages if cell.stages != "none" else "both"
     order = reorder.plan(head, wave_size=cell.wave_size, stages=cell.stages, seed=cell.seed)
@@ -443,7 +445,7 @@ def _draw_masks(cell, head, after, title: str) -> Figure:
             ax.set_xlabel("K/V block")
             ax.set_ylabel("launch slot (query block)")
     fig.suptitle(f"{title}\n{cell.hardware}/{cell.method} {cell.seq_len_tokens} tokens, head 0 "
-                 f"(regenerated with wavealign.pipeline.build_mask)", fontsize=10)
+                 f"(regenerated with wavealign.pipeline.build_inputs)", fontsize=10)
     fig.tight_layout()
     return fig
 

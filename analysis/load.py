@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlparse
 import pandas as pd
 
 from orchestrator import dataset
-from wavealign.pipeline import Cell
+from wavealign.records import Cell
 
 DEFAULT_RUN_ROOT = Path("wavealign-runs")
 SWEEP_KIND_TAG = "wavealign.kind"
@@ -53,7 +53,7 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
 
 
 def configuration_columns(frame: pd.DataFrame) -> list[str]:
-    """The columns that say what a cell measures: every ``pipeline.Cell`` field but its ids (which also hash
+    """The columns that say what a cell measures: every ``records.Cell`` field but its ids (which also hash
     the code's fingerprint), so one configuration measured by two code versions is one configuration."""
     return [f.name for f in fields(Cell) if f.name not in ("cell_id", "group_id") and f.name in frame.columns]
 
@@ -97,8 +97,10 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
 
 
 def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add ``seq_k`` (thousands of tokens)."""
+    """Fill ``seq_k`` (the requested thousands of tokens) from the length run for rows written before cells
+    recorded it (dataset schema v1)."""
     frame = frame.copy()
     if "seq_len_tokens" in frame:
-        frame["seq_k"] = frame["seq_len_tokens"] / 1000.0
+        derived = frame["seq_len_tokens"] / 1000.0
+        frame["seq_k"] = frame["seq_k"].fillna(derived) if "seq_k" in frame else derived
     return frame

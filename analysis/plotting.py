@@ -20,7 +20,9 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-STAGE_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
+from wavealign import reorder
+
+STAGE_LABELS = reorder.PAPER_LABELS
 SIMULATED_LABEL = "simulated"
 NOTE_COLOR = "0.35"
 

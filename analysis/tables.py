@@ -78,7 +78,52 @@ def reorderer_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per hardware, length, method, backend and stages: kernel and reorder time, the net speedup over the same
+    backend's original order and over flex's, effective TFLOP/s, the gap to the 1/rho bound against the same
+    backend's dense cell (method ``dense``) and, where profiled, L2 hit % and DRAM GB."""
+    need = ("hardware", "backend", "method", "stages", "group_id", "seq_len_tokens", "num_heads", "head_dim",
+            "density", "kernel_ms_median", "reorder_ms", "net_speedup_vs_original")
+    if missing := missing_columns(frame, need):
+        return _note_table(missing_note(missing))
+    cells = done_cells(frame)
+    cells = cells[~is_simulated(cells)]
+    if cells.empty:
+        return _note_table("no finished timed cell")
+    shape = ["hardware", "seq_len_tokens", "num_heads", "head_dim"]
+    dense = cells[cells["method"] == "dense"].drop_duplicates([*shape, "backend"]).set_index([*shape, "backend"])
+    dense_ms = cells.set_index([*shape, "backend"]).index.map(dense["kernel_ms_median"].to_dict()).to_numpy()
+    flex = cells[(cells["backend"] == "flex") & (cells["stages"] == "none")]
+    flex_ms = cells.set_index([*shape, "method"]).index.map(
+        flex.drop_duplicates([*shape, "method"]).set_index([*shape, "method"])["kernel_ms_median"].to_dict())
+    flops = 4.0 * cells["seq_len_tokens"] ** 2 * cells["head_dim"] * cells["num_heads"] * cells["density"]
+    table = cells.assign(
+        effective_tflops=flops / (cells["kernel_ms_median"] * 1e-3) / 1e12,
+        net_speedup_vs_flex_original=flex_ms.to_numpy() / (cells["kernel_ms_median"] + cells["reorder_ms"]),
+        gap_to_bound=(1.0 / cells["density"]) / (dense_ms / cells["kernel_ms_median"]),
+        dram_read_gb=cells["ncu_dram_read_bytes"] / 1e9 if "ncu_dram_read_bytes" in cells else float("nan"))
+    columns = ["hardware", "seq_len_tokens", "method", "backend", "backend_params", "stages", "density",
+               "kernel_ms_median", "reorder_ms", "net_speedup_vs_original", "net_speedup_vs_flex_original",
+               "effective_tflops", "gap_to_bound", "ncu_l2_hit_pct", "dram_read_gb"]
+    table = table[[c for c in columns if c in table]].sort_values(["hardware", "seq_len_tokens", "method", "backend"])
+    table["stages"] = table["stages"].map(lambda s: STAGE_LABELS.get(s, s))
+    return table.reset_index(drop=True)
+
+
+def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
+    """A table as GitHub markdown, floats to ``digits`` decimals, NaN left blank."""
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return "" if value != value else f"{value:.{digits}f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table.itertuples(index=False)]
+    return "\n".join(lines)
+
+
 TABLES = {
     "table1_ncu_characterisation": ncu_characterisation,
     "table2_reorderer_comparison": reorderer_comparison,
+    "kernel_benchmark": kernel_benchmark,
 }

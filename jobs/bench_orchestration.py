@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     from orchestrator import config, sweep
 
     root = args.run_root or tempfile.mkdtemp(prefix="wavealign-bench-")
-    cfg = config.load(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[synthetic-random]",
+    cfg = config.load(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
                        "grid.workload=[shape-2h]", "grid.seq_k=[0.128]", "grid.variant=[original]",
                        f"grid.seed=[{','.join(map(str, range(args.cells)))}]", "grid.reps=1", "grid.warmup=0",
                        f"run_root={root}", "progress=false", f"mlflow.enabled={str(not args.no_mlflow).lower()}"])

@@ -47,8 +47,7 @@ from jobs._head_masks import add_workload_arguments, device_for, head_masks
 from jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
 from jobs._paper import TABLE_I_METHODS as METHODS
 from jobs._records import write_csv
-from wavealign import sim, synthetic, workloads
-from wavealign.sim import facts as sim_facts
+from wavealign import kernels, sim, synthetic, workloads
 from wavealign.workloads.synthetic import CALIBRATED_PATH, HEAD_TYPES, GeneratorConfig, HeadProfile
 
 DENSITY_TOLERANCE_PTS = 3.0
@@ -133,7 +132,7 @@ def simulated_l2(mask: np.ndarray, hardware: str, kernel: str, head_dim: int, bl
     order, K/V and Q reads as ``sim.simulate`` counts them. Module level so a process pool can run it."""
     r = sim.simulate(torch.from_numpy(mask), order=None, hardware=hardware, backend=kernel, head_dim=head_dim,
                      block_size=block_size)
-    q_bytes = sim_facts.get(kernel, block_size).q_block_bytes(head_dim)
+    q_bytes = kernels.get(kernel).execution.with_block_size(block_size).q_block_bytes(head_dim)
     lookups = sum(h.l2_lookups for h in r.per_head) * r.kv_block_bytes + mask.shape[0] * mask.shape[1] * q_bytes
     hits = sum(h.l2_hits for h in r.per_head) * r.kv_block_bytes
     return float(hits), float(lookups)
@@ -331,7 +330,7 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--replicates and --restarts must be >= 1 and --mix-step in (0, 0.5], got "
                          f"{args.replicates}, {args.restarts}, {args.mix_step}")
     device = device_for(args.device)
-    sim_facts.get(args.kernel, args.block_size)  # an unknown kernel fails before any work
+    kernels.get(args.kernel)  # an unknown kernel fails before any work
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = "wavealign calibrate-workload " + shlex.join(argv)

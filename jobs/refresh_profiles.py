@@ -84,9 +84,9 @@ def _tracking_uri(args: dict[str, Any]) -> str:
 
 def _code_version() -> dict[str, str | None]:
     import wavealign
-    from wavealign.pipeline import environment
+    from wavealign import environment
 
-    return {"wavealign_version": wavealign.__version__, "git_sha": environment()["git_sha"]}
+    return {"wavealign_version": wavealign.__version__, "git_sha": environment.git_sha()}
 
 
 def _experiment_id(client, name: str, runs: Path, tracking_uri: str) -> str:

@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
     overrides = ["dry_run=true" if a == "--dry-run" else a for a in argv]
-    from orchestrator import config, sweep
+    from orchestrator import config, plan, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
     try:
         cfg = config.load(overrides)
         if cfg.dry_run:
-            sweep.describe(sweep.make_plan(cfg), cfg, console)
+            plan.describe(plan.make_plan(cfg), cfg, console)
             return 0
         outcome = sweep.run(cfg, console)
     except config.ConfigError as exc:

@@ -1,13 +1,16 @@
 """Compare the L2/HBM simulator with Nsight Compute measurements: L2 hit MAE, DRAM ratio, rankings.
 
-``wavealign validate-sim MEASURED.csv --out DIR`` reads one row per measured launch (CSV, JSON list or
-JSON lines) with the columns ``backend, stages, mask_kind, seq_len, heads, block_size, head_dim,
-density, seed, l2_hit_pct, dram_read_bytes, kernel_ms`` (NCU: ``lts__t_sector_hit_rate.pct``,
-``dram__bytes_read.sum``, ``gpu__time_duration.sum``) and optionally ``mask_file`` (a ``wavealign.sim.packed``
-.npz, required for method masks), ``nnz_spread`` (random masks), ``prototypes`` and ``noise`` (planted
-masks), ``wave_size`` and ``plan_seed`` (the reorder plan). It regenerates each cell's mask from
-``wavealign.synthetic`` with the same seed, reorders it with ``reorder.plan``, simulates it on the
-``--hardware`` profile (h200 by default) and writes ``validation.csv`` and ``validation.md`` to DIR.
+    wavealign validate-sim RESULTS --out DIR [--hardware h200] [--l2-partitions 1|2] [--row-jitter X]
+
+``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.ncu=true``) or a
+table of one row per measured launch (CSV, JSON list or JSON lines) with the columns ``backend, stages,
+mask_kind, seq_len, heads, block_size, head_dim, density, seed, l2_hit_pct, dram_read_bytes, kernel_ms`` and
+optionally ``mask_file`` (a ``wavealign.sim.packed`` .npz, for method masks), ``mask_density`` (the density asked
+of the generator), ``nnz_spread``, ``prototypes``, ``noise``, ``wave_size`` and ``plan_seed``.
+
+Each measured cell becomes the same cell on backend ``sim`` (``kernel`` = the measured backend), run through
+``wavealign.pipeline.run_group``: the sweep's own mask, reorder and simulator path. Writes ``validation.csv`` and
+``validation.md`` to DIR.
 
 Goals (issue 6): L2 hit MAE <= 5 points; DRAM bytes within +-15%; the variants' ranking preserved in every
 group (a group is one mask and backend, its rows the stages).
@@ -19,6 +22,7 @@ import argparse
 import csv
 import dataclasses
 import datetime
+import inspect
 import itertools
 import json
 import math
@@ -27,55 +31,32 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import Any
 
 from jobs._records import write_csv
-from wavealign import hardware, reorder, sim, synthetic
-from wavealign.sim import packed
+from wavealign import hardware, masks, pipeline, reorder, sim
+from wavealign.records import Cell
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
             "l2_hit_pct", "dram_read_bytes", "kernel_ms")
-# the sweep's variant names (conf/config.yaml) for the reorder stages
+# legacy tables name the stages by the sweep's variant names
 VARIANT_STAGES = {"original": "none", "spatial": "spatial", "temporal": "temporal", "wavealign": "both"}
 STAGES = reorder.STAGES
 L2_MAE_GOAL_PTS = 5.0
 DRAM_RATIO_GOAL = 0.15
+# generator arguments a legacy row may carry, by mask kind (the method's own params)
+_GENERATOR_COLUMNS = {"random": (), "random-fixed-nnz": ("nnz_spread",), "planted": ("prototypes", "noise")}
 
 
 @dataclass(frozen=True)
-class Cell:
-    """One measured launch: what identifies its mask and order, and what NCU measured."""
+class Measured:
+    """What Nsight Compute measured of one launch, and the cell that launch ran."""
 
-    backend: str
-    stages: str
-    mask_kind: str
-    seq_len: int
-    heads: int
-    block_size: int
-    head_dim: int
-    density: float
-    seed: int
+    cell: Cell
+    label: str  # how the tables name its mask (mask kind or method)
     l2_hit_pct: float
     dram_read_bytes: float
     kernel_ms: float
-    mask_file: str = ""
-    nnz_spread: float = 0.0
-    # generator arguments the measured masks were made with; unset = wavealign.synthetic's own defaults
-    mask_density: float | None = None  # the density asked of the generator (``density`` is the realised one)
-    prototypes: int | None = None
-    noise: float | None = None
-    wave_size: int = 0  # 0: the hardware's wave for the backend
-    plan_seed: int = 0
-
-    def generator_kwargs(self, names: tuple[str, ...]) -> dict:
-        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
-
-    @property
-    def group(self) -> tuple:
-        """Everything but the stages: the rows of one group share one mask and backend."""
-        return (self.backend, self.mask_kind, self.seq_len, self.heads, self.block_size, self.head_dim,
-                self.density, self.seed, self.mask_file)
 
 
 @dataclass(frozen=True)
@@ -99,8 +80,7 @@ class ValidationRow:
     kernel_ms_predicted: float
 
 
-def read_cells(path: Path) -> list[Cell]:
-    """Rows of a CSV, a JSON list or JSON lines, checked for the required columns."""
+def _table_rows(path: Path) -> list[dict[str, Any]]:
     text = path.read_text()
     if path.suffix == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
@@ -110,65 +90,108 @@ def read_cells(path: Path) -> list[Cell]:
         rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     if not rows:
         raise ValueError(f"measurements {path} hold no rows")
-    fields = {f.name: f for f in dataclasses.fields(Cell)}
-    cells = []
-    for i, row in enumerate(rows):
+    return rows
+
+
+def _number(row: dict[str, Any], key: str, kind: type = float) -> Any:
+    value = row.get(key)
+    return None if value in (None, "") else kind(float(value))
+
+
+def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
+    """The measured cells of a legacy NCU table (see the module docstring)."""
+    measured = []
+    for i, row in enumerate(_table_rows(path)):
         missing = [c for c in REQUIRED if row.get(c) in (None, "")]
         if missing:
             raise ValueError(f"measurements {path} row {i} lacks columns {missing}; expected {list(REQUIRED)}")
-        values = {k: _typed(fields[k].type, v) for k, v in row.items() if k in fields and v not in (None, "")}
-        values["stages"] = VARIANT_STAGES.get(values["stages"], values["stages"])
-        if values["stages"] not in STAGES:
+        stages = VARIANT_STAGES.get(row["stages"], row["stages"])
+        if stages not in STAGES:
             raise ValueError(f"row {i}: stages must be one of {STAGES} or {list(VARIANT_STAGES)}, "
                              f"got {row['stages']!r}")
-        cells.append(Cell(**values))
-    return cells
+        kind = row["mask_kind"]
+        if row.get("mask_file"):
+            method, params = "file", {"path": row["mask_file"]}
+        elif kind in _GENERATOR_COLUMNS:
+            density = _number(row, "mask_density") or mask_density or _number(row, "density")
+            # a table's masks came from the generator with its own defaults (bench-kernels), not the method's
+            generator = inspect.signature(masks.get(kind).from_shape).parameters
+            params = {k: p.default for k, p in generator.items()
+                      if k in masks.get(kind).params and p.default is not inspect.Parameter.empty}
+            params.update({k: _number(row, k) for k in _GENERATOR_COLUMNS[kind] if _number(row, k) is not None})
+            params.update(density=density, seed=_number(row, "seed", int))
+            method = kind
+        else:
+            raise ValueError(f"row {i}: mask_kind {kind!r} is none of {sorted(_GENERATOR_COLUMNS)}, so it needs a "
+                             "mask_file column (a wavealign.sim.packed .npz)")
+        kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
+        seq_len, block_size = _number(row, "seq_len", int), _number(row, "block_size", int)
+        group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"
+        cell = Cell(cell_id=f"row{i}", group_id=group, hardware=hw, profile_hardware=hw, backend=kernel,
+                    method=method, variant=stages, stages=stages, skip_mode="force", workload="table",
+                    seq_len_tokens=seq_len, num_heads=_number(row, "heads", int),
+                    head_dim=_number(row, "head_dim", int), block_size=block_size,
+                    wave_size=_number(row, "wave_size", int) or 0, seed=_number(row, "plan_seed", int) or 0,
+                    method_params=params)
+        measured.append(Measured(cell, kind, float(row["l2_hit_pct"]), float(row["dram_read_bytes"]),
+                                 float(row["kernel_ms"])))
+    return measured
 
 
-def _typed(annotation: str, value):
-    kind = {"int": int, "float": float, "str": str}[annotation.removesuffix(" | None")]
-    return kind(float(value)) if kind is int else kind(value)
+def from_run_root(run_root: Path) -> list[Measured]:
+    """The measured cells of a sweep: done GPU rows with Nsight Compute counters, newest per cell."""
+    from analysis.load import load
+
+    frame = load(run_root)
+    names = {f.name for f in dataclasses.fields(Cell)}
+    measured = []
+    for _, row in frame.iterrows():
+        if row["status"] != "done" or row["simulated"] or math.isnan(row["ncu_l2_hit_pct"] or math.nan):
+            continue
+        config = json.loads(row["cell_json"])
+        cell = Cell(**{k: v for k, v in config.items() if k in names})
+        cell = dataclasses.replace(cell, stages=row["stages_applied"], skip_mode="force")
+        measured.append(Measured(cell, cell.method, float(row["ncu_l2_hit_pct"]), float(row["ncu_dram_read_bytes"]),
+                                 float(row["ncu_kernel_ms"])))
+    if not measured:
+        raise ValueError(f"{run_root} holds no done GPU cell with Nsight Compute counters (run a sweep with "
+                         "grid.ncu=true)")
+    return measured
 
 
-def cell_mask(cell: Cell) -> torch.Tensor:
-    """The cell's mask: its saved file, or regenerated from ``wavealign.synthetic`` with its seed."""
-    if cell.mask_file:
-        return packed.load(cell.mask_file)
-    blocks = math.ceil(cell.seq_len / cell.block_size)
-    density = cell.mask_density if cell.mask_density is not None else cell.density
-    if cell.mask_kind == "random":
-        return synthetic.random_mask(cell.heads, blocks, blocks, density, seed=cell.seed)
-    if cell.mask_kind == "random-fixed-nnz":
-        return synthetic.fixed_nnz_mask(cell.heads, blocks, blocks, density, nnz_spread=cell.nnz_spread,
-                                        seed=cell.seed)
-    if cell.mask_kind == "planted":
-        return synthetic.planted_mask(cell.heads, blocks, blocks, density, seed=cell.seed,
-                                      **cell.generator_kwargs(("prototypes", "noise")))
-    raise ValueError(f"mask_kind {cell.mask_kind!r} is none of 'random', 'random-fixed-nnz' and "
-                     "'planted', so its row needs a "
-                     "mask_file column (a wavealign.sim.packed .npz)")
+def as_simulated(m: Measured, l2_partitions: int | None, row_jitter: float) -> Cell:
+    """The measured cell on backend ``sim``, modelling the backend that ran it."""
+    options = {"kernel": m.cell.backend, "l2_partitions": l2_partitions, "row_jitter": row_jitter}
+    return dataclasses.replace(m.cell, backend="sim", backend_params=options, ncu=False, reps=1, warmup=0)
 
 
-def validate(cells: list[Cell], hw: hardware.Hardware, l2_partitions: int | None = None,
+def validate(measured: list[Measured], l2_partitions: int | None = None,
              row_jitter: float = 0.0) -> list[ValidationRow]:
-    """Simulate every cell (one mask per group, one plan per stages) and pair it with its measurement."""
+    """Simulate every measured cell through the pipeline (one mask per group) and pair it with its measurement."""
+    from wavealign import kernels
+
     rows = []
-    for _, group in itertools.groupby(sorted(cells, key=lambda c: repr(c.group)), key=lambda c: repr(c.group)):
+    key = lambda m: m.cell.group_id  # noqa: E731
+    for _, group in itertools.groupby(sorted(measured, key=key), key=key):
         group = list(group)
-        mask = cell_mask(group[0])
-        for cell in group:
-            wave = cell.wave_size or hw.wave_size(cell.backend)
-            order = reorder.plan(mask, wave_size=wave, stages=cell.stages, seed=cell.plan_seed)
-            r = sim.simulate(mask, order, hardware=hw, backend=cell.backend, head_dim=cell.head_dim,
-                             block_size=cell.block_size, l2_partitions=l2_partitions, row_jitter=row_jitter)
+        cells = []
+        for m in group:
+            cell = as_simulated(m, l2_partitions, row_jitter)
+            if not cell.wave_size:
+                cell = dataclasses.replace(cell, wave_size=kernels.get(m.cell.backend).wave_size(cell.profile_hardware))
+            cells.append(cell)
+        for m, r in zip(group, pipeline.run_group(cells), strict=True):
+            if r.status != "done":
+                raise RuntimeError(f"simulating {m.cell.cell_id} failed: {r.error}\n{r.traceback}")
+            dram = r.hbm_read_bytes
             rows.append(ValidationRow(
-                backend=cell.backend, mask_kind=cell.mask_kind, seq_len=cell.seq_len, heads=cell.heads,
-                density=cell.density, seed=cell.seed, stages=cell.stages,
-                l2_hit_pct_measured=cell.l2_hit_pct, l2_hit_pct_predicted=r.l2_hit_pct,
-                l2_hit_abs_err_pts=abs(r.l2_hit_pct - cell.l2_hit_pct),
-                dram_read_bytes_measured=cell.dram_read_bytes, dram_read_bytes_predicted=r.hbm_read_bytes,
-                dram_ratio=r.hbm_read_bytes / cell.dram_read_bytes if cell.dram_read_bytes else math.nan,
-                kernel_ms_measured=cell.kernel_ms, kernel_ms_predicted=r.kernel_time_s * 1e3))
+                backend=m.cell.backend, mask_kind=m.label, seq_len=m.cell.seq_len_tokens, heads=m.cell.num_heads,
+                density=r.density, seed=int(m.cell.method_params.get("seed", m.cell.seed) or 0),
+                stages=m.cell.stages, l2_hit_pct_measured=m.l2_hit_pct, l2_hit_pct_predicted=r.l2_hit_pct,
+                l2_hit_abs_err_pts=abs(r.l2_hit_pct - m.l2_hit_pct), dram_read_bytes_measured=m.dram_read_bytes,
+                dram_read_bytes_predicted=dram,
+                dram_ratio=dram / m.dram_read_bytes if m.dram_read_bytes else math.nan,
+                kernel_ms_measured=m.kernel_ms, kernel_ms_predicted=r.kernel_ms_median))
     return rows
 
 
@@ -240,23 +263,25 @@ def write_report(rows: list[ValidationRow], summary: dict, out: Path, command: s
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="wavealign validate-sim", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("measurements", type=Path, help="NCU table: .csv, .json (a list) or .jsonl")
+    parser.add_argument("measurements", type=Path,
+                        help="a sweep's run_root (Parquet with NCU counters), or an NCU table: .csv, .json or .jsonl")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.csv/.md")
-    parser.add_argument("--hardware", default="h200", choices=hardware.names())
+    parser.add_argument("--hardware", default="h200", choices=hardware.names(),
+                        help="the GPU a table's rows were measured on (a sweep's rows name their own)")
     parser.add_argument("--l2-partitions", type=int, default=None, choices=(1, 2),
                         help="default: the GPU's (wavealign.sim.L2_PARTITIONS)")
     parser.add_argument("--row-jitter", type=float, default=0.0)
     parser.add_argument("--rank-tol-pts", type=float, default=1.0,
                         help="measured L2 hit differences at most this large do not constrain the ranking")
     parser.add_argument("--mask-density", type=float, default=None,
-                        help="density the masks were generated at, for tables that record only the realised one "
-                             "(bench-kernels generates at its --density, 0.25 by default)")
+                        help="density a table's masks were generated at, for tables that record only the realised "
+                             "one (bench-kernels generated at 0.25)")
     args = parser.parse_args(argv)
-    cells = read_cells(args.measurements)
-    if args.mask_density is not None:
-        cells = [c if c.mask_density is not None else dataclasses.replace(c, mask_density=args.mask_density)
-                 for c in cells]
-    rows = validate(cells, hardware.get(args.hardware), args.l2_partitions, args.row_jitter)
+    if not args.measurements.exists():
+        parser.error(f"measurements {args.measurements} does not exist")
+    measured = (from_run_root(args.measurements) if args.measurements.is_dir()
+                else from_table(args.measurements, args.hardware, args.mask_density))
+    rows = validate(measured, args.l2_partitions, args.row_jitter)
     summary = summarize(rows, args.rank_tol_pts)
     partitions = args.l2_partitions or sim.L2_PARTITIONS.get(args.hardware, 1)
     settings = f"hardware={args.hardware} l2_partitions={partitions} row_jitter={args.row_jitter}"

@@ -18,7 +18,8 @@ from typing import Any
 import ray
 
 from wavealign import hardware as hardware_registry
-from wavealign.pipeline import CPU, Cell
+from wavealign.records import CPU, Cell
+from wavealign.registry import PLUGINS_ENV
 
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 USER_ACCELERATOR_LABEL = "accelerator-type"
@@ -30,9 +31,12 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
     """Join ``address`` (``auto``, ``ray://host:port``, ``host:port``) or start an embedded local Ray."""
     if ray.is_initialized():
         return
-    # cells run from the working tree: ship nothing, import the checkout's own packages
-    runtime_env = {"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [_repo_root(),
-                                                                           os.environ.get("PYTHONPATH")]))}}
+    # cells run from the working tree: ship nothing, import the checkout's own packages, and the plugin
+    # modules the sweep names (wavealign.registry imports them on every worker)
+    env_vars = {"PYTHONPATH": os.pathsep.join(filter(None, [_repo_root(), os.environ.get("PYTHONPATH")]))}
+    if os.environ.get(PLUGINS_ENV):
+        env_vars[PLUGINS_ENV] = os.environ[PLUGINS_ENV]
+    runtime_env = {"env_vars": env_vars}
     if address:
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
         return

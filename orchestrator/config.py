@@ -8,6 +8,8 @@ number against its range, before anything runs. Errors are ``ConfigError`` namin
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from wavealign import hardware as hardware_registry
-from wavealign import kernels, reorder
-from wavealign.pipeline import CPU, SIM_BACKEND, SYNTHETIC_METHODS
+from wavealign import kernels, masks, registry, reorder
+from wavealign.records import CPU
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 SKIP_MODES = ("force", "policy")
@@ -44,7 +46,7 @@ class GridConfig:
 
     hardware: list[str] = field(default_factory=lambda: [CPU])  # GPU ids, or "cpu" for CPU workers
     backend: list[str] = field(default_factory=lambda: ["reference"])
-    method: list[str] = field(default_factory=lambda: ["synthetic-planted"])
+    method: list[str] = field(default_factory=lambda: ["planted"])
     workload: list[str] = field(default_factory=lambda: ["shape-2h"])
     seq_k: list[float] = field(default_factory=lambda: [4.0])  # thousands of tokens (nearest valid shape)
     variant: list[str] = field(default_factory=lambda: ["original", "wavealign"])
@@ -100,6 +102,12 @@ class SweepConfig:
     dry_run: bool = False
     progress: bool = True
     batch_cells: int = 32  # at most this many cells per Parquet file / MLflow batch (each finished group is written)
+    # your own backends and mask methods: importable modules that register them (on the driver and every worker),
+    # and config roots holding their backend/ and method/ YAMLs (searched after conf/)
+    plugins: list[str] = field(default_factory=list)
+    conf_dirs: list[str] = field(default_factory=list)
+    only_cells: list[str] = field(default_factory=list)  # run just these cell ids of the grid (a row's repro command)
+    overrides: list[str] = field(default_factory=list)  # filled by ``load``: the overrides composed, for repro commands
 
 
 @dataclass
@@ -130,15 +138,35 @@ def register_schema() -> None:
 
 
 def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictConfig:
-    """Compose ``conf/config.yaml`` with ``overrides`` and validate it; raises ``ConfigError``."""
+    """Compose ``conf/config.yaml`` with ``overrides``, import its plugins and validate it; raises ``ConfigError``."""
     register_schema()
+    overrides = list(overrides or [])
     try:
         with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name="wavealign-sweep"):
-            cfg = compose(config_name="config", overrides=list(overrides or []))
+            cfg = compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"config: {_message(exc)}") from None
+    cfg.overrides = [o for o in overrides if not o.startswith(("only_cells=", "force="))]
+    load_plugins(cfg)
     validate(cfg, conf_dir)
     return cfg
+
+
+def load_plugins(cfg: DictConfig) -> None:
+    """Import the modules ``cfg.plugins`` names, here and (through ``WAVEALIGN_PLUGINS``) on every worker."""
+    if not cfg.plugins:
+        return
+    known = registry.plugin_modules()
+    os.environ[registry.PLUGINS_ENV] = ",".join([*known, *(p for p in cfg.plugins if p not in known)])
+    try:
+        registry.import_plugins()
+    except ImportError as exc:
+        raise ConfigError(f"plugins={list(cfg.plugins)}: {exc}") from None
+
+
+def search_dirs(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> list[Path]:
+    """Where ``group_entry`` looks: ``conf_dir``, then the sweep's ``conf_dirs``."""
+    return [Path(conf_dir), *(Path(d) for d in cfg.conf_dirs)]
 
 
 def _message(exc: BaseException) -> str:
@@ -150,12 +178,15 @@ def _message(exc: BaseException) -> str:
     return " ".join(kept) or type(exc).__name__
 
 
-def group_entry(group: str, name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
-    """Read ``conf/<group>/<name>.yaml`` against its schema (unknown keys are an error)."""
-    path = conf_dir / group / f"{name}.yaml"
-    known = sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
-    if not path.is_file():
-        raise ConfigError(f"{group} {name!r} has no conf/{group}/{name}.yaml; expected one of {known}")
+def group_entry(group: str, name: str, dirs: Sequence[Path] = (CONF_DIR,)) -> DictConfig:
+    """Read ``<dir>/<group>/<name>.yaml`` from the first of ``dirs`` that has it, against its schema (unknown
+    keys are an error)."""
+    found = [Path(d) / group / f"{name}.yaml" for d in dirs if (Path(d) / group / f"{name}.yaml").is_file()]
+    if not found:
+        known = sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
+        raise ConfigError(f"{group} {name!r} has no conf/{group}/{name}.yaml (searched {[str(d) for d in dirs]}); "
+                          f"expected one of {known}")
+    path = found[0]
     schema = WorkloadConfig if group == "workload" else NamedConfig
     try:
         entry = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
@@ -167,17 +198,13 @@ def group_entry(group: str, name: str, conf_dir: Path = CONF_DIR) -> DictConfig:
 
 
 def method_names() -> list[str]:
-    """Mask methods a cell may name: the ``wavealign.masks`` registry plus the Q/K-free synthetic masks."""
-    try:
-        from wavealign import masks
-    except ImportError:
-        return sorted(SYNTHETIC_METHODS)
-    available = getattr(masks, "available", None)
-    return sorted(set(available() if available else []) | set(SYNTHETIC_METHODS))
+    """Mask methods a cell may name: the ``wavealign.masks`` registry."""
+    return masks.available()
 
 
 def backend_names() -> list[str]:
-    return sorted({*kernels.names(), SIM_BACKEND})
+    """Backends a cell may name: the ``wavealign.kernels`` registry."""
+    return kernels.names()
 
 
 def grids(cfg: DictConfig) -> dict[str, DictConfig]:
@@ -204,7 +231,7 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
         if cfg.ray[key] <= 0:
             raise ConfigError(f"ray.{key}={cfg.ray[key]}; expected > 0")
     for where, grid in grids(cfg).items():
-        _validate_grid(where, grid, cfg, conf_dir)
+        _validate_grid(where, grid, cfg, search_dirs(cfg, conf_dir))
 
 
 def _check_names(where: str, values, known: list[str]) -> None:
@@ -215,7 +242,7 @@ def _check_names(where: str, values, known: list[str]) -> None:
             raise ConfigError(f"{where} has unknown {where.rsplit('.', 1)[-1]} {value!r}; expected one of {known}")
 
 
-def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, conf_dir: Path) -> None:
+def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Path]) -> None:
     gpu_ids = hardware_registry.names()
     _check_names(f"{where}.hardware", grid.hardware, [*gpu_ids, CPU])
     _check_names(f"{where}.backend", grid.backend, backend_names())
@@ -225,16 +252,15 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, conf_dir: Path
         raise ConfigError(f"{where}.cpu_profile={grid.cpu_profile!r}; expected one of {gpu_ids}")
     for hw in grid.hardware:
         if hw != CPU:
-            group_entry("hardware", hw, conf_dir)
+            group_entry("hardware", hw, dirs)
     for backend in grid.backend:
-        group_entry("backend", backend, conf_dir)
+        group_entry("backend", backend, dirs)
     for method in grid.method:
-        if method not in SYNTHETIC_METHODS:
-            group_entry("method", method, conf_dir)
+        group_entry("method", method, dirs)
     if len(grid.workload) == 0:
         raise ConfigError(f"{where}.workload is empty; expected names from conf/workload/")
     for name in grid.workload:
-        _validate_workload(group_entry("workload", name, conf_dir))
+        _validate_workload(group_entry("workload", name, dirs))
     for k in grid.seq_k:
         if not isinstance(k, int | float) or k <= 0:
             raise ConfigError(f"{where}.seq_k has {k!r}; expected positive thousands of tokens")

@@ -8,13 +8,15 @@ partitioning: ``read(root, filter=(ds.field("hardware") == "h100"))``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import time
+import types
+import typing
 import uuid
 from collections import defaultdict
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,50 +24,50 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from wavealign.pipeline import Cell, CellResult
+from wavealign.records import Cell, CellResult, Environment
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro
 PARTITION_COLUMNS = ("hardware", "method")
 STATUSES = ("done", "failed", "unschedulable")
 
-_S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 _TS = pa.timestamp("ms", tz="UTC")
-# Units are in the names: *_ms milliseconds, *_s seconds, *_bytes bytes, *_pct percent.
+_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
+CELL_RENAMED = {"ncu": "ncu_requested"}  # a Cell field whose column would read as a measurement
+
+
+def _arrow_type(where: str, hint: Any) -> pa.DataType:
+    """The column type of a record field: scalars as themselves (``X | None`` nullable), lists and dicts as JSON."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    base = typing.get_origin(hint) or hint
+    if args and base in (typing.Union, types.UnionType):
+        base = typing.get_origin(args[0]) or args[0]
+    if base in (list, dict):
+        return pa.string()
+    if base not in _ARROW:
+        raise TypeError(f"{where} has type {hint!r}, which has no Parquet column type")
+    return _ARROW[base]
+
+
+def _record_fields(record: type, skip: tuple[str, ...] = ()) -> list[tuple[str, pa.DataType]]:
+    hints = typing.get_type_hints(record)
+    return [(CELL_RENAMED.get(f.name, f.name) if record is Cell else f.name,
+             _arrow_type(f"{record.__name__}.{f.name}", hints[f.name]))
+            for f in dataclasses.fields(record) if f.name not in skip]
+
+
+# Generated from the records: one column per field of Cell, CellResult and Environment, between the identity and
+# orchestration columns. Units are in the names: *_ms milliseconds, *_s seconds, *_bytes bytes, *_pct percent.
 SCHEMA = pa.schema([
-    # identity and status
-    ("schema_version", pa.int32()), ("result_id", _S), ("sweep_id", _S), ("sweep_name", _S), ("cell_id", _S),
-    ("group_id", _S), ("status", _S), ("error", _S), ("traceback", _S),
-    # the cell's resolved config
-    ("hardware", _S), ("profile_hardware", _S), ("backend", _S), ("method", _S), ("variant", _S),
-    ("stages", _S), ("skip_mode", _S), ("workload", _S), ("model", _S), ("resolution", _S), ("frames", _I),
-    ("seq_len_tokens", _I), ("num_heads", _I), ("heads", _S), ("head_dim", _I), ("block_size", _I),
-    ("wave_size", _I), ("seed", _I), ("layer", _I), ("step", _I), ("method_params", _S), ("backend_params", _S),
-    ("reps", _I), ("warmup", _I), ("ncu_requested", _B),
-    # measurements
-    ("simulated", _B), ("device", _S), ("timer", _S), ("reps_done", _I), ("kernel_ms_median", _F),
-    ("kernel_ms_iqr", _F), ("first_call_ms", _F), ("reorder_ms", _F), ("total_ms", _F), ("speedup_vs_original", _F),
-    ("stages_applied", _S), ("reorder_applied", _B),
-    # mask statistics and skip features, and the skip decision
-    ("num_q_blocks", _I), ("num_kv_blocks", _I), ("density", _F), ("nnz_mean", _F), ("nnz_cv", _F),
-    ("adjacent_jaccard", _F), ("wave_working_set_bytes", _F), ("working_set_over_l2", _F),
-    ("reordered_wave_working_set_bytes", _F), ("skip_reorder", _B), ("skip_reason", _S),
-    ("skip_predicted_gain_ms", _F),
-    # cache figures: simulated (backend=sim), and Nsight Compute's when a cell asks (ncu_requested)
-    ("l2_hit_pct", _F), ("hbm_read_bytes", _F),
-    ("ncu_l2_hit_pct", _F), ("ncu_dram_read_bytes", _F), ("ncu_dram_write_bytes", _F),
-    ("ncu_dram_throughput_pct", _F), ("ncu_sm_throughput_pct", _F), ("ncu_kernel_ms", _F), ("ncu_kernels", _I),
-    ("ncu_unavailable", _S),
-    ("mask_ms", _F), ("cell_wall_s", _F),
-    # environment of the worker
-    ("gpu_name", _S), ("driver_version", _S), ("cuda_version", _S), ("torch_version", _S),
-    ("triton_version", _S), ("python_version", _S), ("host", _S), ("git_sha", _S), ("wavealign_version", _S),
-    # orchestration
-    ("ray_node_id", _S), ("worker_pid", _I), ("started_at", _TS), ("finished_at", _TS), ("recorded_at", _TS),
-    ("cell_json", _S),
+    ("schema_version", pa.int32()), ("result_id", pa.string()), ("sweep_id", pa.string()),
+    ("sweep_name", pa.string()),
+    *_record_fields(Cell),
+    *_record_fields(CellResult, skip=("cell_id", "group_id", "environment")),
+    *_record_fields(Environment),
+    ("ray_node_id", pa.string()), ("worker_pid", pa.int64()), ("started_at", _TS), ("finished_at", _TS),
+    ("recorded_at", _TS), ("cell_json", pa.string()), ("repro_command", pa.string()),
 ], metadata={"wavealign.schema_version": str(SCHEMA_VERSION)})
 FILE_SCHEMA = pa.schema([f for f in SCHEMA if f.name not in PARTITION_COLUMNS], metadata=SCHEMA.metadata)
-_RENAMED = {"reps": "reps_done"}  # CellResult field -> column where Cell has the same name
-_CELL_RENAMED = {"ncu": "ncu_requested"}
+CELL_COLUMNS = tuple(name for name, _ in _record_fields(Cell))
 
 
 def _json(value: Any) -> str:
@@ -76,15 +78,15 @@ def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name
              error: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One dataset row from a cell and its result (None for cells that never ran, e.g. unschedulable)."""
     row: dict[str, Any] = {name: None for name in SCHEMA.names}
-    config = asdict(cell)
+    config = dataclasses.asdict(cell)
     for key, value in config.items():
-        row[_CELL_RENAMED.get(key, key)] = _json(value) if isinstance(value, dict | list) else value
+        row[CELL_RENAMED.get(key, key)] = _json(value) if isinstance(value, dict | list) else value
     if result is not None:
-        for key, value in asdict(result).items():
+        for key, value in dataclasses.asdict(result).items():
             if key == "environment":
                 row.update(value)
             else:
-                row[_RENAMED.get(key, key)] = value
+                row[key] = value
     if status is not None:
         row["status"] = status
     if error is not None:

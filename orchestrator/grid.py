@@ -17,14 +17,13 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from orchestrator.config import CONF_DIR, ConfigError, grids, group_entry
-from wavealign import fingerprint, kernels
+from orchestrator.config import CONF_DIR, ConfigError, grids, group_entry, search_dirs
+from wavealign import fingerprint, kernels, masks
 from wavealign import hardware as hardware_registry
-from wavealign.pipeline import CPU, SIM_BACKEND, SYNTHETIC_METHODS, Cell
-from wavealign.sim import facts as sim_facts
+from wavealign.records import CPU, Cell
 
 # Bumped when the meaning of a cell's fields changes; part of every cell id.
-CELL_SCHEMA = 1
+CELL_SCHEMA = 2  # 2: cells carry the requested seq_k
 
 
 @dataclass
@@ -57,8 +56,9 @@ def expand(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> Grid:
     """Every valid cell of every grid of ``cfg`` (duplicates across grids appear once)."""
     grid = Grid(cells=[])
     seen: set[str] = set()
+    dirs = search_dirs(cfg, conf_dir)
     for where, g in grids(cfg).items():
-        sub = _expand_one(where, g, cfg, conf_dir)
+        sub = _expand_one(where, g, cfg, dirs)
         grid.filtered.update(sub.filtered)
         for cell in sub.cells:
             if cell.cell_id not in seen:
@@ -73,21 +73,21 @@ def _axes(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(axes[k] for k in keys))]
 
 
-def _base_params(group: str, name: str, conf_dir: Path) -> dict[str, Any]:
-    if group == "method" and name in SYNTHETIC_METHODS:
-        return dict(SYNTHETIC_METHODS[name])
-    return OmegaConf.to_container(group_entry(group, name, conf_dir).params)  # type: ignore[return-value]
+def _base_params(group: str, name: str, dirs: list[Path]) -> dict[str, Any]:
+    return OmegaConf.to_container(group_entry(group, name, dirs).params)  # type: ignore[return-value]
 
 
-def _placement_reason(hw: str, backend: str) -> str | None:
-    """Why ``backend`` cannot run on ``hw``, or None if it can."""
-    if backend == SIM_BACKEND:
-        return None if hw != CPU else "backend sim simulates a GPU type; hardware cpu has none"
-    spec = kernels.get(backend)
+def _placement_reason(hw: str, backend: kernels.Backend, options: dict[str, Any]) -> str | None:
+    """Why ``backend`` with ``options`` cannot run on (or model) ``hw``, or None if it can."""
     if hw == CPU:
-        return None if spec.supported_hardware is None else f"backend {backend} needs a GPU; hardware cpu"
-    return None if spec.supports(hw) else (
-        f"backend {backend} does not run on {hw} (supports {list(spec.supported_hardware or [])})")
+        if backend.simulated:
+            return f"backend {backend.name} simulates a GPU type; hardware cpu has none"
+        return f"backend {backend.name} needs a GPU; hardware cpu" if backend.needs_gpu else None
+    modelled = backend.modelled(options)
+    if not modelled.supports(hw):
+        what = f"backend {backend.name}" if modelled is backend else f"{backend.name} of {modelled.name}"
+        return f"{what} does not run on {hw} (supports {list(modelled.supported_hardware)})"
+    return None
 
 
 def _shape(wl: DictConfig, seq_k: float) -> tuple[int, int | None]:
@@ -103,46 +103,42 @@ def _shape(wl: DictConfig, seq_k: float) -> tuple[int, int | None]:
     return workloads.preset(wl.model, frames=frames, resolution=wl.resolution).seq_len, frames
 
 
-def _expand_one(where: str, g: DictConfig, cfg: DictConfig, conf_dir: Path) -> Grid:
+def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
     out = Grid(cells=[])
     runnable_backends: set[str] = set()
-    workloads_cfg = {name: group_entry("workload", name, conf_dir) for name in g.workload}
-    for hw, backend in itertools.product(g.hardware, g.backend):
-        reason = _placement_reason(hw, backend)
-        combos = len(g.workload) * len(g.seq_k) * len(g.method) * len(g.variant) * len(g.wave_size) * len(g.seed)
-        if reason:
-            out.filtered[reason] += combos
-            continue
-        runnable_backends.add(backend)
+    why_not: dict[str, str] = {}
+    workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
+    combos = len(g.workload) * len(g.seq_k) * len(g.method) * len(g.variant) * len(g.wave_size) * len(g.seed)
+    for hw, backend_name in itertools.product(g.hardware, g.backend):
+        backend = kernels.get(backend_name)
         profile = g.cpu_profile if hw == CPU else hw
         hw_spec = hardware_registry.get(profile)
-        for backend_params in _axes(_merged(_base_params("backend", backend, conf_dir), g.backend_params, backend)):
-            kernel = backend_params.get("kernel", "flex") if backend == SIM_BACKEND else backend
-            if backend == SIM_BACKEND:
-                if kernel not in sim_facts.names():
-                    raise ConfigError(f"{where}.backend_params.sim.kernel={kernel!r}; expected one of "
-                                      f"{sim_facts.names()}")
-                reason = _placement_reason(hw, kernel) if kernel in kernels.names() else None
-                if reason:  # simulating a kernel on a GPU it cannot run on (e.g. fa4 on a40) is meaningless too
-                    out.filtered[f"simulated {reason}"] += combos
-                    continue
+        for backend_params in _axes(_merged(_base_params("backend", backend_name, dirs), g.backend_params,
+                                            backend_name)):
+            modelled = _modelled(where, backend, backend_params)
+            reason = _placement_reason(hw, backend, backend_params)
+            if reason:
+                out.filtered[reason] += combos
+                why_not.setdefault(backend_name, reason)
+                continue
+            runnable_backends.add(backend_name)
             block_size = int(g.block_size or hw_spec.default_block_size)
             for wl_name, method in itertools.product(g.workload, g.method):
                 wl = workloads_cfg[wl_name]
-                if wl.model is None and method not in SYNTHETIC_METHODS:
+                if wl.model is None and masks.get(method).needs_qk:
                     out.filtered[f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"] += (
                         len(g.seq_k) * len(g.variant) * len(g.wave_size) * len(g.seed))
                     continue
-                method_axes = _axes(_merged(_base_params("method", method, conf_dir), g.method_params, method))
+                method_axes = _axes(_merged(_base_params("method", method, dirs), g.method_params, method))
                 for seq_k, method_params, wave, seed in itertools.product(g.seq_k, method_axes, g.wave_size,
                                                                           g.seed):
                     tokens, frames = _shape(wl, float(seq_k))
                     base = dict(
-                        hardware=hw, profile_hardware=profile, backend=backend, method=method,
-                        workload=wl_name, seq_len_tokens=tokens,
+                        hardware=hw, profile_hardware=profile, backend=backend_name, method=method,
+                        workload=wl_name, seq_len_tokens=tokens, seq_k=float(seq_k),
                         num_heads=len(wl.heads) if wl.model is not None else int(wl.num_heads),
                         head_dim=int(wl.head_dim), block_size=block_size,
-                        wave_size=int(wave or hw_spec.wave_size(kernel)), seed=int(seed), model=wl.model,
+                        wave_size=int(wave or modelled.wave_size(hw_spec)), seed=int(seed), model=wl.model,
                         resolution=wl.resolution, frames=frames,
                         heads=list(wl.heads) if wl.model is not None else [], layer=int(wl.layer), step=int(wl.step),
                         method_params=method_params, backend_params=backend_params, reps=int(g.reps),
@@ -154,11 +150,27 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, conf_dir: Path) -> G
                                     skip_mode=v.skip, **base)
                         cell.cell_id = stable_hash(cell_identity(cell))
                         out.cells.append(cell)
-    for backend in g.backend:
-        if backend not in runnable_backends:
-            raise ConfigError(f"{where}.backend {backend!r} cannot run on any of {where}.hardware "
-                              f"{list(g.hardware)}: {_placement_reason(g.hardware[0], backend)}")
+    for backend_name in g.backend:
+        if backend_name not in runnable_backends:
+            raise ConfigError(f"{where}.backend {backend_name!r} cannot run on any of {where}.hardware "
+                              f"{list(g.hardware)}: {why_not[backend_name]}")
     return out
+
+
+def _modelled(where: str, backend: kernels.Backend, options: dict[str, Any]) -> kernels.Backend:
+    """The backend ``backend`` runs or models with ``options``; a simulator naming no real backend is an error."""
+    if backend.models_option is None:
+        return backend
+    try:
+        modelled = backend.modelled(options)
+    except (KeyError, ValueError):
+        option = backend.models_option
+        raise ConfigError(f"{where}.backend_params.{backend.name}.{option}={options.get(option)!r}; expected one of "
+                          f"{[n for n in kernels.names() if kernels.get(n).execution is not None]}") from None
+    if modelled.execution is None:
+        raise ConfigError(f"{where}.backend_params.{backend.name}.{backend.models_option}={modelled.name!r} has no "
+                          "execution facts to model")
+    return modelled
 
 
 def _merged(base: dict[str, Any], axes: DictConfig, name: str) -> dict[str, list[Any]]:

@@ -29,13 +29,13 @@ from mlflow.tracking import MlflowClient
 from orchestrator import dataset
 
 TAG = "wavealign."
-PARAM_COLUMNS = ("hardware", "profile_hardware", "backend", "method", "variant", "stages", "skip_mode", "workload",
-                 "model", "resolution", "frames", "seq_len_tokens", "num_heads", "head_dim", "block_size",
-                 "wave_size", "seed", "layer", "step", "method_params", "backend_params", "reps", "warmup",
-                 "ncu_requested")
-TAG_COLUMNS = ("cell_id", "group_id", "result_id", "sweep_id", "status", "simulated", "timer", "device",
-               "gpu_name", "host", "git_sha", "ray_node_id", "worker_pid", "stages_applied", "reorder_applied",
-               "skip_reorder", "skip_reason", "ncu_unavailable", "error")
+_IDS = ("cell_id", "group_id", "result_id", "sweep_id")
+# Generated from the dataset schema (itself generated from wavealign.records): a cell's config is its params;
+# ids and every other text or yes/no column its tags (the traceback stays in Parquet); numbers its metrics.
+PARAM_COLUMNS = tuple(c for c in dataset.CELL_COLUMNS if c not in _IDS)
+TAG_COLUMNS = (*_IDS, "worker_pid", *(f.name for f in dataset.SCHEMA
+                        if (pa.types.is_string(f.type) or pa.types.is_boolean(f.type))
+                        and f.name not in (*_IDS, *PARAM_COLUMNS, "traceback", "cell_json", "sweep_name")))
 _MAX_VALUE_CHARS = 5000
 
 _log = logging.getLogger(__name__)

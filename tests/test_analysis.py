@@ -24,7 +24,7 @@ name: analysis-test
 grid:  # simulated H100 cells: the four ablation variants and the adaptive skip
   hardware: [h100]
   backend: [sim]
-  method: [synthetic-planted]
+  method: [planted]
   workload: [shape-4h]
   seq_k: [16]
   variant: [original, spatial, temporal, wavealign, adaptive]
@@ -32,7 +32,7 @@ extra_grids:
   cpu_reference:  # exact reference-kernel cells on this CPU
     hardware: [cpu]
     backend: [reference]
-    method: [synthetic-planted]
+    method: [planted]
     workload: [shape-2h]
     seq_k: [2]
     variant: [original, wavealign, adaptive]
@@ -119,7 +119,7 @@ def test_simulated_cells_are_labelled_simulated_and_measured_ones_are_not(run_ro
 def test_mask_picture_shows_one_head_before_and_after_in_full_and_one_wave(run_root):
     fig = figures.mask_pictures(analysis.load(run_root))
     assert sum(len(ax.images) for ax in fig.axes) == 4
-    assert "build_mask" in fig.get_suptitle()
+    assert "build_inputs" in fig.get_suptitle()
     plt.close(fig)
 
 

@@ -1,86 +1,59 @@
-"""bench-kernels' CPU-side parts: backend specs from ``--backends`` and the kernel-only launch of a backend
-that gathers Q and mask rows outside its kernel (checked here with the reference backend)."""
+"""bench-kernels is the sweep ``sweep=kernels`` plus its kernel table: checked end to end on the CPU (real local
+Ray, real Parquet), with the reference backend standing in for the GPU kernels and SDPA as the dense baseline."""
 
-import argparse
-
+import pandas as pd
 import pytest
 import torch
 
+from analysis.tables import kernel_benchmark
 from jobs import bench_kernels
-from jobs.bench_kernels import BackendSpec, Launches
-from wavealign import block_gather, blockmask, kernels, reorder, synthetic
+from orchestrator import config, grid
+from wavealign import kernels, masks
+
+CPU_BENCH = ["grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random,planted]",
+             "grid.workload=[shape-2h]", "grid.seq_k=[0.512]", "grid.variant=[original,wavealign]", "grid.reps=1",
+             "grid.warmup=0", "extra_grids.dense.hardware=[cpu]", "extra_grids.dense.backend=[reference,sdpa]",
+             "extra_grids.dense.workload=[shape-2h]", "extra_grids.dense.seq_k=[0.512]", "extra_grids.dense.reps=1",
+             "extra_grids.dense.warmup=0", "mlflow.enabled=false", "progress=false", "ray.num_cpus=2"]
 
 
-def test_a_backend_spec_carries_typed_options_and_is_labelled_as_written():
-    spec = BackendSpec.parse("flashinfer:head_order=sequential")
-    assert spec.name == "flashinfer" and dict(spec.options) == {"head_order": "sequential"}
-    assert spec.label == "flashinfer:head_order=sequential"
-    assert dict(BackendSpec.parse("flex:BLOCK_M=64").options) == {"BLOCK_M": 64}
-    assert BackendSpec.parse("flex:x=true").label == "flex:x=true"  # as written, not re-rendered
-    assert BackendSpec.parse("triton").label == "triton"
+def test_the_kernels_sweep_pairs_every_backend_with_its_dense_cell():
+    expanded = grid.expand(config.load(["sweep=kernels"]))
+    sparse = {(c.backend, c.seq_len_tokens) for c in expanded.cells if c.method != "dense"}
+    dense = {(c.backend, c.seq_len_tokens) for c in expanded.cells if c.method == "dense"}
+    assert sparse and sparse <= dense
+    assert {c.backend for c in expanded.cells if c.method == "dense"} >= {"sdpa"}
+    assert {c.stages for c in expanded.cells if c.method != "dense"} == {"none", "spatial", "temporal", "both"}
 
 
-@pytest.mark.parametrize("text, message", [("fa5", "unknown backend 'fa5'"),
-                                           ("flashinfer:head_order", "must be key=value"),
-                                           ("flashinfer:=native", "must be key=value")])
-def test_bad_backend_specs_are_refused_by_name(text, message):
-    with pytest.raises(ValueError, match=message):
-        BackendSpec.parse(text)
+def test_bench_kernels_runs_its_sweep_and_writes_the_kernel_table(tmp_path, capsys):
+    assert bench_kernels.main([*CPU_BENCH, f"run_root={tmp_path}"]) == 0
+    [folder] = (tmp_path / "sweeps").iterdir()
+    table = pd.read_csv(folder / "kernels.csv")
+    assert "kernel table" in capsys.readouterr().out
+    sparse = table[table["method"] != "dense"]
+    assert set(zip(sparse["method"], sparse["stages"], strict=True)) == {
+        (m, s) for m in ("random", "planted") for s in ("Original", "O+S1+S2")}
+    originals = sparse[sparse["stages"] == "Original"]
+    assert (originals["net_speedup_vs_original"] == 1.0).all()
+    # every sparse reference cell has the reference's own dense cell to read its 1/rho gap against
+    assert sparse["gap_to_bound"].notna().all() and (sparse["effective_tflops"] > 0).all()
+    assert set(table.loc[table["method"] == "dense", "backend"]) == {"reference", "sdpa"}
+    assert (folder / "kernels.md").read_text().startswith("wavealign bench-kernels")
 
 
-def test_the_backends_option_names_a_bad_backend_before_anything_runs(capsys):
-    with pytest.raises(SystemExit):
-        bench_kernels.parse_args(["--out", "x", "--backends", "flex,fa5"])
-    assert "unknown backend 'fa5'" in capsys.readouterr().err
+def test_the_kernel_table_says_what_is_missing_from_an_empty_frame():
+    assert list(kernel_benchmark(pd.DataFrame()).columns) == ["note"]
 
 
-def test_the_backends_option_parses_every_spec():
-    args = bench_kernels.parse_args(["--out", "x", "--backends", "fa4,flashinfer:head_order=sequential"])
-    assert [b.label for b in args.backends] == ["fa4", "flashinfer:head_order=sequential"]
-    assert isinstance(args, argparse.Namespace)
-
-
-def test_options_reach_the_backend_call():
-    spec = BackendSpec.parse("flashinfer:head_order=sideways")
-    q = k = v = torch.zeros(1, 1, 4, 8)
-    # flashinfer checks its head order before anything else, on any machine
-    with pytest.raises(ValueError, match="head_order must be one of"):
-        spec(q, k, v, torch.ones(1, 1, 1, dtype=torch.bool), block_size=4)
-
-
-@pytest.mark.parametrize("n", [64, 61])  # whole blocks, and a ragged last block
-def test_the_kernel_only_launch_computes_the_ordered_calls_rows_in_launch_order(n):
+def test_sdpa_computes_the_dense_reference_and_refuses_a_sparse_mask():
     torch.manual_seed(0)
-    block, heads = 8, 3
-    q, k, v = (torch.randn(1, heads, n, 16) for _ in range(3))
-    blocks = -(-n // block)
-    mask = synthetic.planted_mask(heads, blocks, blocks, 0.4, seed=2)
-    launches = Launches(q, k, v, mask, block, wave_size=3, seed=0, stages=("none", "both"))
-    spec = BackendSpec.parse("reference")
-    assert not spec.backend.in_kernel_permutation
-    order = launches.orders["both"]
-    ordered = spec(q, k, v, mask, order=order, block_size=block)
-    kernel_only = launches.call(spec, "both")()
-    assert kernel_only.shape[2] == blocks * block  # Q was padded to whole blocks before the gather
-    restored = block_gather.scatter_blocks(kernel_only, order, block, n)
-    # the padded Q changes the reference's matmul shapes, so not bitwise: to float32 rounding
-    torch.testing.assert_close(restored, ordered, rtol=1e-5, atol=1e-6)
-    assert torch.equal(ordered, kernels.get("reference")(q, k, v, mask, block_size=block))
-    # the original order runs as a plain call does
-    assert torch.equal(launches.call(spec, "none")(), ordered)
-
-
-def test_the_order_steps_are_the_gather_permutation_and_scatter_of_that_order():
-    torch.manual_seed(1)
-    q, k, v = (torch.randn(1, 2, 37, 8) for _ in range(3))
-    mask = synthetic.random_mask(2, 5, 5, 0.5, seed=3)
-    launches = Launches(q, k, v, mask, 8, wave_size=2, seed=0, stages=("none", "spatial"))
-    order = launches.orders["spatial"]
-    steps = launches.order_steps("spatial")
-    assert sorted(steps) == ["gather_q", "permute_mask", "scatter_o"]
-    gathered = steps["gather_q"]()
-    assert torch.equal(gathered, block_gather.gather_blocks(q, order, 8))
-    assert torch.equal(blockmask.as_dense(steps["permute_mask"]()), reorder.permute_mask(mask, order))
-    assert steps["scatter_o"]().shape == q.shape
-    qp, kvp = launches.gathered("spatial")
-    assert torch.equal(qp, gathered) and torch.equal(kvp[1], steps["permute_mask"]()[1])
+    q, k, v = (torch.randn(1, 2, 40, 16) for _ in range(3))
+    full = masks.get("dense").for_shape(2, 5, 5)
+    sdpa = kernels.get("sdpa")
+    torch.testing.assert_close(sdpa(q, k, v, full, block_size=8),
+                               kernels.get("reference")(q, k, v, full, block_size=8), rtol=1e-5, atol=1e-5)
+    sparse = full.clone()
+    sparse[:, :, 0] = False
+    with pytest.raises(ValueError, match=r"must select every block \(method 'dense'\), got density 0\.800"):
+        sdpa(q, k, v, sparse, block_size=8)

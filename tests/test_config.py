@@ -9,11 +9,10 @@ from omegaconf import OmegaConf
 
 from orchestrator import config, grid
 from wavealign import hardware, kernels, masks
-from wavealign.pipeline import SIM_BACKEND
 
 CONF = Path(config.CONF_DIR)
 # a small CPU-only grid the expansion tests start from
-CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[synthetic-planted]",
+CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
             "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original,wavealign]"]
 
 
@@ -35,7 +34,7 @@ def test_each_conf_method_yaml_holds_its_registered_defaults():
 
 
 def test_conf_backend_mirrors_the_kernel_registry_plus_sim():
-    assert names_in("backend") == sorted([*kernels.names(), SIM_BACKEND])
+    assert names_in("backend") == kernels.names()
 
 
 def test_conf_hardware_mirrors_the_hardware_registry():
@@ -84,8 +83,8 @@ def test_a_backend_that_runs_on_none_of_the_hardware_is_rejected():
 
 
 def test_an_unknown_method_parameter_is_rejected():
-    cfg = config.load([*CPU_GRID, "+grid.method_params.synthetic-planted.densty=[0.1]"])
-    with pytest.raises(config.ConfigError, match=r"\['densty'\] of 'synthetic-planted'"):
+    cfg = config.load([*CPU_GRID, "+grid.method_params.planted.densty=[0.1]"])
+    with pytest.raises(config.ConfigError, match=r"\['densty'\] of 'planted'"):
         grid.expand(cfg)
 
 
@@ -98,13 +97,13 @@ def test_invalid_combinations_are_filtered_and_counted_with_their_reason():
 
 
 def test_a_mask_method_on_a_bare_shape_is_filtered():
-    cfg = config.load([*CPU_GRID, "grid.method=[synthetic-planted,xattention]"])
+    cfg = config.load([*CPU_GRID, "grid.method=[planted,xattention]"])
     g = grid.expand(cfg)
     assert g.filtered == {"method xattention needs a model's Q/K; workload shape-2h is a bare shape": 2}
 
 
 def test_parameter_lists_are_axes_and_scalars_single_values():
-    cfg = config.load([*CPU_GRID, "+grid.method_params={synthetic-planted:{density:[0.1,0.2],prototypes:4}}"])
+    cfg = config.load([*CPU_GRID, "+grid.method_params={planted:{density:[0.1,0.2],prototypes:4}}"])
     cells = grid.expand(cfg).cells
     assert sorted({(c.method_params["density"], c.method_params["prototypes"]) for c in cells}) == [
         (0.1, 4), (0.2, 4)]
@@ -118,16 +117,16 @@ def test_cell_ids_are_stable_and_distinct():
 
 
 def test_a_code_change_gives_new_cell_group_and_sweep_ids(monkeypatch):
-    from orchestrator import sweep
+    from orchestrator import plan
     from wavealign import fingerprint
 
     cfg = config.load(CPU_GRID)
-    before, sweep_before = grid.expand(cfg).cells, sweep.sweep_id(cfg)
+    before, sweep_before = grid.expand(cfg).cells, plan.sweep_id(cfg)
     monkeypatch.setattr(fingerprint, "code_version", lambda: "0.1.0+another")
     after = grid.expand(cfg).cells
     assert {c.cell_id for c in before}.isdisjoint(c.cell_id for c in after)
     assert {c.group_id for c in before}.isdisjoint(c.group_id for c in after)
-    assert sweep.sweep_id(cfg) != sweep_before
+    assert plan.sweep_id(cfg) != sweep_before
 
 
 def test_variants_of_one_mask_share_a_group():
@@ -153,6 +152,9 @@ def test_hardware_defaults_fill_block_and_wave_size():
 def test_a_simulated_kernel_must_be_known_and_able_to_run_on_the_simulated_gpu():
     with pytest.raises(config.ConfigError, match=r"backend_params\.sim\.kernel='bogus'"):
         grid.expand(config.load(["grid.backend_params.sim.kernel=bogus"]))
-    expanded = grid.expand(config.load(["grid.hardware=[a40]", "grid.backend_params.sim.kernel=fa4"]))
-    assert not [c for c in expanded.cells if c.hardware == "a40" and c.backend_params.get("kernel") == "fa4"]
-    assert any("simulated backend fa4 does not run on a40" in reason for reason in expanded.filtered)
+    with pytest.raises(config.ConfigError, match="sim of fa4 does not run on a40"):
+        grid.expand(config.load(["grid.hardware=[a40]", "grid.backend_params.sim.kernel=fa4"]))
+    expanded = grid.expand(config.load(["grid.hardware=[a40,h100]", "grid.backend_params.sim.kernel=fa4"]))
+    fa4 = [c for c in expanded.cells if c.backend == "sim" and c.backend_params["kernel"] == "fa4"]
+    assert fa4 and {c.hardware for c in fa4} == {"h100"}
+    assert any("sim of fa4 does not run on a40" in reason for reason in expanded.filtered)

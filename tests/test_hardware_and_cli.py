@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from jobs import cli
-from wavealign import blockmask, hardware
+from wavealign import blockmask, hardware, kernels
 
 
 def test_paper_gpus_have_the_papers_wave_sizes():
-    assert hardware.get("h100").wave_size("fa4") == 132
-    assert hardware.get("a40").wave_size("flashinfer") == 168
+    assert kernels.get("fa4").wave_size("h100") == 132
+    assert kernels.get("flashinfer").wave_size("a40") == 168
     assert hardware.get("H200").l2_bytes == 60 << 20
 
 

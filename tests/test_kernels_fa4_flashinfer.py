@@ -281,15 +281,15 @@ def test_flashinfer_runs_on_ampere_and_hopper():
 
 
 def test_fa4_walks_its_kv_list_in_reverse_and_flashinfer_forward():
-    assert kernels.get("fa4").kv_walk == "reverse"
-    assert kernels.get("flashinfer").kv_walk == "forward"
+    assert kernels.get("fa4").execution.kv_walk == "reverse"
+    assert kernels.get("flashinfer").execution.kv_walk == "forward"
 
 
 @pytest.mark.parametrize("name", ["fa4", "flashinfer"])
 def test_backend_config_names_the_backend_and_only_its_parameters(name):
     conf = yaml.safe_load((CONF / f"{name}.yaml").read_text())
     assert conf["name"] == name
-    assert set(conf["params"]) <= set(inspect.signature(kernels.get(name).run).parameters)
+    assert set(conf["params"]) <= set(inspect.signature(kernels.get(name).plan).parameters)
 
 
 # ---- GPU: against the reference ------------------------------------------------------------------------

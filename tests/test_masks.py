@@ -19,9 +19,9 @@ def qkv():
     return workloads.synthetic(wl, heads=[0, 1], seed=0)
 
 
-def test_available_lists_the_four_methods_and_both_controls():
-    assert masks.available() == ["dense", "flexprefill", "minference", "random", "random-fixed-nnz", "spargeattn",
-                                 "xattention"]
+def test_available_lists_the_four_methods_the_controls_and_saved_masks():
+    assert masks.available() == ["dense", "file", "flexprefill", "minference", "planted", "random",
+                                 "random-fixed-nnz", "spargeattn", "xattention"]
 
 
 def test_each_method_exposes_its_parameters_with_defaults():

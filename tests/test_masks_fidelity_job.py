@@ -62,6 +62,6 @@ def test_a_sweep_cell_builds_exactly_the_masks_mask_fidelity_measures(tmp_path: 
                                                            device=torch.device("cpu")):
         from_fidelity.setdefault(method, {})[spec.head] = mask
     for cell in cells:
-        mask, _ = pipeline.build_mask(cell, torch.device("cpu"))
+        mask, _ = pipeline.build_inputs(cell, torch.device("cpu"))
         assert (cell.layer, cell.step, cell.heads) == (5, 30, [3, 7])
         assert torch.equal(mask, torch.stack([from_fidelity[cell.method][h] for h in (3, 7)])), cell.method

@@ -20,13 +20,13 @@ from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 from rich.console import Console
 
-from orchestrator import cluster, config, dataset, sweep, tracking
+from orchestrator import cluster, config, dataset, plan, sweep, tracking
 
 REPO = Path(__file__).resolve().parent.parent
 LABEL = cluster.ACCELERATOR_LABEL
 OBJECT_STORE = 80 * 2**20
 # tiny CPU cells: 512 tokens, 2 heads, the exact reference kernel
-TINY = ["~sweep", "grid.backend=[reference]", "grid.method=[synthetic-random]", "grid.workload=[shape-2h]",
+TINY = ["~sweep", "grid.backend=[reference]", "grid.method=[random]", "grid.workload=[shape-2h]",
         "grid.seq_k=[0.5]", "grid.variant=[original,wavealign]", "grid.reps=2", "grid.warmup=0", "progress=false"]
 
 
@@ -115,7 +115,7 @@ def mixed(ray_cluster, mlflow_server, tmp_path_factory):
     """One sweep over H100, A40 and H200 cells; density 2.0 makes the mask builder raise."""
     root = tmp_path_factory.mktemp("mixed")
     outcome = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]",
-                        "+grid.method_params.synthetic-random.density=[0.25,2.0]")
+                        "+grid.method_params.random.density=[0.25,2.0]")
     return root, outcome
 
 
@@ -148,7 +148,7 @@ def test_parquet_holds_one_row_per_cell_with_the_fixed_schema(mixed):
     table = dataset.read(root)
     assert table.schema.equals(dataset.SCHEMA) and table.num_rows == len(outcome.rows) == 24
     assert sorted(table.column("result_id").to_pylist()) == sorted(r["result_id"] for r in outcome.rows)
-    assert {p.parent.name for p in dataset.results_dir(root).rglob("*.parquet")} == {"method=synthetic-random"}
+    assert {p.parent.name for p in dataset.results_dir(root).rglob("*.parquet")} == {"method=random"}
 
 
 def test_sqlite_mlflow_has_a_child_run_per_row_with_params_and_metrics(mixed):
@@ -165,7 +165,7 @@ def test_sqlite_mlflow_has_a_child_run_per_row_with_params_and_metrics(mixed):
 def test_a_second_run_skips_finished_cells(mixed):
     root, _ = mixed
     again = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]",
-                      "+grid.method_params.synthetic-random.density=[0.25,2.0]", "grid.hardware=[h100]")
+                      "+grid.method_params.random.density=[0.25,2.0]", "grid.hardware=[h100]")
     # only h100's failed cells run again; its done cells are skipped
     assert again.skipped_done == 4 and again.counts == {"failed": 4}
 
@@ -174,7 +174,7 @@ def test_dry_run_reports_size_per_type_filtered_and_an_estimate(mixed, capsys):
     root, _ = mixed
     cfg = config.load([*TINY, f"run_root={root}", "grid.hardware=[h100,a40,cpu]", "grid.backend=[reference,sim]",
                        "grid.seed=[0,1,2]"])
-    sweep.describe(sweep.make_plan(cfg), cfg, Console(width=200))
+    plan.describe(plan.make_plan(cfg), cfg, Console(width=200))
     out = capsys.readouterr().out
     assert "30 cells" in out and re.search(r"h100\s+12 cells", out) and re.search(r"cpu\s+6 cells", out)
     assert "backend sim simulates a GPU type; hardware cpu has none" in out

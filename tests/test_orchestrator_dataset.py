@@ -4,30 +4,33 @@ from __future__ import annotations
 
 import dataclasses
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 
 from orchestrator import dataset
 from wavealign import pipeline
-from wavealign.pipeline import Cell, CellResult
+from wavealign.records import Cell, CellResult, Environment
 
 
-def tiny_cell(seed: int = 0, method: str = "synthetic-random") -> Cell:
+def tiny_cell(seed: int = 0, method: str = "random") -> Cell:
     return Cell(cell_id=f"c{seed}{method}", group_id=f"g{seed}", hardware="cpu", profile_hardware="h100",
                 backend="reference", method=method, variant="original", stages="none", skip_mode="force",
                 workload="shape", seq_len_tokens=256, num_heads=1, head_dim=16, block_size=128, wave_size=4,
                 seed=seed, reps=1, warmup=0)
 
 
-def test_every_cell_and_result_field_has_a_column():
-    columns = set(dataset.SCHEMA.names)
-    cell_fields = {dataset._CELL_RENAMED.get(f.name, f.name) for f in dataclasses.fields(Cell)}
-    result_fields = {dataset._RENAMED.get(f.name, f.name) for f in dataclasses.fields(CellResult)} - {"environment"}
-    env_fields = set(pipeline.environment())
-    assert (cell_fields | result_fields | env_fields) <= columns
+def test_every_cell_result_and_environment_field_has_a_column_of_its_type():
+    columns = {f.name: f.type for f in dataset.SCHEMA}
+    cell_fields = {dataset.CELL_RENAMED.get(f.name, f.name) for f in dataclasses.fields(Cell)}
+    result_fields = {f.name for f in dataclasses.fields(CellResult)} - {"environment"}
+    env_fields = {f.name for f in dataclasses.fields(Environment)}
+    assert (cell_fields | result_fields | env_fields) <= set(columns)
+    assert columns["kernel_ms_median"] == pa.float64() and columns["reps_done"] == pa.int64()
+    assert columns["heads"] == pa.string() and columns["reorder_applied"] == pa.bool_()  # a list as JSON text
 
 
 def test_rows_round_trip_through_partitioned_files(tmp_path):
-    cells = [tiny_cell(0), tiny_cell(1, "synthetic-planted")]
+    cells = [tiny_cell(0), tiny_cell(1, "planted")]
     rows = [dataset.make_row(c, pipeline.run_cell(c), sweep_id="s", sweep_name="t") for c in cells]
     dataset.write(tmp_path, rows)
     table = dataset.read(tmp_path)
@@ -35,13 +38,13 @@ def test_rows_round_trip_through_partitioned_files(tmp_path):
     assert sorted(table.column("cell_id").to_pylist()) == sorted(c.cell_id for c in cells)
     folders = {p.parent.relative_to(dataset.results_dir(tmp_path)).as_posix()
                for p in dataset.results_dir(tmp_path).rglob("*.parquet")}
-    assert folders == {"hardware=cpu/method=synthetic-random", "hardware=cpu/method=synthetic-planted"}
+    assert folders == {"hardware=cpu/method=random", "hardware=cpu/method=planted"}
 
 
 def test_one_partition_reads_alone(tmp_path):
-    cells = [tiny_cell(0), tiny_cell(1, "synthetic-planted")]
+    cells = [tiny_cell(0), tiny_cell(1, "planted")]
     dataset.write(tmp_path, [dataset.make_row(c, pipeline.run_cell(c), sweep_id="s", sweep_name="t") for c in cells])
-    table = dataset.read(tmp_path, filter=ds.field("method") == "synthetic-planted")
+    table = dataset.read(tmp_path, filter=ds.field("method") == "planted")
     assert table.column("cell_id").to_pylist() == [cells[1].cell_id]
 
 

@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from wavealign import pipeline
-from wavealign.pipeline import Cell
+from wavealign import environment, pipeline
+from wavealign.records import Cell
 
 
 def make_cell(**changes) -> Cell:
     cell = Cell(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100", backend="reference",
-                method="synthetic-planted", variant="original", stages="none", skip_mode="force", workload="shape",
+                method="planted", variant="original", stages="none", skip_mode="force", workload="shape",
                 seq_len_tokens=1024, num_heads=2, head_dim=32, block_size=128, wave_size=4, reps=2, warmup=0)
     return replace(cell, **changes)
 
@@ -87,8 +87,8 @@ def test_a_method_mask_from_a_model_workload():
 
 
 def test_environment_names_the_software_and_host():
-    env = pipeline.environment()
-    assert env["torch_version"] and env["host"] and env["wavealign_version"]
+    env = environment.capture()
+    assert env.torch_version and env.host and env.wavealign_version
 
 
 def test_a_group_must_share_its_group_id():

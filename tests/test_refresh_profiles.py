@@ -19,7 +19,7 @@ from wavealign.pipeline import Cell, CellResult
 HARDWARE = "h100"
 SEQ_K = (25, 50, 75, 100, 125, 150, 175, 200, 250, 300, 364)
 DENSITIES = (0.02, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6)
-METHODS = ("synthetic-planted", "synthetic-random")
+METHODS = ("planted", "random")
 A_MS = 2e-6  # original-order kernel ms per (q block x kv block x density)
 SPEEDUP = 0.8  # WaveAlign kernel time / original
 
@@ -192,7 +192,7 @@ name: next-sweep
 grid:  # reference-kernel cells on this CPU that plan, and ask the skip policy, as an H100 would
   hardware: [cpu]
   backend: [reference]
-  method: [synthetic-planted]
+  method: [planted]
   workload: [shape-2h]
   seq_k: [4]
   variant: [original, adaptive]

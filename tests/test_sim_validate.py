@@ -1,39 +1,41 @@
-"""`wavealign validate-sim`: reads an NCU-style table, regenerates masks, reports MAE, DRAM ratio, rankings.
+"""`wavealign validate-sim`: measured cells (an NCU table, or a sweep's Parquet rows) run again on backend sim
+through the pipeline; MAE, DRAM ratio and rankings are reported.
 
-The "measurements" here are fabricated inside the fixture from the simulator itself (plus a known
-perturbation), only to exercise the script; they are not results.
+The "measurements" here are fabricated from the simulator itself (plus a known perturbation), only to
+exercise the job; they are not results.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 
 import pytest
 import torch
 
 from jobs import validate_sim
-from wavealign import hardware, reorder, sim, synthetic
+from orchestrator import dataset
+from wavealign import kernels, pipeline, reorder, sim, synthetic
+from wavealign.records import Cell
 from wavealign.sim import packed
 
 STAGES = ("none", "spatial", "temporal", "both")
+WAVE = kernels.get("flex").wave_size("h200")
 
 
 def _fabricated_rows(tmp_path, l2_shift_pts: float = 0.0, dram_scale: float = 1.0) -> list[dict]:
-    """NCU-shaped rows whose 'measured' values are h200 simulations, shifted by known amounts."""
-    h200 = hardware.get("h200")
+    """NCU-shaped rows whose 'measured' values are h200 simulations of the generator's own masks, shifted."""
     rows = []
-    method_mask = synthetic.planted_mask(2, 24, 24, 0.3, seed=9)
-    packed.save(tmp_path / "xattention.npz", method_mask)
-    cases = [("random", 0, 2048, ""), ("planted", 1, 2048, ""), ("xattention", 9, 3072,
-                                                                 str(tmp_path / "xattention.npz"))]
-    for kind, seed, seq_len, mask_file in cases:
-        mask = (packed.load(mask_file) if mask_file
-                else validate_sim.cell_mask(validate_sim.Cell("flex", "none", kind, seq_len, 2, 128, 128, 0.3,
-                                                              seed, 0.0, 0.0, 0.0)))
+    packed.save(tmp_path / "xattention.npz", synthetic.planted_mask(2, 24, 24, 0.3, seed=9))
+    cases = [("random", 0, 2048, synthetic.random_mask(2, 16, 16, 0.3, seed=0), ""),
+             ("planted", 1, 2048, synthetic.planted_mask(2, 16, 16, 0.3, seed=1), ""),
+             ("xattention", 9, 3072, None, str(tmp_path / "xattention.npz"))]
+    for kind, seed, seq_len, mask, mask_file in cases:
+        mask = packed.load(mask_file) if mask_file else mask
         for stages in STAGES:
-            order = reorder.plan(mask, wave_size=h200.wave_size("flex"), stages=stages)
-            r = sim.simulate(mask, order, hardware=h200, backend="flex")
+            order = None if stages == "none" else reorder.plan(mask, wave_size=WAVE, stages=stages)
+            r = sim.simulate(mask, order, hardware="h200", backend="flex", block_size=128)
             rows.append({"backend": "flex", "stages": stages, "mask_kind": kind, "seq_len": seq_len, "heads": 2,
                          "block_size": 128, "head_dim": 128, "density": 0.3, "seed": seed,
                          "l2_hit_pct": r.l2_hit_pct + l2_shift_pts, "dram_read_bytes": r.hbm_read_bytes * dram_scale,
@@ -63,7 +65,7 @@ def test_a_table_the_simulator_would_produce_validates_with_zero_error(tmp_path)
 def test_shifted_measurements_show_as_mae_and_dram_ratio(tmp_path):
     rows = _fabricated_rows(tmp_path, l2_shift_pts=-7.0, dram_scale=1.25)
     summary = validate_sim.summarize(validate_sim.validate(
-        validate_sim.read_cells(_write_csv(tmp_path / "ncu.csv", rows)), hardware.get("h200")))
+        validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", rows), "h200")))
     assert summary["l2_hit_mae_pts"] == pytest.approx(7.0)
     assert not summary["l2_hit_mae_goal_met"]
     assert summary["dram_ratio_max"] == pytest.approx(1 / 1.25)
@@ -77,10 +79,9 @@ def test_a_reversed_ranking_is_reported(tmp_path):
         if row["mask_kind"] == "planted":
             row["l2_hit_pct"] = {"none": 90.0, "spatial": 60.0, "temporal": 40.0, "both": 20.0}[row["stages"]]
     summary = validate_sim.summarize(validate_sim.validate(
-        validate_sim.read_cells(_write_csv(tmp_path / "ncu.csv", rows)), hardware.get("h200")))
-    verdicts = {g: v["l2_rank_preserved"] for g, v in summary["groups"].items()}
-    assert verdicts == {"flex/planted/2048/2/0.3/1": False, "flex/random/2048/2/0.3/0": True,
-                        "flex/xattention/3072/2/0.3/9": True}
+        validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", rows), "h200")))
+    verdicts = {g.split("/")[1]: v["l2_rank_preserved"] for g, v in summary["groups"].items()}
+    assert verdicts == {"planted": False, "random": True, "xattention": True}
     assert not summary["ranking_goal_met"]
 
 
@@ -90,20 +91,21 @@ def test_json_lines_and_variant_names_are_accepted(tmp_path):
         row["stages"] = variant
     path = tmp_path / "ncu.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    assert [c.stages for c in validate_sim.read_cells(path)] == list(STAGES)
+    assert [m.cell.stages for m in validate_sim.from_table(path, "h200")] == list(STAGES)
 
 
 def test_a_row_without_a_required_column_is_rejected(tmp_path):
     rows = _fabricated_rows(tmp_path)[:1]
     del rows[0]["dram_read_bytes"]
     with pytest.raises(ValueError, match=r"lacks columns \['dram_read_bytes'\]"):
-        validate_sim.read_cells(_write_csv(tmp_path / "ncu.csv", rows))
+        validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", rows), "h200")
 
 
-def test_a_method_mask_without_a_mask_file_is_rejected():
-    cell = validate_sim.Cell("flex", "none", "minference", 1024, 1, 128, 128, 0.3, 0, 0.0, 0.0, 0.0)
+def test_a_method_mask_without_a_mask_file_is_rejected(tmp_path):
+    rows = _fabricated_rows(tmp_path)[:1]
+    rows[0].update(mask_kind="minference", mask_file="")
     with pytest.raises(ValueError, match="needs a mask_file"):
-        validate_sim.cell_mask(cell)
+        validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", rows), "h200")
 
 
 def test_packed_masks_round_trip(tmp_path):
@@ -112,8 +114,30 @@ def test_packed_masks_round_trip(tmp_path):
     assert torch.equal(packed.load(tmp_path / "m.npz"), mask)
 
 
-def test_masks_regenerate_exactly_as_bench_kernels_made_them():
-    # bench-kernels records the realised density; the generator was asked for --density with its own defaults
-    cell = validate_sim.Cell("triton", "none", "planted", 2048, 2, 128, 128, 0.2449, 0, 50.0, 1e9, 1.0,
-                             mask_density=0.25)
-    assert torch.equal(validate_sim.cell_mask(cell), synthetic.planted_mask(2, 16, 16, 0.25, seed=0))
+def test_masks_regenerate_exactly_as_bench_kernels_made_them(tmp_path):
+    # bench-kernels recorded the realised density; the generator was asked for 0.25 with its own defaults
+    row = {"backend": "triton", "stages": "none", "mask_kind": "planted", "seq_len": 2048, "heads": 2,
+           "block_size": 128, "head_dim": 128, "density": 0.2449, "seed": 0, "l2_hit_pct": 50.0,
+           "dram_read_bytes": 1e9, "kernel_ms": 1.0}
+    [measured] = validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", [row]), "h200", mask_density=0.25)
+    mask, _ = pipeline.build_inputs(validate_sim.as_simulated(measured, None, 0.0), torch.device("cpu"))
+    assert torch.equal(mask, synthetic.planted_mask(2, 16, 16, 0.25, seed=0))
+
+
+def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
+    """Rows as a GPU sweep with grid.ncu=true writes them (counters set to the simulator's own figures)."""
+    rows = []
+    for stages, variant in (("none", "original"), ("both", "wavealign")):
+        cell = Cell(cell_id=variant, group_id="g", hardware="h200", profile_hardware="h200", backend="flex",
+                    method="planted", variant=variant, stages=stages, skip_mode="force", workload="shape-2h",
+                    seq_len_tokens=2048, num_heads=2, head_dim=128, block_size=128, wave_size=WAVE,
+                    method_params={"density": 0.3, "seed": 4}, ncu=True)
+        [predicted] = pipeline.run_group([dataclasses.replace(cell, backend="sim", backend_params={"kernel": "flex"})])
+        result = dataclasses.replace(predicted, simulated=False, timer="cuda_events",
+                                     ncu_l2_hit_pct=predicted.l2_hit_pct + 3.0,
+                                     ncu_dram_read_bytes=predicted.hbm_read_bytes, ncu_kernel_ms=1.0)
+        rows.append(dataset.make_row(cell, result, sweep_id="s", sweep_name="t"))
+    dataset.write(tmp_path / "runs", rows)
+    assert validate_sim.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "validation.md").read_text()
+    assert "L2 hit MAE: 3.00 points" in report and "| flex | planted | 2048 |" in report

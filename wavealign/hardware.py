@@ -7,14 +7,15 @@ Each entry is mirrored by ``conf/hardware/<name>.yaml``. Figures are vendor data
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 MiB = 1 << 20
 
 
 @dataclass(frozen=True)
 class Hardware:
-    """One GPU model. ``ctas_per_sm`` maps a backend name to its resident CTAs per SM (default 1)."""
+    """One GPU model. Its wave for a backend (SMs x that backend's resident CTAs per SM) is the backend's
+    fact: ``wavealign.kernels.get(backend).wave_size(hardware)``."""
 
     name: str
     display_name: str
@@ -25,14 +26,9 @@ class Hardware:
     hbm_bytes_per_s: float
     peak_bf16_flops: float
     default_block_size: int
-    default_backend: str
-    ctas_per_sm: dict[str, int] = field(default_factory=dict)
+    default_backend: str  # the backend a user of this GPU reaches for first (the paper's, where it has one)
     device_name_patterns: tuple[str, ...] = ()  # regular expressions, matched case-insensitively
     sources: tuple[str, ...] = ()
-
-    def wave_size(self, backend: str | None = None) -> int:
-        """Rows that run at once: SMs x resident CTAs per SM for ``backend`` (the paper's wave)."""
-        return self.sm_count * self.ctas_per_sm.get(backend or self.default_backend, 1)
 
     @property
     def ridge_flops_per_byte(self) -> float:
@@ -52,7 +48,6 @@ _ENTRIES = (
         peak_bf16_flops=989.4e12,
         default_block_size=128,
         default_backend="fa4",
-        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
         # the SXM part only: H100 PCIe (114 SMs) and H100 NVL differ
         device_name_patterns=(r"\bH100 80GB HBM3\b", r"\bH100 SXM"),
         sources=(
@@ -72,7 +67,6 @@ _ENTRIES = (
         peak_bf16_flops=989.4e12,
         default_block_size=128,
         default_backend="triton",
-        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1, "flashinfer": 2},
         device_name_patterns=(r"(?<![A-Z])H200\b",),  # not GH200
         sources=(
             "NVIDIA H200 datasheet (141 GB HBM3e, 4.8 TB/s; compute as H100 SXM)",
@@ -94,7 +88,6 @@ _ENTRIES = (
         peak_bf16_flops=149.7e12,
         default_block_size=64,
         default_backend="flashinfer",
-        ctas_per_sm={"flashinfer": 2, "triton": 2, "flex": 1},
         device_name_patterns=(r"\bA40\b",),  # not RTX A4000
         sources=(
             "NVIDIA A40 datasheet (84 SMs, 696 GB/s GDDR6, 149.7 TFLOP/s dense BF16)",
@@ -113,7 +106,6 @@ _ENTRIES = (
         peak_bf16_flops=312e12,
         default_block_size=128,
         default_backend="triton",
-        ctas_per_sm={"flashinfer": 1, "triton": 1, "flex": 1},
         device_name_patterns=(r"\bA100\b",),
         sources=("NVIDIA A100 datasheet (80GB SXM: 2,039 GB/s, 312 TFLOP/s BF16)",
                  "NVIDIA Ampere GA100 whitepaper (108 SMs, 40 MB L2)"),
@@ -129,7 +121,6 @@ _ENTRIES = (
         peak_bf16_flops=2250e12,
         default_block_size=128,
         default_backend="fa4",
-        ctas_per_sm={"fa4": 1, "triton": 1, "flex": 1},
         device_name_patterns=(r"(?<![A-Z])B200\b",),  # not GB200
         sources=("NVIDIA DGX B200 / HGX B200 datasheet (8 TB/s HBM3e, 2.25 PFLOP/s dense BF16 per GPU)",
                  "CUDA device query reports of B200 (148 SMs, 126 MB L2)"),

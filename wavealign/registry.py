@@ -1,17 +1,36 @@
 """A small name -> object registry that discovers its entries from the modules of one package.
 
 Adding a method or backend is one module that registers itself (plus one YAML in ``conf/``); nothing
-else changes, because every submodule of the package is imported on first lookup.
+else changes, because every submodule of the package is imported on first lookup. A module outside the
+package (a user's own backend or method) is imported too when ``WAVEALIGN_PLUGINS`` names it
+(comma-separated importable module names; the sweep sets it from its ``plugins`` key, on every worker).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+PLUGINS_ENV = "WAVEALIGN_PLUGINS"
+
+
+def plugin_modules() -> list[str]:
+    """The modules ``WAVEALIGN_PLUGINS`` names."""
+    return [name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip()]
+
+
+def import_plugins() -> None:
+    """Import every module ``WAVEALIGN_PLUGINS`` names; one that cannot be imported is an error naming it."""
+    for name in plugin_modules():
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ImportError(f"{PLUGINS_ENV} names module {name!r}, which cannot be imported: {exc}") from exc
 
 
 class Registry(Generic[T]):
@@ -41,6 +60,7 @@ class Registry(Generic[T]):
         for mod in pkgutil.iter_modules(pkg.__path__):
             if not mod.name.startswith("_"):
                 importlib.import_module(f"{self.package}.{mod.name}")
+        import_plugins()
         # only now: a module that failed to import raises again on the next lookup instead of going missing
         self._discovered = True
 

@@ -16,6 +16,8 @@ from wavealign import stage1_cuda, subspace
 from wavealign.blockmask import MaskLike, as_dense
 
 STAGES = ("none", "spatial", "temporal", "both")
+# how the paper's figures name each stage set (Fig. 12's ablation)
+PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
 # Stage 1 falls back to the original order when sigma_2 <= RANK_TOL * sigma_1 (centered rank < 2)
 RANK_TOL = 1e-4
 # bytes of float32 mask copy per batched Stage-1 chunk; bounds memory, not the result

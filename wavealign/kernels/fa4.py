@@ -18,26 +18,23 @@ Compiled kernels are cached in-process per configuration; across processes set
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from wavealign import block_gather, blockmask, reorder
-from wavealign.kernels import Backend, register
-from wavealign.kernels.reference import check_qkv
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 from wavealign.kernels.sparse_formats import (
     BlockLists,
     KernelRequirement,
-    LastBuilt,
     full_block_lists,
-    mask_tensors,
     permute_block_lists,
 )
 
 FA4_VERSION = "4.0.0b36"
 REQUIREMENT = KernelRequirement(backend="fa4", distribution="flash-attn-4", version=FA4_VERSION,
                                 min_capability=(9, 0), extra="fa4")
-
-_TENSORS = LastBuilt()  # the BlockSparseTensorsTorch of the last mask and order
-
 
 def _flash_attn():
     """FA4's entry point and block-sparse container, after checking GPU, package and version."""
@@ -60,45 +57,52 @@ def launch_lists(mask: blockmask.MaskLike, order: reorder.RowOrder | None, batch
                       index.expand(batch, *index.shape[1:]).contiguous())
 
 
-def fa4_block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: blockmask.MaskLike,
-                     order: reorder.RowOrder | None = None, block_size: int = 128) -> torch.Tensor:
-    """Block-sparse attention through FA4; rows with no block give zeros, a ragged last block is allowed.
+@dataclass(frozen=True)
+class FA4Launch:
+    """FA4's block-sparse tensors for the mask's rows in launch order; ``run`` gathers Q's blocks into that
+    order, runs FA4 and scatters the output back."""
 
-    The inputs are checked and FA4's block-sparse tensors built only when ``mask``/``order`` or the shapes change (by
-    identity or in-place edit), so timed repetitions measure the launch plus, with an order, the gather of Q
-    and the scatter of O.
-    """
-    flash_attn_func, BlockSparseTensorsTorch = _flash_attn()
+    shape: LaunchShape
+    sparse: Any  # flash_attn.cute.block_sparsity.BlockSparseTensorsTorch
+    order: reorder.RowOrder | None
 
-    def build():
-        check_qkv(q, k, v, blockmask.as_dense(mask), block_size)
-        count, index = launch_lists(_on_device(mask, q.device), order, q.shape[0])
-        return BlockSparseTensorsTorch(mask_block_cnt=torch.zeros_like(count), mask_block_idx=index,
-                                       full_block_cnt=count, full_block_idx=index,
-                                       block_size=(block_size, block_size))
-
-    perm = None if order is None else order.perm
-    sparse = _TENSORS.get((*mask_tensors(mask), perm), (block_size, tuple(q.shape), tuple(k.shape), q.device),
-                          build)
-    n_q = q.shape[2]
-    if order is not None:
-        q = block_gather.gather_blocks(q, order, block_size)
-    out, _ = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                             block_sparse_tensors=sparse)
-    out = out.transpose(1, 2)
-    return out if order is None else block_gather.scatter_blocks(out, order, block_size, n_q)
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self.shape.check_qkv(q, k, v)
+        flash_attn_func, _ = _flash_attn()
+        if self.order is not None:
+            q = block_gather.gather_blocks(q, self.order, self.shape.block_size)
+        out, _ = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                 block_sparse_tensors=self.sparse)
+        out = out.transpose(1, 2)
+        if self.order is None:
+            return out
+        return block_gather.scatter_blocks(out, self.order, self.shape.block_size, self.shape.q_len)
 
 
-def _on_device(mask: blockmask.MaskLike, device: torch.device) -> blockmask.MaskLike:
-    return tuple(t.to(device) for t in mask) if isinstance(mask, tuple) else mask.to(device)
+def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape) -> FA4Launch:
+    """Block-sparse attention through FA4; rows with no block give zeros, a ragged last block is allowed."""
+    _, BlockSparseTensorsTorch = _flash_attn()
+    dense = blockmask.as_dense(mask).to(shape.device)
+    expected = (shape.heads, shape.q_blocks, shape.kv_blocks)
+    if tuple(dense.shape[-3:]) != expected or (dense.dim() == 4 and dense.shape[0] not in (1, shape.batch)):
+        raise ValueError(f"mask has shape {tuple(dense.shape)}, but the planned q/k need (B, H, MB, NB) = "
+                         f"{(shape.batch, *expected)}")
+    count, index = launch_lists(dense, order, shape.batch)
+    sparse = BlockSparseTensorsTorch(mask_block_cnt=torch.zeros_like(count), mask_block_idx=index,
+                                     full_block_cnt=count, full_block_idx=index,
+                                     block_size=(shape.block_size, shape.block_size))
+    return FA4Launch(shape, sparse, order)
 
 
 register(Backend(
     name="fa4",
-    run=fa4_block_sparse,
+    plan=plan,
     description=f"FlashAttention-4 (flash-attn-4=={FA4_VERSION}, CuTe DSL) block-sparse forward, full blocks only; "
                 "WaveAlign by gather/scatter",
+    # ncu on the H200: 168 regs -> 1 CTA/SM (benchmarks/results/fa4-flashinfer/h200-ncu-364k); the paper's
+    # Sec. V for the H100 (128x128 tiles, wave 132)
+    ctas_per_sm={"h100": 1, "h200": 1, "b200": 1},
+    execution=ExecutionFacts(128, 128, mma_efficiency=0.75, block_overhead_s=20e-9, kv_walk="reverse"),
+    ncu_kernels=r"FlashAttentionForward|flash_fwd",
     is_available=REQUIREMENT.is_met,
-    supported_hardware=("h100", "h200", "b200"),
-    kv_walk="reverse",
 ))

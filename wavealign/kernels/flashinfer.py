@@ -29,13 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from wavealign import block_gather, blockmask, reorder
-from wavealign.kernels import Backend, register
-from wavealign.kernels.reference import check_qkv
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 from wavealign.kernels.sparse_formats import (
     KernelRequirement,
     LastBuilt,
     PagedBSR,
-    mask_tensors,
     paged_bsr,
     permute_paged_bsr,
     split_heads,
@@ -52,33 +50,27 @@ WORKSPACE_BYTES = 128 << 20
 # the wrapper's own int workspace; its schedule needs 5 int32 per work item (one per request without split-KV)
 DEFAULT_INT_WORKSPACE_BYTES = 8 << 20
 
-_PLANS = LastBuilt()
-_PAGES = LastBuilt()
-
-
 @dataclass
-class FlashInferPlan:
+class FlashInferLaunch:
     """Planned launches for one mask, order and shape: plan once, then ``run`` many times."""
 
     wrappers: list[Any]  # BatchPrefillWithPagedKVCacheWrapper, one per launch
     order: reorder.RowOrder | None
-    block_size: int
-    shape: tuple[int, int, int, int]  # (B, H, N_q, D) of q
-    kv_len: int
+    shape: LaunchShape
     workspace: torch.Tensor = field(repr=False)
+    # K/V as pages, made once per (k, v) tensors: a ragged tail is padded, a copy a caller with paged K/V avoids
+    pages: LastBuilt = field(default_factory=LastBuilt, repr=False)
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Attention of q (B, H, N, D) against k/v in the planned order; the output in the original order."""
-        if tuple(q.shape) != self.shape or k.shape[2] != self.kv_len:
-            raise ValueError(f"q {tuple(q.shape)} / k {tuple(k.shape)} differ from the planned q {self.shape} "
-                             f"and kv_len={self.kv_len}")
+        self.shape.check_qkv(q, k, v)
         batch, heads, n_q, d = q.shape
+        bs = self.shape.block_size
         if self.order is not None:
-            q = block_gather.gather_blocks(q, self.order, self.block_size)  # whole blocks, as planned
+            q = block_gather.gather_blocks(q, self.order, bs)  # whole blocks, as planned
         rows = q.shape[2]
         q_tokens = q.reshape(batch * heads * rows, 1, d)
-        k_pages, v_pages = _PAGES.get((k, v), (self.block_size,), lambda: (_pages(k, self.block_size),
-                                                                           _pages(v, self.block_size)))
+        k_pages, v_pages = self.pages.get((k, v), (bs,), lambda: (_pages(k, bs), _pages(v, bs)))
         out = torch.empty_like(q_tokens)
         if len(self.wrappers) == 1:
             self.wrappers[0].run(q_tokens, (k_pages, v_pages), out=out)
@@ -88,7 +80,7 @@ class FlashInferPlan:
                 tokens, head_pages = slice(g * rows, (g + 1) * rows), slice(g * pages, (g + 1) * pages)
                 wrapper.run(q_tokens[tokens], (k_pages[head_pages], v_pages[head_pages]), out=out[tokens])
         out = out.reshape(batch, heads, rows, d)
-        return out if self.order is None else block_gather.scatter_blocks(out, self.order, self.block_size, n_q)
+        return out if self.order is None else block_gather.scatter_blocks(out, self.order, bs, n_q)
 
 
 def _pages(x: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -128,52 +120,46 @@ def launch_structures(mask: torch.Tensor, order: reorder.RowOrder | None, block_
     return [bsr] if head_order == "native" else split_heads(bsr)
 
 
-def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: blockmask.MaskLike,
-         order: reorder.RowOrder | None = None, block_size: int = 128, head_order: str = "native") -> FlashInferPlan:
-    """Schedule the launches for these shapes, mask and order (the first call also JIT-builds the kernel)."""
+def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape,
+         head_order: str = "native") -> FlashInferLaunch:
+    """Schedule the launches for this shape, mask and order (the first call also JIT-builds the kernel)."""
     _check_head_order(head_order)
     flashinfer = _flashinfer()
-    dense = check_qkv(q, k, v, blockmask.as_dense(mask), block_size).to(q.device)  # (B, H, MB, NB)
+    dense = blockmask.as_dense(mask).to(shape.device)
+    expected = (shape.heads, shape.q_blocks, shape.kv_blocks)
+    if tuple(dense.shape[-3:]) != expected or (dense.dim() == 4 and dense.shape[0] not in (1, shape.batch)):
+        raise ValueError(f"mask has shape {tuple(dense.shape)}, but the planned q/k need (B, H, MB, NB) = "
+                         f"{(shape.batch, *expected)}")
+    dense = dense.reshape(-1, *expected) if dense.dim() == 4 else dense.unsqueeze(0)
+    dense = dense.expand(shape.batch, *expected)
     # with an order, Q runs as whole blocks (block_gather), so a ragged last block cannot shift the others
-    q_len = q.shape[2] if order is None else dense.shape[-2] * block_size
-    structures = launch_structures(dense, order, block_size, q_len, k.shape[2], head_order)
-    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=q.device)
+    q_len = shape.q_len if order is None else shape.q_blocks * shape.block_size
+    structures = launch_structures(dense, order, shape.block_size, q_len, shape.kv_len, head_order)
+    workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=shape.device)
     wrappers = []
     for bsr in structures:
         wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace, kv_layout="NHD", backend="fa2")
         if _int_workspace_bytes(bsr) > DEFAULT_INT_WORKSPACE_BYTES:
             wrapper.reset_workspace_buffer(workspace, torch.empty(_int_workspace_bytes(bsr), dtype=torch.uint8,
-                                                                  device=q.device))
+                                                                  device=shape.device))
         # heads are laid end to end as requests, so the kernel sees one head; the default scale is 1/sqrt(D)
         wrapper.plan(bsr.qo_indptr, bsr.kv_indptr, bsr.kv_indices, bsr.kv_last_page_len,
-                     num_qo_heads=1, num_kv_heads=1, head_dim_qk=q.shape[-1], page_size=block_size,
-                     causal=False, q_data_type=q.dtype, kv_data_type=k.dtype)
+                     num_qo_heads=1, num_kv_heads=1, head_dim_qk=shape.head_dim, page_size=shape.block_size,
+                     causal=False, q_data_type=shape.dtype, kv_data_type=shape.dtype)
         wrappers.append(wrapper)
-    return FlashInferPlan(wrappers=wrappers, order=order, block_size=block_size, shape=tuple(q.shape),
-                          kv_len=k.shape[2], workspace=workspace)
-
-
-def flashinfer_block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: blockmask.MaskLike,
-                            order: reorder.RowOrder | None = None, block_size: int = 128,
-                            head_order: str = "native") -> torch.Tensor:
-    """Block-sparse attention through FlashInfer (FA2 kernels); rows with no block give zeros.
-
-    The plan is reused while ``mask``/``order`` and the shapes stay the same (by identity and in-place
-    version), so timed repetitions measure ``run``: the launches, plus the Q gather and O scatter of an order.
-    """
-    _check_head_order(head_order)
-    perm = None if order is None else order.perm
-    launch = _PLANS.get((*mask_tensors(mask), perm),
-                        (block_size, head_order, tuple(q.shape), tuple(k.shape), q.dtype, q.device),
-                        lambda: plan(q, k, v, mask, order, block_size, head_order))
-    return launch.run(q, k, v)
+    return FlashInferLaunch(wrappers=wrappers, order=order, shape=shape, workspace=workspace)
 
 
 register(Backend(
     name="flashinfer",
-    run=flashinfer_block_sparse,
+    plan=plan,
     description=f"FlashInfer (flashinfer-python=={FLASHINFER_VERSION}) paged block-sparse prefill, FA2 kernels, "
                 "head_order native|sequential; WaveAlign by permuted requests and Q gather",
+    # ncu on the H200: 255 regs -> 2 CTAs/SM (benchmarks/results/fa4-flashinfer/h200-ncu-364k); the paper's
+    # Sec. V for the A40 (64x64 tiles, wave 168)
+    # (the H100 has the same SM); 1 on the A100 (no measurement yet)
+    ctas_per_sm={"a40": 2, "a100": 1, "h100": 2, "h200": 2},
+    execution=ExecutionFacts(64, 64, mma_efficiency=0.6, block_overhead_s=20e-9),
+    ncu_kernels=r"BatchPrefillWithPagedKVCache",
     is_available=REQUIREMENT.is_met,
-    supported_hardware=("a40", "a100", "h100", "h200"),
 ))

@@ -9,11 +9,13 @@ and scatter the output back (``block_gather.gather_blocks`` / ``reorder.permute_
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from wavealign import block_gather, blockmask, reorder
-from wavealign.kernels import Backend, register
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 
 
 @functools.cache
@@ -50,32 +52,52 @@ def permuted_kv_form(mask: blockmask.MaskLike, order: reorder.RowOrder) -> tuple
     return rows if isinstance(rows, tuple) else blockmask.to_kv_indices(rows)
 
 
-def flex_block_sparse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128,
-                      **kernel_options) -> torch.Tensor:
-    """Block-sparse attention through FlexAttention; ``order`` is applied by gathering Q and mask rows.
+@dataclass(frozen=True)
+class FlexLaunch:
+    """A FlexAttention ``BlockMask`` of the mask's rows in launch order; ``run`` gathers Q's blocks into that
+    order, runs the compiled kernel and scatters the output back."""
 
-    ``kernel_options`` go to FlexAttention unchanged (e.g. ``BLOCK_M``, ``BLOCK_N``, ``num_warps``).
-    """
-    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2]:
-        raise ValueError(f"q, k, v must be (B, H, N, D) sharing B and H, got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}")
-    n_q, n_kv = q.shape[2], k.shape[2]
-    flex = _compiled_flex()
+    shape: LaunchShape
+    block_mask: Any
+    order: reorder.RowOrder | None
+    kernel_options: dict[str, Any]
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self.shape.check_qkv(q, k, v)
+        flex = _compiled_flex()
+        options = self.kernel_options or None
+        if self.order is None:
+            return flex(q, k, v, block_mask=self.block_mask, kernel_options=options)
+        # Q goes in as whole blocks, so a ragged last block cannot shift the blocks gathered after it
+        q_blocks = block_gather.gather_blocks(q, self.order, self.shape.block_size)
+        out = flex(q_blocks, k, v, block_mask=self.block_mask, kernel_options=options)
+        return block_gather.scatter_blocks(out, self.order, self.shape.block_size, self.shape.q_len)
+
+
+def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape,
+         **kernel_options: Any) -> FlexLaunch:
+    """The launch's ``BlockMask`` (rows permuted into ``order``); ``kernel_options`` go to FlexAttention
+    unchanged (e.g. ``BLOCK_M``, ``BLOCK_N``, ``num_warps``)."""
     if order is None:
         kv_num, kv_idx = mask if isinstance(mask, tuple) else blockmask.to_kv_indices(blockmask.check_mask(mask))
-        bm = block_mask(kv_num.to(q.device), kv_idx.to(q.device), block_size, n_q, n_kv)
-        return flex(q, k, v, block_mask=bm, kernel_options=kernel_options or None)
-    # Q goes in as whole blocks, so a ragged last block cannot shift the blocks gathered after it
-    q_blocks = block_gather.gather_blocks(q, order, block_size)
-    kv_num, kv_idx = permuted_kv_form(mask, order)
-    bm = block_mask(kv_num.to(q.device), kv_idx.to(q.device), block_size, q_blocks.shape[2], n_kv)
-    out = flex(q_blocks, k, v, block_mask=bm, kernel_options=kernel_options or None)
-    return block_gather.scatter_blocks(out, order, block_size, n_q)
+        q_len = shape.q_len
+    else:
+        kv_num, kv_idx = permuted_kv_form(mask, order)
+        q_len = shape.q_blocks * shape.block_size  # the gathered Q is whole blocks
+    if tuple(kv_num.shape[-2:]) != (shape.heads, shape.q_blocks):
+        raise ValueError(f"mask covers {tuple(kv_num.shape)} query blocks; the planned q needs "
+                         f"(H, MB) = {(shape.heads, shape.q_blocks)}")
+    bm = block_mask(kv_num.to(shape.device), kv_idx.to(shape.device), shape.block_size, q_len, shape.kv_len)
+    return FlexLaunch(shape, bm, order, dict(kernel_options))
 
 
 register(Backend(
     name="flex",
-    run=flex_block_sparse,
+    plan=plan,
     description="torch FlexAttention (compiled Triton) with full-block BlockMask; WaveAlign by gather/scatter",
+    # ncu on the H200: 169-198 regs -> 1 CTA/SM (benchmarks/results/kernels-h200/TUNING.md)
+    ctas_per_sm={"h100": 1, "h200": 1, "a100": 1, "b200": 1, "a40": 1},
+    execution=ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9),
+    ncu_kernels=r"flex_attention",
     is_available=torch.cuda.is_available,
 ))

@@ -7,12 +7,13 @@ result does not depend on which other blocks run beside it: a reorder leaves the
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from wavealign import reorder
 from wavealign.blockmask import MaskLike, as_dense
-from wavealign.kernels import Backend, register
+from wavealign.kernels import ALL_HARDWARE, Backend, ExecutionFacts, LaunchShape, register
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
@@ -70,8 +71,32 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
     return out
 
 
+@dataclass(frozen=True)
+class ReferenceLaunch:
+    """The dense mask and order, checked against the planned shape; ``run`` is ``reference_attention``."""
+
+    mask: torch.Tensor
+    order: reorder.RowOrder | None
+    shape: LaunchShape
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self.shape.check_qkv(q, k, v)
+        return reference_attention(q, k, v, self.mask, self.order, self.shape.block_size)
+
+
+def plan(mask: MaskLike, order: reorder.RowOrder | None, shape: LaunchShape) -> ReferenceLaunch:
+    dense = as_dense(mask)
+    expected = (shape.heads, shape.q_blocks, shape.kv_blocks)
+    if tuple(dense.shape[-3:]) != expected:
+        raise ValueError(f"mask has shape {tuple(dense.shape)}, but the planned q/k need (H, MB, NB) = {expected}")
+    return ReferenceLaunch(dense, order, shape)
+
+
 register(Backend(
     name="reference",
-    run=reference_attention,
+    plan=plan,
     description="exact block-sparse attention in plain torch, one query block at a time (CPU or GPU)",
+    ctas_per_sm=ALL_HARDWARE,
+    execution=ExecutionFacts(128, 128, mma_efficiency=0.5, block_overhead_s=40e-9),
+    needs_gpu=False,
 ))

@@ -191,11 +191,6 @@ class LastBuilt:
         return self._value
 
 
-def mask_tensors(mask: blockmask.MaskLike) -> tuple[torch.Tensor, ...]:
-    """The tensors a mask argument consists of (dense, or the two kv-index tensors), for ``LastBuilt``."""
-    return tuple(mask) if isinstance(mask, tuple) else (mask,)
-
-
 @dataclass(frozen=True)
 class KernelRequirement:
     """What a vendor kernel needs: a CUDA GPU of compute capability >= ``min_capability`` and the package

@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from wavealign import blockmask
-from wavealign.kernels import Backend, register
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 
 try:
     import triton
@@ -206,9 +206,22 @@ def _kv_index_form(mask, batch: int, heads: int, mb: int, nb: int, device) -> tu
     return kv_num, kv_idx
 
 
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, cfg: KernelConfig) -> None:
+def _check_config(shape: LaunchShape, cfg: KernelConfig) -> None:
     if triton is None:
         raise ValueError("backend 'triton' needs the triton package, which is not installed")
+    if shape.dtype not in DTYPES:
+        raise ValueError(f"q/k/v must be bfloat16 or float16, got {shape.dtype}")
+    if shape.head_dim not in HEAD_DIMS:
+        raise ValueError(f"head dim must be one of {HEAD_DIMS}, got {shape.head_dim}")
+    if cfg.kv_eviction not in ("", "evict_first", "evict_last"):
+        raise ValueError(f"kv_eviction must be '', 'evict_first' or 'evict_last', got {cfg.kv_eviction!r}")
+    for name, value in (("block_m", cfg.block_m), ("block_n", cfg.block_n)):
+        if value < 16 or shape.block_size % value or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two >= 16 dividing block_size={shape.block_size}, "
+                             f"got {value}")
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be (B, H, N, D), got shape {tuple(t.shape)}")
@@ -219,58 +232,76 @@ def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size:
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3] or q.dtype != k.dtype:
         raise ValueError(f"q, k, v must share B, H, D and dtype, got {tuple(q.shape)}, {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
-    if q.shape[-1] not in HEAD_DIMS:
-        raise ValueError(f"head dim must be one of {HEAD_DIMS}, got {q.shape[-1]}")
-    if cfg.kv_eviction not in ("", "evict_first", "evict_last"):
-        raise ValueError(f"kv_eviction must be '', 'evict_first' or 'evict_last', got {cfg.kv_eviction!r}")
-    for name, value in (("block_m", cfg.block_m), ("block_n", cfg.block_n)):
-        if value < 16 or block_size % value or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two >= 16 dividing block_size={block_size}, got {value}")
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128, *,
-              head_order: str = "sequential", config: KernelConfig | None = None, **params) -> torch.Tensor:
-    """Block-sparse attention of q/k/v (B, H, N, D) under ``mask`` (dense bool or kv-index form),
-    running query blocks in ``order.perm`` launch order; ``params`` override fields of the config."""
+@dataclass(frozen=True)
+class TritonLaunch:
+    """The mask in int32 kv-index form and the launch order on the device, and the resolved config."""
+
+    shape: LaunchShape
+    config: KernelConfig
+    head_order: str
+    kv_num: torch.Tensor
+    kv_idx: torch.Tensor
+    perm: torch.Tensor | None
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        _check_qkv(q, k, v)
+        self.shape.check_qkv(q, k, v)
+        cfg, shape = self.config, self.shape
+        out = torch.empty_like(q)
+        slots = shape.q_blocks * (shape.block_size // cfg.block_m)
+        bh = shape.batch * shape.heads
+        grid = (bh, slots) if self.head_order == "parallel" else (slots, bh)
+        use_tma = cfg.use_tma and all(t.is_contiguous() for t in (q, k, v))
+        descs = _descriptors(q, k, v, out, cfg) if use_tma else (None,) * 4
+        perm = self.kv_num if self.perm is None else self.perm  # any tensor: unread when HAS_PERM is False
+        _block_sparse_attn_fwd[grid](
+            q, k, v, out, self.kv_num, self.kv_idx, perm, *descs,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+            *_lead_strides(self.kv_num, 2), *_lead_strides(self.kv_idx, 3), *_lead_strides(perm, 2),
+            shape.heads, shape.q_len, shape.kv_len, shape.kv_blocks,
+            (1.0 / math.sqrt(shape.head_dim)) * 1.4426950408889634,
+            HEAD_DIM=shape.head_dim, BLOCK_SIZE=shape.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            HAS_PERM=self.perm is not None, HEADS_FASTEST=self.head_order == "parallel", USE_TMA=use_tma,
+            WARP_SPECIALIZE=cfg.warp_specialize, FLAT_LOADS=cfg.flat_loads,
+            KV_EVICTION=cfg.kv_eviction,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )
+        return out
+
+
+def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", config: KernelConfig | None = None,
+         **params) -> TritonLaunch:
+    """Resolve the launch config and put ``mask`` (dense bool or kv-index form) and ``order`` on the device,
+    int32; ``params`` override fields of the config (None keeps the tuned value)."""
     if head_order not in HEAD_ORDERS:
         raise ValueError(f"head_order must be one of {HEAD_ORDERS}, got {head_order!r}")
-    base = config or (default_config(q.shape[-1]) if q.shape[-1] in HEAD_DIMS else KernelConfig())
+    bs = shape.block_size
+    base = config or (default_config(shape.head_dim) if shape.head_dim in HEAD_DIMS else KernelConfig())
     # a tuned tile larger than the mask block shrinks to it (e.g. 64x64 masks)
-    base = replace(base, block_m=min(base.block_m, block_size), block_n=min(base.block_n, block_size))
+    base = replace(base, block_m=min(base.block_m, bs), block_n=min(base.block_n, bs))
     unknown = sorted(set(params) - {f.name for f in fields(KernelConfig)})
     if unknown:
         raise ValueError(f"unknown triton option(s) {unknown}; expected fields of KernelConfig or head_order")
-    cfg = replace(base, **{k: v for k, v in params.items() if v is not None})  # None keeps the tuned value
-    _check_inputs(q, k, v, block_size, cfg)
-    batch, heads, n_q, head_dim = q.shape
-    n_kv = k.shape[2]
-    mb, nb = -(-n_q // block_size), -(-n_kv // block_size)
-    kv_num, kv_idx = _kv_index_form(mask, batch, heads, mb, nb, q.device)
+    cfg = replace(base, **{k: v for k, v in params.items() if v is not None})
+    _check_config(shape, cfg)
+    kv_num, kv_idx = _kv_index_form(mask, shape.batch, shape.heads, shape.q_blocks, shape.kv_blocks, shape.device)
+    perm = None
     if order is not None:
         perm = order.perm if hasattr(order, "perm") else order
-        if tuple(perm.shape) not in ((heads, mb), (batch, heads, mb)):
-            raise ValueError(f"order.perm must be (H={heads}, MB={mb}) or (B, H, MB), got {tuple(perm.shape)}")
-        perm = perm.to(q.device).contiguous()
-    else:
-        perm = kv_num  # any tensor: unread when HAS_PERM is False
-    out = torch.empty_like(q)
-    slots = mb * (block_size // cfg.block_m)
-    grid = (batch * heads, slots) if head_order == "parallel" else (slots, batch * heads)
-    use_tma = cfg.use_tma and all(t.is_contiguous() for t in (q, k, v))
-    descs = _descriptors(q, k, v, out, cfg) if use_tma else (None,) * 4
+        if tuple(perm.shape) not in ((shape.heads, shape.q_blocks), (shape.batch, shape.heads, shape.q_blocks)):
+            raise ValueError(f"order.perm must be (H={shape.heads}, MB={shape.q_blocks}) or (B, H, MB), got "
+                             f"{tuple(perm.shape)}")
+        perm = perm.to(shape.device).contiguous()
+    return TritonLaunch(shape, cfg, head_order, kv_num, kv_idx, perm)
 
-    _block_sparse_attn_fwd[grid](
-        q, k, v, out, kv_num, kv_idx, perm, *descs,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
-        *_lead_strides(kv_num, 2), *_lead_strides(kv_idx, 3), *_lead_strides(perm, 2),
-        heads, n_q, n_kv, nb, (1.0 / math.sqrt(head_dim)) * 1.4426950408889634,
-        HEAD_DIM=head_dim, BLOCK_SIZE=block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        HAS_PERM=order is not None, HEADS_FASTEST=head_order == "parallel", USE_TMA=use_tma,
-        WARP_SPECIALIZE=cfg.warp_specialize, FLAT_LOADS=cfg.flat_loads,
-        KV_EVICTION=cfg.kv_eviction,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )
-    return out
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128,
+              **options) -> torch.Tensor:
+    """Plan and run once: block-sparse attention of q/k/v (B, H, N, D) under ``mask`` in ``order``."""
+    _check_qkv(q, k, v)
+    return plan(mask, order, LaunchShape.of(q, k, block_size), **options).run(q, k, v)
 
 
 def _lead_strides(t: torch.Tensor, count: int) -> tuple[int, ...]:
@@ -301,8 +332,13 @@ def _cuda_with_triton() -> bool:
 
 register(Backend(
     name="triton",
-    run=attention,
+    plan=plan,
     description="WaveAlign's own block-sparse FlashAttention-2 forward in Triton; row order read in-kernel",
+    # ncu launch__occupancy_limit_* on the H200: 228 regs x 256 threads -> 1 CTA/SM
+    # (benchmarks/results/kernels-h200/TUNING.md); 2 on the A40's 64x64 tiles (the paper's Sec. V)
+    ctas_per_sm={"h100": 1, "h200": 1, "a100": 1, "b200": 1, "a40": 2},
+    execution=ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9),
+    ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=_cuda_with_triton,
     in_kernel_permutation=True,
 ))

@@ -5,18 +5,14 @@ from __future__ import annotations
 import torch
 
 from wavealign import masks
-from wavealign.masks._common import check_qkv, num_blocks
 
 
-def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128) -> torch.Tensor:
-    """An all-True (B, H, MB, NB) mask."""
-    check_qkv(q, k, v, block_size)
-    b, h, n, _ = q.shape
-    nb = num_blocks(n, block_size)
-    return torch.ones(b, h, nb, nb, dtype=torch.bool, device=q.device)
+def full(heads: int, q_blocks: int, kv_blocks: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
+    """An all-True (heads, q_blocks, kv_blocks) mask."""
+    return torch.ones(heads, q_blocks, kv_blocks, dtype=torch.bool, device=device)
 
 
-masks.register("dense", build, {}, "every block (control)")
+masks.register("dense", None, {}, "every block (control)", from_shape=full)
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -199,7 +200,7 @@ def split_at_markers(records: list[NcuRecord]) -> list[list[NcuRecord]]:
 
 @dataclass(frozen=True)
 class NcuSummary:
-    """One cell's counters over every launch of its attention kernel (the longest-running kernel's name):
+    """One cell's counters over every launch of its attention kernels (see ``summarize``):
     times summed, ratios weighted by duration, so no figure describes one head only. DRAM bytes add up
     every profiled launch."""
 
@@ -214,12 +215,16 @@ class NcuSummary:
     registers_per_thread: int | None
 
 
-def summarize(records: list[NcuRecord]) -> NcuSummary:
-    """The ``NcuSummary`` of one cell's records (at least one)."""
+def summarize(records: list[NcuRecord], kernel_pattern: str = "") -> NcuSummary:
+    """The ``NcuSummary`` of one cell's records (at least one). Its attention kernels are those matching
+    ``kernel_pattern`` (a backend's ``ncu_kernels``), or, when none match or no pattern is given, every launch
+    of the longest-running kernel's name."""
     if not records:
         raise ValueError("no profiled launch to summarize")
-    name = max(records, key=lambda r: r.duration_ms).kernel_name
-    attention = [r for r in records if r.kernel_name == name]
+    attention = [r for r in records if kernel_pattern and re.search(kernel_pattern, r.kernel_name)]
+    if not attention:
+        name = max(records, key=lambda r: r.duration_ms).kernel_name
+        attention = [r for r in records if r.kernel_name == name]
     total_ms = sum(r.duration_ms for r in attention)
 
     def weighted(field: str) -> float:

@@ -76,6 +76,21 @@ def time_cuda(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2, flus
     return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
 
 
+def time_wall_clock(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2) -> Timing:
+    """Wall-clock time of ``fn`` after ``warmup`` calls: the CPU's timer (no cache to flush that a result could
+    be compared on)."""
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return summarize(samples)
+
+
 def time_first_call_ms(fn: Callable[[], object]) -> float:
     """Wall time (ms) of one synchronised call: on a fresh shape this is compile/JIT plus one run."""
     torch.cuda.synchronize()

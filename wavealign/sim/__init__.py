@@ -3,9 +3,9 @@ launch for any mask, row order and described GPU, so one can explore GPUs one do
 
 Model (issue 6; every approximation is listed in ``simulate``'s docstring):
 
-- a **streaming scheduler**: ``hardware.wave_size(backend)`` SM slots; each takes the next query row
-  of the launch queue when it frees; a row holds its slot for NNZ steps (one step = one K/V block), so
-  the temporal skew of the paper's Fig. 4(b)/7 emerges from the NNZ alone;
+- a **streaming scheduler**: the backend's wave (``kernels.get(backend).wave_size(hardware)``) of SM
+  slots; each takes the next query row of the launch queue when it frees; a row holds its slot for NNZ
+  steps (one step = one K/V block), so the temporal skew of the paper's Fig. 4(b)/7 emerges from the NNZ alone;
 - the slots' K/V reads **interleave step by step** (slot order within a step) into an **LRU L2** of
   the hardware's capacity, counted in K/V blocks (one K tile + one V tile), split in two partitions on
   the GPUs that have them (``L2_PARTITIONS``);
@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from wavealign import hardware as hardware_mod
+from wavealign import kernels
 from wavealign.blockmask import MaskLike, as_dense
-from wavealign.sim import facts as facts_mod
+from wavealign.kernels import ExecutionFacts
 from wavealign.sim.engine import replay
-from wavealign.sim.facts import ExecutionFacts
 
 __all__ = ["ExecutionFacts", "HeadResult", "SimResult", "simulate"]
 
@@ -86,13 +86,16 @@ class SimResult:
 
 
 def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware = "h100",
-             backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, block_size: int | None = None,
-             l2_partitions: int | None = None, row_jitter: float = 0.0, seed: int = 0) -> SimResult:
+             backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, wave_size: int | None = None,
+             block_size: int | None = None, l2_partitions: int | None = None, row_jitter: float = 0.0,
+             seed: int = 0) -> SimResult:
     """Simulate one launch of ``backend`` on ``hardware`` over ``mask`` (H, MB, NB) bool (or
     (B, H, MB, NB), batches run one after another; or the kv-index form), rows in ``order.perm`` launch
     order (a ``reorder.RowOrder``, an (H, MB) permutation tensor/array, or None for the identity).
 
-    ``block_size`` (tokens per mask block) defaults to the backend's tile size. ``row_jitter`` stretches
+    ``backend`` is a registered ``wavealign.kernels`` backend, whose execution facts are modelled, or such
+    facts themselves. ``wave_size`` (SM slots) defaults to the backend's wave on ``hardware`` (required for
+    bare facts). ``block_size`` (tokens per mask block) defaults to the backend's tile size. ``row_jitter`` stretches
     each row by ``round(NNZ * row_jitter * |z|)`` stall steps after its reads, z ~ N(0, 1) seeded by
     ``seed``: the timing noise (memory stalls, clocks) that lets equal-NNZ rows drift apart over many
     waves on a real GPU. 0 is perfect lock-step; its value is a calibration knob for NCU data.
@@ -118,8 +121,18 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     hw = hardware_mod.get(hardware)
     if l2_partitions is None:
         l2_partitions = L2_PARTITIONS.get(hw.name, 1)
-    backend_name = backend.name if isinstance(backend, ExecutionFacts) else backend
-    ex = facts_mod.get(backend, block_size)
+    if isinstance(backend, ExecutionFacts):
+        if wave_size is None:
+            raise ValueError("simulate() needs wave_size when backend is given as ExecutionFacts")
+        backend_name, ex = "custom", backend.with_block_size(block_size)
+    else:
+        spec = kernels.get(backend)
+        if spec.execution is None:
+            raise ValueError(f"backend {backend!r} declares no execution facts to simulate")
+        backend_name, ex = spec.name, spec.execution.with_block_size(block_size)
+        wave_size = spec.wave_size(hw) if wave_size is None else wave_size
+    if int(wave_size) < 1:
+        raise ValueError(f"wave_size must be >= 1, got {wave_size}")
     if int(head_dim) < 1:
         raise ValueError(f"head_dim must be >= 1, got {head_dim}")
     if l2_partitions not in (1, 2):
@@ -133,7 +146,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     heads, mb, _ = mask_np.shape
     perm = _launch_order(order, heads, mb)
 
-    wave = hw.wave_size(backend_name)
+    wave = int(wave_size)
     kv_bytes = ex.kv_block_bytes(head_dim)
     q_bytes = ex.q_block_bytes(head_dim)
     capacity = hw.l2_bytes // kv_bytes

@@ -1,8 +1,7 @@
-"""Adaptive skip: cheap mask features and a per-hardware policy that decides whether reordering pays.
+"""Per-hardware skip profiles: the small versioned file (``wavealign/profiles/<hardware>.yaml``) the policy reads.
 
-The policy reads a small versioned profile (``wavealign/profiles/<hardware>.yaml``). A fitted profile
-carries log-linear models of the kernel time in the original order, with WaveAlign, and of the
-reorder cost; a provisional one carries the paper's rule (skip short sequences and very sparse or
+A fitted profile carries log-linear models of the kernel time in the original order, with WaveAlign, and of
+the reorder cost; a provisional one carries the paper's rule (skip short sequences and very sparse or
 already-local masks) until ``wavealign refresh-profiles`` replaces it.
 
 Schema 2 adds the head count to the model inputs: the kernel time grows with heads while the reorder
@@ -15,96 +14,23 @@ from __future__ import annotations
 import logging
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import torch
 import yaml
 
 from wavealign import hardware as hw_registry
-from wavealign.blockmask import MaskLike, as_dense
+from wavealign.skip.mask_features import MODEL_FEATURES
 
 logger = logging.getLogger(__name__)
 
 PROFILE_SCHEMA_VERSION = 2
-PROFILE_DIR = Path(__file__).with_name("profiles")
-# the inputs of a fitted model, in this order; log of counts and ratios, raw for bounded features
-MODEL_FEATURES = ("log_num_q_blocks", "log_density", "nnz_cv", "adjacent_jaccard", "log_working_set_over_l2",
-                  "log_num_heads")
+# the packaged profiles stay in wavealign/profiles/, beside this package
+PROFILE_DIR = Path(__file__).parent.with_name("profiles")
 # the model inputs of each profile schema (a schema-1 model has no head term)
 _SCHEMA_FEATURES = {1: MODEL_FEATURES[:5], 2: MODEL_FEATURES}
-
-
-@dataclass(frozen=True)
-class SkipFeatures:
-    """What the skip model sees of one attention call, averaged over heads (and batch)."""
-
-    num_q_blocks: int
-    num_kv_blocks: int
-    seq_len_tokens: int
-    density: float
-    nnz_mean: float
-    nnz_cv: float
-    adjacent_jaccard: float
-    wave_working_set_bytes: float
-    working_set_over_l2: float
-    num_heads: int = 1  # heads x batch: the (MB, NB) masks one call runs
-
-    def model_inputs(self) -> list[float]:
-        """The feature vector ``MODEL_FEATURES`` (logs floored to stay finite)."""
-        tiny = 1e-9
-        return [math.log(max(self.num_q_blocks, 1)), math.log(max(self.density, tiny)), self.nnz_cv,
-                self.adjacent_jaccard, math.log(max(self.working_set_over_l2, tiny)),
-                math.log(max(self.num_heads, 1))]
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
-
-
-def features(mask: MaskLike, hardware: str | hw_registry.Hardware, block_size: int = 128,
-             head_dim: int = 128, wave_size: int | None = None, dtype_bytes: int = 2) -> SkipFeatures:
-    """Compute the skip features of a (H, MB, NB) or (B, H, MB, NB) mask on its own device.
-
-    The working set is the mean, over waves of ``wave_size`` consecutive rows of one head, of the union
-    of their K/V blocks in bytes (K and V, ``block_size x head_dim`` each), divided by the L2 size.
-    """
-    hw = hw_registry.get(hardware)
-    dense = as_dense(mask)
-    rows = dense.reshape(-1, *dense.shape[-2:])
-    g, mb, nb = rows.shape
-    wave = int(wave_size or hw.wave_size())
-    if wave < 1:
-        raise ValueError(f"wave_size must be >= 1, got {wave_size}")
-    nnz = rows.sum(-1, dtype=torch.float32)
-    nnz_mean = float(nnz.mean())
-    nnz_cv = float(nnz.std(correction=0) / nnz.mean()) if nnz_mean > 0 else 0.0
-    if mb > 1:
-        inter = (rows[:, 1:] & rows[:, :-1]).sum(-1, dtype=torch.float32)
-        union = (rows[:, 1:] | rows[:, :-1]).sum(-1, dtype=torch.float32)
-        # two empty rows are identical: overlap 1
-        jaccard = float(torch.where(union > 0, inter / union.clamp_min(1), torch.ones_like(union)).mean())
-    else:
-        jaccard = 1.0
-    pad = (-mb) % wave
-    padded = torch.cat([rows, rows.new_zeros(g, pad, nb)], dim=1) if pad else rows
-    union_blocks = padded.reshape(g, -1, wave, nb).any(2).sum(-1, dtype=torch.float32).mean()
-    block_bytes = 2 * block_size * head_dim * dtype_bytes
-    working_set = float(union_blocks) * block_bytes
-    return SkipFeatures(
-        num_q_blocks=mb, num_kv_blocks=nb, seq_len_tokens=mb * block_size,
-        density=float(nnz_mean / nb), nnz_mean=nnz_mean, nnz_cv=nnz_cv, adjacent_jaccard=jaccard,
-        wave_working_set_bytes=working_set, working_set_over_l2=working_set / hw.l2_bytes, num_heads=g,
-    )
-
-
-class Decision(NamedTuple):
-    """Whether to reorder, why, and the predicted saving in ms (NaN where the profile has no model)."""
-
-    reorder: bool
-    reason: str
-    predicted_gain_ms: float
 
 
 @dataclass(frozen=True)
@@ -163,44 +89,6 @@ class Profile:
         tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=110))
         tmp.replace(path)
         return path
-
-
-def _predict_ms(model: dict[str, Any], x: list[float]) -> float:
-    coef = model["coef"]
-    return math.exp(coef[0] + sum(c * v for c, v in zip(coef[1:], x, strict=True)))
-
-
-class SkipPolicy:
-    """Decides, from ``SkipFeatures``, whether WaveAlign's reorder is worth its cost on this hardware."""
-
-    def __init__(self, profile: Profile | str | Path) -> None:
-        self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
-
-    def decide(self, feats: SkipFeatures) -> Decision:
-        p = self.profile
-        if p.models is not None:
-            x = feats.model_inputs()
-            original = _predict_ms(p.models["kernel_original_ms"], x)
-            aligned = _predict_ms(p.models["kernel_wavealign_ms"], x)
-            cost = _predict_ms(p.models["reorder_ms"], x)
-            gain = original - aligned - cost
-            verdict = "reorder" if gain > 0 else "skip"
-            return Decision(gain > 0, f"{verdict}: fitted model ({p.hardware} v{p.version}) predicts "
-                                      f"{original:.3f} ms -> {aligned:.3f} + {cost:.3f} ms", gain)
-        rule = p.rule
-        checks = (
-            (feats.seq_len_tokens < rule.get("min_seq_len_tokens", 0),
-             f"sequence {feats.seq_len_tokens} tokens < {rule.get('min_seq_len_tokens')}"),
-            (feats.density < rule.get("min_density", 0.0),
-             f"density {feats.density:.3f} < {rule.get('min_density')}"),
-            (feats.adjacent_jaccard > rule.get("max_adjacent_jaccard", 1.0),
-             f"already local: adjacent-row Jaccard {feats.adjacent_jaccard:.3f} > "
-             f"{rule.get('max_adjacent_jaccard')}"),
-        )
-        for failed, why in checks:
-            if failed:
-                return Decision(False, f"skip: {why} ({p.hardware} provisional rule)", math.nan)
-        return Decision(True, f"reorder: passes the {p.hardware} provisional rule", math.nan)
 
 
 def profile_dir() -> Path:
