@@ -367,7 +367,7 @@ def test_flashinfer_head_orders_agree():
 def test_flashinfer_plan_runs_again_with_new_inputs_of_the_same_shape():
     _backend_or_skip("flashinfer")
     q, k, v, mask = attention_inputs(1, 2, 1000, 128, 128, seed=13)
-    launch = flashinfer.plan(q, k, v, mask, block_size=128)
+    launch = flashinfer.plan(mask, None, kernels.LaunchShape.of(q, k, block_size=128))
     q2, k2, v2 = (torch.randn_like(t) for t in (q, k, v))
     ref = reference_attention(q2.float(), k2.float(), v2.float(), mask, block_size=128)
     assert relative_error(launch.run(q2, k2, v2), ref) <= 1e-2

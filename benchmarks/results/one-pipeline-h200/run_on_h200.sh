@@ -17,4 +17,7 @@ else
     extra_grids.dense.backend=[triton,flex,fa4,flashinfer,sdpa] extra_grids.dense.seq_k=[147.6] \
     mlflow.enabled=false progress=false run_root=/tmp/runs 2>&1 | tail -40
   tar czf "$OUT/runs.tgz" -C /tmp runs
+  # issue 12, item 6: the simulator against the Table I NCU run, each measured cell run again on backend sim
+  mkdir -p /tmp/t1 && cp -r benchmarks/results/table1-fa4-h200/results-ncu /tmp/t1/results
+  python -m jobs.cli validate-sim /tmp/t1 --out "$OUT/table1-validation" 2>&1 | tail -12
 fi
