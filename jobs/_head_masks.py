@@ -1,5 +1,6 @@
-"""What mask-fidelity and calibrate-workload share: the workload and device arguments, and the masks a sweep cell
-builds, head by head, through ``masks.build_for_heads``."""
+"""The workload arguments mask-fidelity and calibrate-workload share, and calibrate-workload's head-by-head masks
+under candidate generator configs (which no sweep cell can name), built by ``masks.build_for_heads`` as a sweep
+cell builds them."""
 
 from __future__ import annotations
 
@@ -14,15 +15,16 @@ from wavealign import masks, workloads
 from wavealign.workloads import GeneratorConfig
 
 
-def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
     """--model, --frames, --resolution (default: the paper's Wan2.1-14B 401 frames at 720p = 363,600 tokens),
-    --seed, --block-size and --device."""
+    --seed, --block-size and (``device``) --device."""
     parser.add_argument("--model", default="wan2.1-14b", choices=workloads.models())
     parser.add_argument("--frames", type=int, default=401)
     parser.add_argument("--resolution", default="720p")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--block-size", type=int, default=128)
-    parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
+    if device:
+        parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
 
 
 def device_for(name: str | None) -> torch.device:

@@ -3,6 +3,7 @@ exactly the masks a sweep cell of the same workload builds."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -11,9 +12,9 @@ import torch
 
 from jobs import mask_fidelity
 from orchestrator import config, grid
-from wavealign import pipeline, workloads
+from wavealign import masks, pipeline, workloads
 
-SMALL = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p", "--device", "cpu"]
+SMALL = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p"]
 
 
 def test_mask_fidelity_writes_rows_summary_and_one_png_per_method(tmp_path, capsys):
@@ -41,27 +42,32 @@ def test_mask_fidelity_rejects_an_override_the_method_does_not_have(tmp_path):
         mask_fidelity.main(["--out", str(tmp_path), *SMALL, "--set", "xattention.gamma=0.5"])
 
 
-def test_a_sweep_cell_builds_exactly_the_masks_mask_fidelity_measures(tmp_path: Path):
-    """The same workload, layer, step and heads through ``pipeline.build_mask`` (what every sweep cell runs) and
-    through ``mask_fidelity.head_masks``: equal masks for every method, the per-head tuned ones included."""
+def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path: Path):
+    """Its cells and a grid's cells of the same workload, layer, step and head agree on everything that builds
+    the mask (method, its params, model, shape, layer, step, head, seed), the per-head tuned methods included."""
     (tmp_path / "workload").mkdir(parents=True)
     for group in ("method", "backend", "hardware", "sweep"):
         (tmp_path / group).symlink_to(config.CONF_DIR / group)
     (tmp_path / "config.yaml").symlink_to(config.CONF_DIR / "config.yaml")
     (tmp_path / "workload" / "tiny.yaml").write_text(
-        "name: tiny\nmodel: wan2.1-1.3b\nresolution: 480p\nheads: [3, 7]\nlayer: 5\nstep: 30\n")
-    cfg = config.load(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]",
+        "name: tiny\nmodel: wan2.1-1.3b\nresolution: 480p\nheads: [7]\nlayer: 5\nstep: 30\n")
+    cfg = config.load(["~sweep", "grid.hardware=[h100]", "grid.backend=[sim]", "+grid.backend_params.sim.kernel=fa4",
                        f"grid.method=[{','.join(mask_fidelity.METHODS)}]", "grid.workload=[tiny]",
                        "grid.seq_k=[4.6]", "grid.variant=[original]"], conf_dir=tmp_path)
-    cells = grid.expand(cfg, conf_dir=tmp_path).cells
-    assert {c.method for c in cells} == set(mask_fidelity.METHODS)
-    wl = workloads.preset("wan2.1-1.3b", cells[0].frames, "480p")
-    from_fidelity = {}
-    for spec, method, mask, _ in mask_fidelity.head_masks(wl, [3, 7], list(mask_fidelity.METHODS), layer=5,
-                                                           step=30, seed=0, block_size=cells[0].block_size,
-                                                           device=torch.device("cpu")):
-        from_fidelity.setdefault(method, {})[spec.head] = mask
-    for cell in cells:
-        mask, _ = pipeline.build_inputs(cell, torch.device("cpu"))
-        assert (cell.layer, cell.step, cell.heads) == (5, 30, [3, 7])
-        assert torch.equal(mask, torch.stack([from_fidelity[cell.method][h] for h in (3, 7)])), cell.method
+    swept = {c.method: c for c in grid.expand(cfg, conf_dir=tmp_path).cells}
+    args = argparse.Namespace(model="wan2.1-1.3b", resolution="480p", frames=swept["xattention"].frames, seed=0,
+                              block_size=swept["xattention"].block_size, layer=5, step=30, hardware="h100",
+                              kernel="fa4")
+    wl = workloads.preset("wan2.1-1.3b", args.frames, "480p")
+    ours = mask_fidelity.head_cells(args, wl, [7], list(mask_fidelity.METHODS), {m: {} for m in mask_fidelity.METHODS})
+    builds_the_mask = ("method", "model", "resolution", "frames", "seq_len_tokens", "num_heads", "head_dim",
+                       "block_size", "heads", "layer", "step", "seed", "backend", "backend_params", "wave_size")
+    for cell in ours:
+        assert {f: getattr(cell, f) for f in builds_the_mask} == {f: getattr(swept[cell.method], f)
+                                                                  for f in builds_the_mask}
+        # the grid spells out the method's defaults, mask-fidelity only its overrides: the same params either way
+        # (the workload identity a per-head tuned method declares is filled from the cell by build_for_heads)
+        defaults = {k: v for k, v in masks.get(cell.method).params.items() if k not in masks.IDENTITY_PARAMS}
+        assert {**defaults, **cell.method_params} == dict(swept[cell.method].method_params)
+    mask, _ = pipeline.build_inputs(ours[0], torch.device("cpu"))
+    assert torch.equal(mask, pipeline.build_inputs(swept[ours[0].method], torch.device("cpu"))[0])
