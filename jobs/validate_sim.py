@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs._records import write_csv
-from wavealign import hardware, masks, pipeline, reorder, sim
+from wavealign import hardware, masks, pipeline, reorder
 from wavealign.records import Cell
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
@@ -269,7 +269,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hardware", default="h200", choices=hardware.names(),
                         help="the GPU a table's rows were measured on (a sweep's rows name their own)")
     parser.add_argument("--l2-partitions", type=int, default=None, choices=(1, 2),
-                        help="default: the GPU's (wavealign.sim.L2_PARTITIONS)")
+                        help="default: the GPU's (wavealign.hardware: l2_partitions)")
     parser.add_argument("--row-jitter", type=float, default=0.0)
     parser.add_argument("--rank-tol-pts", type=float, default=1.0,
                         help="measured L2 hit differences at most this large do not constrain the ranking")
@@ -283,7 +283,7 @@ def main(argv: list[str]) -> int:
                 else from_table(args.measurements, args.hardware, args.mask_density))
     rows = validate(measured, args.l2_partitions, args.row_jitter)
     summary = summarize(rows, args.rank_tol_pts)
-    partitions = args.l2_partitions or sim.L2_PARTITIONS.get(args.hardware, 1)
+    partitions = args.l2_partitions or hardware.get(args.hardware).l2_partitions
     settings = f"hardware={args.hardware} l2_partitions={partitions} row_jitter={args.row_jitter}"
     write_report(rows, summary, args.out, "wavealign validate-sim " + shlex.join(argv), settings)
     print(json.dumps({k: v for k, v in summary.items() if k != "groups"}, indent=1))

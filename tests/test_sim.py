@@ -16,9 +16,9 @@ KV_BLOCK_BYTES = 2 * 128 * 128 * 2  # K + V tiles of 128 tokens x head_dim 128, 
 
 
 def tiny_gpu(sms: int, cache_blocks: int) -> hardware.Hardware:
-    """An H100 shrunk to ``sms`` SMs (one CTA each) and an L2 of ``cache_blocks`` K/V blocks."""
+    """An H100 shrunk to ``sms`` SMs (one CTA each) and a unified L2 of ``cache_blocks`` K/V blocks."""
     return dataclasses.replace(hardware.get("h100"), name="tiny", sm_count=sms,
-                               l2_bytes=cache_blocks * KV_BLOCK_BYTES)
+                               l2_bytes=cache_blocks * KV_BLOCK_BYTES, l2_partitions=1)
 
 
 def on(gpu: hardware.Hardware) -> dict:

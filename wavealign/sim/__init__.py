@@ -8,7 +8,7 @@ Model (issue 6; every approximation is listed in ``simulate``'s docstring):
   steps (one step = one K/V block), so the temporal skew of the paper's Fig. 4(b)/7 emerges from the NNZ alone;
 - the slots' K/V reads **interleave step by step** (slot order within a step) into an **LRU L2** of
   the hardware's capacity, counted in K/V blocks (one K tile + one V tile), split in two partitions on
-  the GPUs that have them (``L2_PARTITIONS``);
+  the GPUs that have them (``Hardware.l2_partitions``);
 - **kernel time** is a roofline: max(compute makespan, HBM bytes / bandwidth) with a per-block
   overhead inside the compute step.
 
@@ -37,12 +37,6 @@ __all__ = ["ExecutionFacts", "HeadResult", "SimResult", "simulate"]
 
 # a kernel launch and its tail, outside the per-block roofline (typical CUDA launch latency)
 LAUNCH_OVERHEAD_S = 5e-6
-# L2 partitions per GPU (1 when absent). A100/H100 whitepapers: the L2 is split in two partitions, each
-# caching data for the SMs of the GPCs attached to it (H200 is the same GH100 die); B200 is two dies,
-# each with half the L2. Against the paper's Table I (benchmarks/results/sim-paper) two partitions
-# predict the originals' L2 hit well (random 13.0% vs 10.6%, planted 17% vs the methods' 14.7-21.7%),
-# a unified L2 twice too high. Belongs in wavealign.hardware.Hardware once its owner adds the field.
-L2_PARTITIONS = {"a100": 2, "h100": 2, "h200": 2, "b200": 2}
 
 
 @dataclass(frozen=True)
@@ -112,7 +106,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
       caches data for memory accesses from SMs in the GPCs directly connected to the partition"): each
       partition is an LRU of half the capacity serving alternate slots; a near miss looks up the block's
       home partition (address-interleaved) before HBM, both lookups count, and the near copy is kept.
-      ``l2_partitions=None`` takes the GPU's count from ``L2_PARTITIONS``; 1 is a unified LRU;
+      ``l2_partitions=None`` takes the GPU's count (``Hardware.l2_partitions``); 1 is a unified LRU;
     - compute step = 4·block_m·block_n·head_dim flops at ``mma_efficiency`` of the per-CTA share of the
       bf16 peak, plus ``block_overhead_s``; memory time = (HBM reads + O writes) / bandwidth; kernel
       time = max(compute makespan, memory time) + a launch overhead. A memory-bound launch would in
@@ -120,7 +114,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     """
     hw = hardware_mod.get(hardware)
     if l2_partitions is None:
-        l2_partitions = L2_PARTITIONS.get(hw.name, 1)
+        l2_partitions = hw.l2_partitions
     if isinstance(backend, ExecutionFacts):
         if wave_size is None:
             raise ValueError("simulate() needs wave_size when backend is given as ExecutionFacts")

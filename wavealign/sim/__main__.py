@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardware", default="h100", choices=hardware.names())
     parser.add_argument("--backend", default="fa4")
     parser.add_argument("--l2-partitions", type=int, default=None, choices=(1, 2),
-                        help="default: the GPU's (sim.L2_PARTITIONS)")
+                        help="default: the GPU's (wavealign.hardware: l2_partitions)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
