@@ -413,22 +413,20 @@ def _rebuild_and_reorder(config: dict):
     """The cell's first head's mask, rebuilt with the sweep's own code, and the same head reordered."""
     import dataclasses
 
-    import torch
-
     from wavealign import reorder
-    from wavealign.pipeline import build_inputs
+    from wavealign.pipeline import build_inputs, device_for
     from wavealign.records import Cell
 
     known = {f.name for f in dataclasses.fields(Cell)}
     cell = Cell(**{k: v for k, v in config.items() if k in known})
     if cell.model is not None:  # one head is all the figure shows: build only that head's Q/K
         cell.heads, cell.num_heads = list(cell.heads[:1]), 1
-    cell.backend = "sim"  # Q/K/V for a kernel are not needed, only the mask
-    mask, _ = build_inputs(cell, torch.device("cpu"))
+    cell.backend = "sim"  # Q/K/V for a kernel are not needed, only the mask (built on a GPU when one is visible)
+    mask, _ = build_inputs(cell, device_for(cell))
     head = mask[:1]
     cell.stages = cell.stages if cell.stages != "none" else "both"
     order = reorder.plan(head, wave_size=cell.wave_size, stages=cell.stages, seed=cell.seed)
-    return cell, head, reorder.permute_mask(head, order)
+    return cell, head.cpu(), reorder.permute_mask(head, order).cpu()
 
 
 def _draw_masks(cell, head, after, title: str) -> Figure:

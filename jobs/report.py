@@ -3,6 +3,7 @@
     wavealign report                                   # ./wavealign-runs -> ./wavealign-runs/report/
     wavealign report --runs DIR --out DIR
     wavealign report --experiment wavealign --tracking-uri sqlite:///wavealign-runs/mlflow.db
+    wavealign report --runs DIR --mask-cell ID [--mask-cell ID ...]   # also Fig. 14 of these cells, any length
 
 The report draws only from the cells present, with a note where a panel lacks data; simulated cells are
 drawn hatched/dashed and labelled "simulated". Its files are logged as artifacts (``report/``) of the
@@ -24,12 +25,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tracking-uri", help="MLflow store (default: sqlite mlflow.db in the run root)")
     parser.add_argument("--out", type=Path, help="output folder (default <run root>/report)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log the report to MLflow")
+    parser.add_argument("--mask-cell", action="append", default=[], metavar="CELL_ID",
+                        help="also draw Fig. 14 for this cell (its first head, rebuilt on a GPU when one is visible) "
+                             "as fig14_<method>_<cell id>.png; repeatable")
     return parser
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     import analysis
+    from analysis.figures import mask_pictures
     from analysis.load import DEFAULT_RUN_ROOT
     from analysis.report import log_to_sweep_runs
 
@@ -46,6 +51,14 @@ def main(argv: list[str]) -> int:
     out = args.out or Path(roots[0]) / "report"
     files = analysis.write_report(frame, out)
     print(f"{len(frame)} cells -> {len(files.figures)} figures, {len(files.tables)} tables")
+    for cell_id in args.mask_cell:
+        chosen = frame[frame["cell_id"] == cell_id]
+        if chosen.empty:
+            print(f"wavealign report: --mask-cell {cell_id} is not a cell of these results", file=sys.stderr)
+            return 2
+        path = out / f"fig14_{chosen.iloc[0]['method']}_{cell_id}.png"
+        mask_pictures(frame, cell_id=cell_id).savefig(path, dpi=110)
+        print(f"Fig. 14 of {cell_id}: {path}")
     print(f"report: {files.html.resolve()}")
     uri = frame.attrs.get("tracking_uri")
     if args.no_mlflow or uri is None:

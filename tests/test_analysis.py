@@ -175,3 +175,13 @@ def test_load_keeps_the_newest_row_of_a_configuration_re_measured_under_a_new_id
     kept = latest_per_configuration(pd.concat([frame, newer], ignore_index=True))
     assert len(kept) == len(frame)
     assert kept.loc[kept["cell_id"] == "re-measured-after-a-code-change", "kernel_ms_median"].tolist() == [123.0]
+
+
+def test_report_draws_fig14_for_each_cell_asked_and_refuses_an_unknown_one(run_root, tmp_path):
+    cells = analysis.load(run_root)
+    chosen = cells[cells["stages"] == "both"].iloc[0]
+    assert report.main(["--runs", str(run_root), "--out", str(tmp_path), "--no-mlflow",
+                        "--mask-cell", chosen["cell_id"]]) == 0
+    picture = tmp_path / f"fig14_{chosen['method']}_{chosen['cell_id']}.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report.main(["--runs", str(run_root), "--out", str(tmp_path), "--no-mlflow", "--mask-cell", "nope"]) == 2
