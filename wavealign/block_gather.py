@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from wavealign import reorder
+from wavealign.blockmask import check_int
 
 try:
     import triton
@@ -44,10 +45,11 @@ if triton is not None:
                  mask=(dst_rows[:, None] < N_DST) & col_ok)
 
 
-def _check(x: torch.Tensor, order: reorder.RowOrder, block_size: int, name: str) -> None:
-    reorder.check_rows(x, order, block_size, name)
+def _check(x: torch.Tensor, order: reorder.RowOrder, block_size: int, name: str) -> int:
+    block_size = reorder.check_rows(x, order, block_size, name)
     if x.stride(-1) != 1:  # the Triton copy reads rows of D contiguous elements
         raise ValueError(f"{name} must have unit stride along D, got strides {x.stride()}")
+    return block_size
 
 
 def copy_blocks_triton(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_size: int,
@@ -84,14 +86,15 @@ def _copy(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_s
 
 def gather_blocks(x: torch.Tensor, order: reorder.RowOrder, block_size: int = 128) -> torch.Tensor:
     """``x`` (B, H, N, D) with its query blocks in launch order: (B, H, MB * block_size, D), zero-padded."""
-    _check(x, order, block_size, "x")
+    block_size = _check(x, order, block_size, "x")
     b, h, _, d = x.shape
     return _copy(x, x.new_empty(b, h, order.num_q_blocks * block_size, d), order, block_size, gather=True)
 
 
 def scatter_blocks(y: torch.Tensor, order: reorder.RowOrder, block_size: int, seq_len: int) -> torch.Tensor:
     """Undo ``gather_blocks`` on an output (B, H, MB * block_size, D) in launch order: (B, H, seq_len, D)."""
-    _check(y, order, block_size, "y")
+    block_size = _check(y, order, block_size, "y")
+    seq_len = check_int("seq_len", seq_len, lo=1)
     if y.shape[2] != order.num_q_blocks * block_size:
         raise ValueError(f"y has {y.shape[2]} rows, but the order's {order.num_q_blocks} blocks of {block_size} "
                          f"make {order.num_q_blocks * block_size}")

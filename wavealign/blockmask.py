@@ -7,10 +7,35 @@ The kv-index form is what kernels consume: ``kv_num_blocks`` (…, MB) int32 cou
 
 from __future__ import annotations
 
+import operator
+from typing import Any
+
 import torch
 
 KVIndices = tuple[torch.Tensor, torch.Tensor]
 MaskLike = torch.Tensor | KVIndices
+# torch.Generator.manual_seed's range, non-negative: the seeds of Stage 1's start block and of the masks
+MAX_SEED = 2**63 - 1
+
+
+def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as an int in [lo, hi], through ``operator.index``: 16 and numpy ints pass; 16.0, 1.5, "16" and
+    True do not (``int()`` would truncate a float or parse a string, silently)."""
+    try:
+        index = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        index = None
+    if index is None:
+        raise ValueError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if (lo is not None and index < lo) or (hi is not None and index > hi):
+        expected = " and ".join(([f">= {lo}"] if lo is not None else []) + ([f"<= {hi}"] if hi is not None else []))
+        raise ValueError(f"{name} must be {expected}, got {index}")
+    return index
+
+
+def check_seed(name: str, value: Any) -> int:
+    """A seed must be an integer in [0, ``MAX_SEED``]."""
+    return check_int(name, value, lo=0, hi=MAX_SEED)
 
 
 def check_mask(mask: torch.Tensor, name: str = "mask") -> torch.Tensor:
@@ -26,14 +51,33 @@ def check_mask(mask: torch.Tensor, name: str = "mask") -> torch.Tensor:
     return mask
 
 
-def from_kv_indices(kv_num_blocks: torch.Tensor, kv_indices: torch.Tensor,
-                    num_kv_blocks: int | None = None) -> torch.Tensor:
-    """The dense bool mask (…, MB, NB) of a kv-index pair; NB defaults to ``kv_indices.shape[-1]``."""
+def check_kv_indices(kv_num_blocks: torch.Tensor, kv_indices: torch.Tensor) -> KVIndices:
+    """A kv-index pair must be integer tensors, (…, MB) counts and (…, MB, K) lists: a float count would be
+    truncated by every consumer, hence decoded wrongly."""
+    for name, t in (("kv_num_blocks", kv_num_blocks), ("kv_indices", kv_indices)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be an integer torch.Tensor (int32 or int64), got {type(t).__name__}")
+        if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+            raise ValueError(f"{name} must have an integer dtype (int32 or int64), got {t.dtype}")
     if kv_indices.dim() < 2 or kv_num_blocks.shape != kv_indices.shape[:-1]:
         raise ValueError(
             "kv_num_blocks must be (…, MB) and kv_indices (…, MB, K) with matching leading dims, got "
             f"{tuple(kv_num_blocks.shape)} and {tuple(kv_indices.shape)}")
-    nb = num_kv_blocks if num_kv_blocks is not None else kv_indices.shape[-1]
+    return kv_num_blocks, kv_indices
+
+
+def kv_pair(mask: tuple, name: str = "mask") -> KVIndices:
+    """The checked (kv_num_blocks, kv_indices) of a mask given in kv-index form."""
+    if len(mask) != 2:
+        raise ValueError(f"{name} as kv indices must be (kv_num_blocks, kv_indices), got {len(mask)} items")
+    return check_kv_indices(*mask)
+
+
+def from_kv_indices(kv_num_blocks: torch.Tensor, kv_indices: torch.Tensor,
+                    num_kv_blocks: int | None = None) -> torch.Tensor:
+    """The dense bool mask (…, MB, NB) of a kv-index pair; NB defaults to ``kv_indices.shape[-1]``."""
+    check_kv_indices(kv_num_blocks, kv_indices)
+    nb = check_int("num_kv_blocks", num_kv_blocks, lo=1) if num_kv_blocks is not None else kv_indices.shape[-1]
     k = kv_indices.shape[-1]
     if k and (int(kv_num_blocks.min()) < 0 or int(kv_num_blocks.max()) > k):
         raise ValueError(f"kv_num_blocks must lie in [0, {k}], got [{int(kv_num_blocks.min())}, "
@@ -64,9 +108,7 @@ def to_kv_indices(mask: torch.Tensor) -> KVIndices:
 def as_dense(mask: MaskLike, name: str = "mask") -> torch.Tensor:
     """Accept either form and return the checked dense bool mask."""
     if isinstance(mask, tuple):
-        if len(mask) != 2:
-            raise ValueError(f"{name} as kv indices must be (kv_num_blocks, kv_indices), got {len(mask)} items")
-        return check_mask(from_kv_indices(*mask), name)
+        return check_mask(from_kv_indices(*kv_pair(mask, name)), name)
     return check_mask(mask, name)
 
 

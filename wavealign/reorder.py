@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from wavealign import stage1_cuda, subspace
-from wavealign.blockmask import MaskLike, as_dense
+from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed, kv_pair
 
 STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
@@ -22,6 +22,8 @@ PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both
 RANK_TOL = 1e-4
 # bytes of float32 mask copy per batched Stage-1 chunk; bounds memory, not the result
 CHUNK_BYTES = 1 << 30
+# a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
+MAX_WAVE_SIZE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,23 @@ class RowOrder:
 
     @classmethod
     def from_perm(cls, perm: torch.Tensor, wave_size: int, stages: str) -> RowOrder:
-        """Wrap a permutation, computing its inverse."""
+        """Wrap a permutation, computing its inverse; each row of ``perm`` (H, MB) or (B, H, MB) must be a
+        permutation of range(MB), or the inverse would hold garbage."""
+        if not isinstance(perm, torch.Tensor) or perm.dim() not in (2, 3) or perm.shape[-1] == 0:
+            got = f"shape {tuple(perm.shape)}" if isinstance(perm, torch.Tensor) else type(perm).__name__
+            raise ValueError(f"perm must be a non-empty (H, MB) or (B, H, MB) integer tensor, got {got}")
+        if perm.is_floating_point() or perm.is_complex() or perm.dtype == torch.bool:
+            raise ValueError(f"perm must have an integer dtype, got {perm.dtype}")
+        wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
+        mb = perm.shape[-1]
+        if not bool((torch.sort(perm, dim=-1).values == torch.arange(mb, device=perm.device)).all()):
+            raise ValueError(f"perm must hold a permutation of range(MB={mb}) in every row (last dim), got "
+                             f"values in [{int(perm.min())}, {int(perm.max())}] with repeats or gaps")
+        return cls._of(perm, wave_size, stages)
+
+    @classmethod
+    def _of(cls, perm: torch.Tensor, wave_size: int, stages: str) -> RowOrder:
+        """``from_perm`` without its check, for permutations made here (no wait for the GPU)."""
         perm = perm.long()
         inverse = torch.empty_like(perm)
         inverse.scatter_(-1, perm, torch.arange(perm.shape[-1], device=perm.device).expand_as(perm))
@@ -62,13 +80,14 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", iters: int 
     ``stages`` picks the paper's ablation variant: "none" (Original), "spatial" (O+S1), "temporal"
     (O+S2) or "both" (O+S1+S2). The result is deterministic for a given seed and device.
     """
-    dense = as_dense(mask)
     if stages not in STAGES:
         raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
-    if int(wave_size) < 1:
-        raise ValueError(f"wave_size must be >= 1, got {wave_size}")
-    if int(iters) < 1:
-        raise ValueError(f"iters must be >= 1, got {iters}")
+    wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
+    iters = check_int("iters", iters, lo=1)
+    seed = check_seed("seed", seed)
+    if not isinstance(rayleigh_ritz, bool):
+        raise ValueError(f"rayleigh_ritz must be a bool, got {rayleigh_ritz!r}")
+    dense = as_dense(mask)
     lead = dense.shape[:-2] if not (dense.dim() == 4 and dense.shape[0] == 1) else dense.shape[1:-2]
     mb, nb = dense.shape[-2:]
     rows = dense.reshape(-1, mb, nb)
@@ -77,7 +96,7 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", iters: int 
         order = spatial_order(rows, iters=iters, seed=seed, rayleigh_ritz=rayleigh_ritz)
     if stages in ("temporal", "both"):
         order = temporal_order(rows.sum(-1), order, wave_size)
-    return RowOrder.from_perm(order.reshape(*lead, mb), wave_size=int(wave_size), stages=stages)
+    return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages)
 
 
 def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,
@@ -170,15 +189,15 @@ def _block_row_index(order_perm: torch.Tensor, seq_len: int, block_size: int) ->
     return flat.reshape(*order_perm.shape[:-1], seq_len)
 
 
-def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> None:
-    """``x`` must be a non-empty (B, H, N, D) tensor whose N tokens make the query blocks ``order`` covers."""
+def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> int:
+    """``x`` must be a non-empty (B, H, N, D) tensor whose N tokens make the query blocks ``order`` covers;
+    returns ``block_size`` as the int it must be."""
+    block_size = check_int("block_size", block_size, lo=1)
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f"{name} must be a (B, H, N, D) tensor, got "
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
     if x.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
-    if int(block_size) < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
     mb = -(-x.shape[2] // block_size)
     if mb != order.num_q_blocks:
         raise ValueError(
@@ -189,6 +208,7 @@ def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> 
         raise ValueError(f"{name} has H={x.shape[1]} heads, but the order has {heads}")
     if order.perm.dim() == 3 and order.perm.shape[0] != x.shape[0]:
         raise ValueError(f"{name} has B={x.shape[0]}, but the order is batched with B={order.perm.shape[0]}")
+    return block_size
 
 
 def _gather_rows(x: torch.Tensor, perm: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -199,13 +219,13 @@ def _gather_rows(x: torch.Tensor, perm: torch.Tensor, block_size: int) -> torch.
 
 def permute_rows(q: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
     """Gather the query blocks of ``q`` (B, H, N, D) into launch order (a ragged last block keeps its length)."""
-    check_rows(q, order, block_size, "q")
+    block_size = check_rows(q, order, block_size, "q")
     return _gather_rows(q, order.perm, block_size)
 
 
 def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
     """Undo ``permute_rows`` on an output (B, H, N, D) computed in launch order."""
-    check_rows(out, order, block_size, "out")
+    block_size = check_rows(out, order, block_size, "out")
     index = _block_row_index(order.perm.to(out.device), out.shape[2], block_size)
     restored = torch.empty_like(out)
     b, h, n, d = out.shape
@@ -217,7 +237,7 @@ def permute_mask(mask: MaskLike, order: RowOrder) -> MaskLike:
     """Reorder a mask's rows into launch order, in the form it came in: a bool (H, MB, NB) or (B, H, MB, NB)
     mask, or the kv-index form (whose lists are gathered as they are, without a round trip through dense)."""
     if isinstance(mask, tuple):
-        kv_num, kv_idx = mask
+        kv_num, kv_idx = kv_pair(mask)
         _check_mask_rows(tuple(kv_num.shape), order)
         perm = _perm_like(order, kv_num)
         return (torch.gather(kv_num, -1, perm), torch.gather(kv_idx, -2, perm.unsqueeze(-1).expand_as(kv_idx)))

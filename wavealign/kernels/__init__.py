@@ -24,10 +24,29 @@ from typing import Any, Protocol
 import torch
 
 from wavealign import hardware as hardware_registry
+from wavealign.blockmask import check_int
 from wavealign.registry import Registry
 
 KV_WALKS = ("forward", "reverse")
 HEAD_ORDERS = ("sequential", "parallel")
+
+
+def check_qkv_tensors(**tensors: Any) -> None:
+    """Attention inputs (``q=..., k=..., v=...``) must be floating tensors of one dtype on one device: an
+    integer q would run in integer arithmetic (the reference rounds every output to 0), and a kernel reads
+    all three with one dtype from one device."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a floating torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must have a floating dtype (bfloat16, float16 or float32), got {t.dtype}")
+    names = "/".join(tensors)
+    if len({t.dtype for t in tensors.values()}) > 1:
+        got = ", ".join(f"{name} {t.dtype}" for name, t in tensors.items())
+        raise ValueError(f"{names} must share one dtype, got {got}")
+    if len({t.device for t in tensors.values()}) > 1:
+        got = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
+        raise ValueError(f"{names} must be on one device, got {got}")
 
 
 @dataclass(frozen=True)
@@ -50,14 +69,18 @@ class LaunchShape:
     wave_size: int | None = None
 
     @classmethod
-    def of(cls, q: torch.Tensor, k: torch.Tensor, block_size: int = 128, **target: Any) -> LaunchShape:
-        """The shape of q (B, H, N, D) against k (B, H, N_kv, D); ``target`` sets hardware / wave_size."""
+    def of(cls, q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, v: torch.Tensor | None = None,
+           **target: Any) -> LaunchShape:
+        """The shape of q (B, H, N, D) against k (B, H, N_kv, D) (and v, checked with them when given);
+        ``target`` sets hardware / wave_size."""
+        check_qkv_tensors(q=q, k=k, **({} if v is None else {"v": v}))
+        block_size = check_int("block_size", block_size, lo=1)
         if q.dim() != 4 or k.dim() != 4:
             raise ValueError(f"q and k must be (B, H, N, D), got {tuple(q.shape)} and {tuple(k.shape)}")
         if q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
             raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share B, H and D")
         return cls(batch=q.shape[0], heads=q.shape[1], q_len=q.shape[2], kv_len=k.shape[2], head_dim=q.shape[3],
-                   block_size=int(block_size), dtype=q.dtype, device=q.device, **target)
+                   block_size=block_size, dtype=q.dtype, device=q.device, **target)
 
     @property
     def q_blocks(self) -> int:
@@ -69,6 +92,7 @@ class LaunchShape:
 
     def check_qkv(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Fail when q/k/v are not the tensors this launch was planned for."""
+        check_qkv_tensors(q=q, k=k, v=v)
         want_q = (self.batch, self.heads, self.q_len, self.head_dim)
         want_kv = (self.batch, self.heads, self.kv_len, self.head_dim)
         if tuple(q.shape) != want_q or tuple(k.shape) != want_kv or tuple(v.shape) != want_kv:
@@ -119,9 +143,8 @@ class ExecutionFacts:
         """These facts with tiles of the mask's block size (unchanged for None)."""
         if block_size is None:
             return self
-        if int(block_size) < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
-        return replace(self, block_m=int(block_size), block_n=int(block_size))
+        block_size = check_int("block_size", block_size, lo=1)
+        return replace(self, block_m=block_size, block_n=block_size)
 
 
 def _always() -> bool:
@@ -185,7 +208,7 @@ class Backend:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128,
                  **options: Any) -> torch.Tensor:
         """Plan and run once (a mask used for one step); plan yourself to run one mask many times."""
-        return self.plan(mask, order, LaunchShape.of(q, k, block_size), **options).run(q, k, v)
+        return self.plan(mask, order, LaunchShape.of(q, k, block_size, v=v), **options).run(q, k, v)
 
 
 REGISTRY: Registry[Backend] = Registry("backend", __name__)

@@ -79,7 +79,8 @@ def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: Launch
     """The launch's ``BlockMask`` (rows permuted into ``order``); ``kernel_options`` go to FlexAttention
     unchanged (e.g. ``BLOCK_M``, ``BLOCK_N``, ``num_warps``)."""
     if order is None:
-        kv_num, kv_idx = mask if isinstance(mask, tuple) else blockmask.to_kv_indices(blockmask.check_mask(mask))
+        kv_num, kv_idx = (blockmask.kv_pair(mask) if isinstance(mask, tuple)
+                          else blockmask.to_kv_indices(blockmask.check_mask(mask)))
         q_len = shape.q_len
     else:
         kv_num, kv_idx = permuted_kv_form(mask, order)

@@ -12,24 +12,23 @@ from dataclasses import dataclass
 import torch
 
 from wavealign import reorder
-from wavealign.blockmask import MaskLike, as_dense
-from wavealign.kernels import ALL_HARDWARE, Backend, ExecutionFacts, LaunchShape, register
+from wavealign.blockmask import MaskLike, as_dense, check_int
+from wavealign.kernels import ALL_HARDWARE, Backend, ExecutionFacts, LaunchShape, check_qkv_tensors, register
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
               block_size: int) -> torch.Tensor:
     """Validate attention inputs against the block mask; return the mask as (B, H, MB, NB)."""
+    check_qkv_tensors(q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name} must be a (B, H, N, D) tensor, got "
-                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be a (B, H, N, D) tensor, got {tuple(t.shape)}")
         if t.numel() == 0:
             raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
     if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} must share B, H "
                          "and D, and k and v must have the same shape")
-    if int(block_size) < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    block_size = check_int("block_size", block_size, lo=1)
     if mask.dim() == 3:
         mask = mask.unsqueeze(0)
     mb, nb = -(-q.shape[2] // block_size), -(-k.shape[2] // block_size)

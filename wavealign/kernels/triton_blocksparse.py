@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from wavealign import blockmask
-from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, check_qkv_tensors, register
 
 try:
     import triton
@@ -188,9 +188,7 @@ if triton is not None:
 def _kv_index_form(mask, batch: int, heads: int, mb: int, nb: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """(kv_num_blocks, kv_indices) int32 on ``device`` from either mask form, with its shape checked."""
     if isinstance(mask, tuple):
-        if len(mask) != 2:
-            raise ValueError(f"mask as kv indices must be (kv_num_blocks, kv_indices), got {len(mask)} items")
-        kv_num, kv_idx = mask
+        kv_num, kv_idx = blockmask.kv_pair(mask)
     else:
         kv_num, kv_idx = blockmask.to_kv_indices(blockmask.check_mask(mask))
     lead = tuple(kv_num.shape[:-1])
@@ -222,6 +220,7 @@ def _check_config(shape: LaunchShape, cfg: KernelConfig) -> None:
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    check_qkv_tensors(q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be (B, H, N, D), got shape {tuple(t.shape)}")
@@ -229,8 +228,8 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             raise ValueError(f"{name} must be bfloat16 or float16, got {t.dtype}")
         if t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dim, got strides {t.stride()}")
-    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3] or q.dtype != k.dtype:
-        raise ValueError(f"q, k, v must share B, H, D and dtype, got {tuple(q.shape)}, {tuple(k.shape)}, "
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"q, k, v must share B, H and D, got {tuple(q.shape)}, {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
 
 
@@ -301,7 +300,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=Non
               **options) -> torch.Tensor:
     """Plan and run once: block-sparse attention of q/k/v (B, H, N, D) under ``mask`` in ``order``."""
     _check_qkv(q, k, v)
-    return plan(mask, order, LaunchShape.of(q, k, block_size), **options).run(q, k, v)
+    return plan(mask, order, LaunchShape.of(q, k, block_size, v=v), **options).run(q, k, v)
 
 
 def _lead_strides(t: torch.Tensor, count: int) -> tuple[int, ...]:

@@ -3,29 +3,86 @@ and the dense-reference measures (attention mass recall, output error) that the 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import numbers
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
+from wavealign.blockmask import check_int
 
-def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int) -> None:
-    """q, k, v must be floating (B, H, N, D) of one shape; block_size a positive integer."""
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, *, finite: bool = True) -> None:
+    """q, k, v must be floating (B, H, N, D) of one shape on one device; block_size a positive integer; with
+    ``finite`` (methods that score Q/K) every value finite: a NaN or Inf would poison every score it meets,
+    and the mask would come out quietly wrong."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point() or t.numel() == 0:
-            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            shape = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name} must be a non-empty floating tensor (B, H, N, D), got {shape}")
     if not q.shape == k.shape == v.shape:
         raise ValueError(f"q, k, v must have one shape (B, H, N, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
                          f"{tuple(v.shape)}")
-    if not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got q on {q.device}, k on {k.device}, v on {v.device}")
+    check_int("block_size", block_size, lo=1)
+    if finite:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not all_finite(t):
+                raise ValueError(f"{name} must hold only finite values, got NaN or Inf in {name} of shape "
+                                 f"{tuple(t.shape)}")
 
 
-def check_fraction(name: str, value: float) -> None:
-    """A threshold or coverage must lie in (0, 1]."""
-    if not 0.0 < value <= 1.0:
-        raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether (B, H, N, D) ``x`` holds no NaN or Inf, one head at a time (a bool copy of a whole 364K-token
+    tensor would not fit beside it) and with one wait for the device."""
+    per_head = [torch.isfinite(x[b, h]).all() for b in range(x.shape[0]) for h in range(x.shape[1])]
+    return bool(torch.stack(per_head).all())
+
+
+def check_number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
+                 hi_open: bool = False) -> float:
+    """A real number (not a bool, not a string) in [lo, hi]; ``lo_open`` / ``hi_open`` leave out an end."""
+    interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r} ({type(value).__name__})")
+    above = lo < value if lo_open else lo <= value
+    below = value < hi if hi_open else value <= hi
+    if not (above and below):  # NaN fails both
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+    return float(value)
+
+
+def check_fraction(name: str, value: Any) -> float:
+    """A threshold or coverage must be a number in (0, 1]."""
+    return check_number(name, value, 0.0, 1.0, lo_open=True)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A switch must be a bool: a string such as "false" would be truthy."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
+    return value
+
+
+def checked(generator: Callable[..., torch.Tensor], **checks: Callable[[str, Any], Any]) -> Callable[..., torch.Tensor]:
+    """``generator`` (a ``from_shape``, e.g. one of ``wavealign.synthetic``'s) with each param named in ``checks``
+    passed through its check, ``check(name, value)``, whose result it then receives. The signature, defaults
+    included, stays the generator's (``validate-sim`` reads a generator's own defaults from it)."""
+    signature = inspect.signature(generator)
+
+    @functools.wraps(generator)
+    def with_checks(*args: Any, **params: Any) -> torch.Tensor:
+        bound = signature.bind(*args, **params)
+        for name, check in checks.items():
+            if name in bound.arguments:
+                bound.arguments[name] = check(name, bound.arguments[name])
+        return generator(*bound.args, **bound.kwargs)
+
+    return with_checks
 
 
 def num_blocks(n: int, block_size: int) -> int:

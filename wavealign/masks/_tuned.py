@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from wavealign.blockmask import check_int
+
 
 def key(model: str, layer: int, head: int) -> str:
     return f"{model}/{int(layer)}/{int(head)}"
@@ -54,7 +56,7 @@ def model_heads(heads: list[int] | None, num_heads: int) -> list[int]:
     head_ids = list(range(num_heads)) if heads is None else list(heads)
     if len(head_ids) != num_heads:
         raise ValueError(f"heads must name one model head per head of q ({num_heads}), got {heads}")
-    return head_ids
+    return [check_int(f"heads[{i}]", h, lo=0) for i, h in enumerate(head_ids)]
 
 
 class HeadConfigs:
@@ -62,7 +64,7 @@ class HeadConfigs:
 
     def __init__(self, method: str, cache: str | Path | None, model: str, layer: int, heads: list[int] | None,
                  num_heads: int) -> None:
-        self.method, self.cache, self.model, self.layer = method, cache, model, layer
+        self.method, self.cache, self.model, self.layer = method, cache, model, check_int("layer", layer, lo=0)
         self.head_ids = model_heads(heads, num_heads)
         self._found = lookup(cache, method, model, layer, self.head_ids)
 
@@ -83,6 +85,7 @@ def tune_heads(method: str, q: torch.Tensor, tune_head: Callable[[int], dict[str
     if q.shape[0] != 1:
         raise ValueError(f"{method} tuning takes one batch element, got q of shape {tuple(q.shape)}")
     head_ids = model_heads(heads, q.shape[1])
+    layer = check_int("layer", layer, lo=0)
     configs = {key(model, layer, hid): tune_head(i) for i, hid in enumerate(head_ids)}
     if cache is not None:
         save(cache, method, configs)

@@ -23,7 +23,15 @@ from typing import Any
 import torch
 
 from wavealign import masks
-from wavealign.masks._common import check_fraction, check_qkv, num_blocks, per_head, pool_blocks
+from wavealign.blockmask import check_int
+from wavealign.masks._common import (
+    check_fraction,
+    check_number,
+    check_qkv,
+    num_blocks,
+    per_head,
+    pool_blocks,
+)
 
 PARAMS: dict[str, Any] = {"gamma": 0.6, "tau": 0.1, "min_budget": 1024, "max_budget": None}
 
@@ -90,12 +98,10 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     """FlexPrefill block mask (B, H, MB, NB) at coverage ``gamma`` (paper setting 0.60)."""
     check_qkv(q, k, v, block_size)
     check_fraction("gamma", gamma)
-    if not 0.0 <= tau <= 1.0:
-        raise ValueError(f"tau must be in [0, 1], got {tau!r}")
-    if not isinstance(min_budget, int) or min_budget < 0:
-        raise ValueError(f"min_budget must be a non-negative int (tokens), got {min_budget!r}")
-    if max_budget is not None and (not isinstance(max_budget, int) or max_budget < max(min_budget, 1)):
-        raise ValueError(f"max_budget must be None or an int >= min_budget (tokens), got {max_budget!r}")
+    check_number("tau", tau, 0.0, 1.0)
+    min_budget = check_int("min_budget", min_budget, lo=0)
+    if max_budget is not None:
+        max_budget = check_int("max_budget", max_budget, lo=max(min_budget, 1))
     return per_head(q, k, v, block_size,
                     lambda _h, qh, kh, _v: head_mask(qh, kh, block_size, gamma, tau, min_budget, max_budget))
 

@@ -32,10 +32,14 @@ from typing import Any
 import torch
 
 from wavealign import masks
+from wavealign.blockmask import check_int
 from wavealign.masks import _tuned
 from wavealign.masks._common import (
     block_mass,
     block_rows,
+    check_flag,
+    check_fraction,
+    check_number,
     check_qkv,
     num_blocks,
     per_head,
@@ -142,15 +146,12 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     check_qkv(q, k, v, block_size)
     if params["pattern"] not in PATTERNS:
         raise ValueError(f"pattern must be one of {PATTERNS}, got {params['pattern']!r}")
-    for name in ("vertical_size", "slash_size", "last_q", "n_init", "n_local", "a_shape_init", "a_shape_local",
-                 "top_k", "sample_blocks"):
-        if not isinstance(params[name], int) or params[name] < 0 or (name in ("last_q", "sample_blocks")
-                                                                      and params[name] < 1):
-            raise ValueError(f"{name} must be a non-negative int (last_q, sample_blocks >= 1), got "
-                             f"{params[name]!r}")
+    for name in ("vertical_size", "slash_size", "n_init", "n_local", "a_shape_init", "a_shape_local", "top_k"):
+        params[name] = check_int(name, params[name], lo=0)
+    params["last_q"] = check_int("last_q", params["last_q"], lo=1)
+    check_flag("search", params["search"])
     budget = params["budget"]
-    if budget is not None and not 0.0 < budget <= 1.0:
-        raise ValueError(f"budget must be None or a density in (0, 1], got {budget!r}")
+    _check_search(budget, params["recall_target"], params["sample_blocks"])
     configs = _tuned.HeadConfigs("minference", params["tuned_config"], params["model"], params["layer"],
                                  params["heads"], q.shape[1])
 
@@ -160,6 +161,13 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
         return head_mask(qh, kh, block_size, {**params, **(configs.get(h, search) or {})})
 
     return per_head(q, k, v, block_size, one_head)
+
+
+def _check_search(budget: float | None, recall_target: float, sample_blocks: int) -> None:
+    if budget is not None:
+        check_fraction("budget", budget)  # a density, so None or in (0, 1]
+    check_number("recall_target", recall_target, 0.0, 1.0)
+    check_int("sample_blocks", sample_blocks, lo=1)
 
 
 def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budget: float | None = None,
@@ -193,6 +201,7 @@ def search(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 
            recall_target: float = 0.95, sample_blocks: int = 8) -> dict[str, dict[str, Any]]:
     """Search every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
     check_qkv(q, k, v, block_size)
+    _check_search(budget, recall_target, sample_blocks)
     return _tuned.tune_heads("minference", q, lambda i: search_head(
         q[0, i], k[0, i], block_size, budget=budget, recall_target=recall_target, sample_blocks=sample_blocks),
         model=model, layer=layer, heads=heads, cache=cache)

@@ -8,12 +8,19 @@ Both are ``wavealign.synthetic``'s generators, so a seed gives the same mask the
 
 from __future__ import annotations
 
+from functools import partial
+
 from wavealign import masks, synthetic
+from wavealign.blockmask import check_seed
+from wavealign.masks._common import check_fraction, check_number, checked
 
 masks.register("random", None, {"density": 0.25, "seed": 0},
-               "iid Bernoulli blocks at a given density, binomial row NNZ (control)", from_shape=synthetic.random_mask)
+               "iid Bernoulli blocks at a given density, binomial row NNZ (control)",
+               from_shape=checked(synthetic.random_mask, density=check_fraction, seed=check_seed))
 masks.register("random-fixed-nnz", None, {"density": 0.25, "nnz_spread": 0.0, "seed": 0},
-               "random columns with a set row NNZ (lock-step control)", from_shape=synthetic.fixed_nnz_mask)
+               "random columns with a set row NNZ (lock-step control)",
+               from_shape=checked(synthetic.fixed_nnz_mask, density=check_fraction, seed=check_seed,
+                                  nnz_spread=partial(check_number, lo=0.0, hi=1.0, hi_open=True)))
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -27,11 +27,14 @@ from typing import Any
 import torch
 
 from wavealign import masks
+from wavealign.blockmask import check_int
 from wavealign.masks import _tuned
 from wavealign.masks._common import (
     BlockPartials,
     block_rows,
+    check_flag,
     check_fraction,
+    check_number,
     check_qkv,
     num_blocks,
     per_head,
@@ -87,9 +90,13 @@ class _HeadStats:
 
 
 def _check(simthreshd1: float, cdfthreshd: float) -> None:
-    if not -1.0 <= simthreshd1 <= 1.0:
-        raise ValueError(f"simthreshd1 must be a cosine in [-1, 1], got {simthreshd1!r}")
+    check_number("simthreshd1", simthreshd1, -1.0, 1.0)  # a cosine
     check_fraction("cdfthreshd", cdfthreshd)
+
+
+def _check_tuning(l1_bound: float, sample_blocks: int) -> None:
+    check_fraction("l1_bound", l1_bound)
+    check_int("sample_blocks", sample_blocks, lo=1)
 
 
 def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, simthreshd1: float,
@@ -102,9 +109,9 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     """
     check_qkv(q, k, v, block_size)
     _check(simthreshd1, cdfthreshd)
-    check_fraction("l1_bound", l1_bound)
-    if not isinstance(sample_blocks, int) or sample_blocks < 1:
-        raise ValueError(f"sample_blocks must be a positive int, got {sample_blocks!r}")
+    _check_tuning(l1_bound, sample_blocks)
+    check_flag("attention_sink", attention_sink)
+    check_flag("autotune", autotune)
     configs = _tuned.HeadConfigs("spargeattn", tuned_config, model, layer, heads, q.shape[1])
 
     def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
@@ -167,6 +174,7 @@ def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int 
              sample_blocks: int = 8) -> dict[str, dict[str, float]]:
     """Tune every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
     check_qkv(q, k, v, block_size)
+    _check_tuning(l1_bound, sample_blocks)
     return _tuned.tune_heads("spargeattn", q, lambda i: tune_head(
         q[0, i], k[0, i], v[0, i], block_size, l1_bound=l1_bound, sample_blocks=sample_blocks),
         model=model, layer=layer, heads=heads, cache=cache)

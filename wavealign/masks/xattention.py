@@ -21,7 +21,15 @@ import math
 import torch
 
 from wavealign import masks
-from wavealign.masks._common import check_fraction, check_qkv, num_blocks, per_head, rows_per_chunk
+from wavealign.blockmask import check_int
+from wavealign.masks._common import (
+    check_flag,
+    check_fraction,
+    check_qkv,
+    num_blocks,
+    per_head,
+    rows_per_chunk,
+)
 
 PARAMS = {"threshold": 0.9, "stride": 8, "keep_first_block": True, "keep_diagonal": False}
 
@@ -88,8 +96,11 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     """XAttention block mask (B, H, MB, NB) at cumulative-mass ``threshold`` (paper: 0.9)."""
     check_qkv(q, k, v, block_size)
     check_fraction("threshold", threshold)
-    if not isinstance(stride, int) or stride < 1:
-        raise ValueError(f"stride must be a positive int, got {stride!r}")
+    stride = check_int("stride", stride, lo=1)
+    if block_size % stride:
+        raise ValueError(f"block_size must be a multiple of stride, got block_size={block_size}, stride={stride}")
+    check_flag("keep_first_block", keep_first_block)
+    check_flag("keep_diagonal", keep_diagonal)
     return per_head(q, k, v, block_size, lambda _h, qh, kh, _v: select_blocks(
         block_scores(qh, kh, block_size, stride), threshold, keep_first_block, keep_diagonal))
 

@@ -29,7 +29,7 @@ import torch
 
 from wavealign import hardware as hardware_mod
 from wavealign import kernels
-from wavealign.blockmask import MaskLike, as_dense
+from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed
 from wavealign.kernels import ExecutionFacts
 from wavealign.sim.engine import replay
 
@@ -87,12 +87,14 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     (B, H, MB, NB), batches run one after another; or the kv-index form), rows in ``order.perm`` launch
     order (a ``reorder.RowOrder``, an (H, MB) permutation tensor/array, or None for the identity).
 
-    ``backend`` is a registered ``wavealign.kernels`` backend, whose execution facts are modelled, or such
-    facts themselves. ``wave_size`` (SM slots) defaults to the backend's wave on ``hardware`` (required for
-    bare facts). ``block_size`` (tokens per mask block) defaults to the backend's tile size. ``row_jitter`` stretches
-    each row by ``round(NNZ * row_jitter * |z|)`` stall steps after its reads, z ~ N(0, 1) seeded by
-    ``seed``: the timing noise (memory stalls, clocks) that lets equal-NNZ rows drift apart over many
-    waves on a real GPU. 0 is perfect lock-step; its value is a calibration knob for NCU data.
+    ``backend`` is a registered ``wavealign.kernels`` backend, whose execution facts are modelled on a GPU it
+    runs on (a registered GPU it does not list is refused, as the sweep refuses the pair), or such facts
+    themselves (a custom study, on any GPU). ``wave_size`` (SM slots) defaults to the backend's wave on
+    ``hardware`` (required for bare facts). ``block_size`` (tokens per mask block) defaults to the backend's
+    tile size. ``row_jitter`` stretches each row by ``round(NNZ * row_jitter * |z|)`` stall steps after its
+    reads, z ~ N(0, 1) seeded by ``seed``: the timing noise (memory stalls, clocks) that lets equal-NNZ rows
+    drift apart over many waves on a real GPU. 0 is perfect lock-step; its value is a calibration knob for NCU
+    data.
 
     Assumptions and approximations:
 
@@ -123,12 +125,17 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
         spec = kernels.get(backend)
         if spec.execution is None:
             raise ValueError(f"backend {backend!r} declares no execution facts to simulate")
+        # a described GPU of one's own (not a registered id) is a custom study; a registered one must be the
+        # backend's, or the prediction is for a pair that cannot run
+        if hw.name in hardware_mod.names() and not spec.supports(hw.name):
+            raise ValueError(f"backend {spec.name!r} does not run on hardware {hw.name!r} (it runs on "
+                             f"{list(spec.supported_hardware)}); pass its ExecutionFacts and a wave_size to "
+                             "simulate it there anyway")
         backend_name, ex = spec.name, spec.execution.with_block_size(block_size)
         wave_size = spec.wave_size(hw) if wave_size is None else wave_size
-    if int(wave_size) < 1:
-        raise ValueError(f"wave_size must be >= 1, got {wave_size}")
-    if int(head_dim) < 1:
-        raise ValueError(f"head_dim must be >= 1, got {head_dim}")
+    wave = check_int("wave_size", wave_size, lo=1)
+    head_dim = check_int("head_dim", head_dim, lo=1)
+    seed = check_seed("seed", seed)
     if l2_partitions not in (1, 2):
         raise ValueError(f"l2_partitions must be 1 or 2, got {l2_partitions}")
     if not row_jitter >= 0.0:
@@ -140,7 +147,6 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     heads, mb, _ = mask_np.shape
     perm = _launch_order(order, heads, mb)
 
-    wave = int(wave_size)
     kv_bytes = ex.kv_block_bytes(head_dim)
     q_bytes = ex.q_block_bytes(head_dim)
     capacity = hw.l2_bytes // kv_bytes
