@@ -19,6 +19,7 @@ Hydra overrides of conf/config.yaml, e.g.
   ray.address=auto | ray://host:10001      join a cluster (default: start a local Ray)
   run_root=DIR  mlflow.tracking_uri=URI    where results go (default ./wavealign-runs, sqlite MLflow there)
   resume=false  force=true  dry_run=true   re-run finished cells / only describe the sweep
+  max_cells=N                              refuse a sweep of more cells (--dry-run only counts it)
 """
 
 
@@ -27,7 +28,7 @@ def main(argv: list[str]) -> int:
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
     overrides = ["dry_run=true" if a == "--dry-run" else a for a in argv]
-    from orchestrator import config, plan, sweep
+    from orchestrator import config, lock, plan, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -35,12 +36,15 @@ def main(argv: list[str]) -> int:
     try:
         cfg = config.load(overrides)
         if cfg.dry_run:
-            plan.describe(plan.make_plan(cfg), cfg, console)
+            plan.dry_run(cfg, console)
             return 0
+        plan.check_size(cfg)  # before the run root is locked or Ray started
         outcome = sweep.run(cfg, console)
-    except config.ConfigError as exc:
+    except (config.ConfigError, lock.RunRootBusy) as exc:
         console.print(f"[red]wavealign sweep: {exc}[/red]")
         return 2
+    if outcome.terminated_by == "SIGTERM":
+        return 143  # 128 + SIGTERM, as a shell reports a process that signal ended
     return 130 if outcome.interrupted else (1 if outcome.counts.get("failed") else 0)
 
 

@@ -15,7 +15,7 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from orchestrator import config, tracking
+    from orchestrator import config, lock, tracking
 
     console = Console()
     try:
@@ -24,8 +24,13 @@ def main(argv: list[str]) -> int:
         console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
         return 2
     uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(cfg.run_root)
-    tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=Path(cfg.run_root) / "mlartifacts")
-    logged = tracking.sync(cfg.run_root, tracker)
+    try:
+        with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
+            tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=Path(cfg.run_root) / "mlartifacts")
+            logged = tracking.sync(cfg.run_root, tracker)
+    except lock.RunRootBusy as exc:
+        console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
+        return 2
     if not tracker.available:
         console.print(f"[red]MLflow at {uri} is unreachable: {tracker.down_reason}[/red]")
         return 1

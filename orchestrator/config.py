@@ -2,13 +2,20 @@
 
 ``load(overrides)`` composes ``conf/config.yaml`` with Hydra-style overrides
 (``sweep=paper_h100 grid.seq_k=[148,364] ray.address=auto``) against the dataclasses below, so a typo'd
-key fails at composition; ``validate`` then checks every name against the project's registries and every
-number against its range, before anything runs. Errors are ``ConfigError`` naming the offender.
+key fails at composition (one added with ``+`` fails in ``check_keys``); ``validate`` then checks every name
+against the project's registries, every method and backend parameter against its YAML, and every number against
+its range, before anything runs. Errors are ``ConfigError`` naming the offender.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
+import itertools
+import math
 import os
+import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +114,8 @@ class SweepConfig:
     plugins: list[str] = field(default_factory=list)
     conf_dirs: list[str] = field(default_factory=list)
     only_cells: list[str] = field(default_factory=list)  # run just these cell ids of the grid (a row's repro command)
+    # a larger sweep is refused (and --dry-run only counts it): enumerating millions of cells takes minutes
+    max_cells: int = 100_000
     overrides: list[str] = field(default_factory=list)  # filled by ``load``: the overrides composed, for repro commands
 
 
@@ -213,14 +222,17 @@ def grids(cfg: DictConfig) -> dict[str, DictConfig]:
 
 
 def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
-    """Check names against the registries and numbers against their ranges; raise ``ConfigError``."""
+    """Check every key against the schema, names against the registries and numbers against their ranges; raise
+    ``ConfigError``."""
+    check_keys(cfg)
     for name, variant in cfg.variants.items():
         if variant.stages not in reorder.STAGES:
             raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {reorder.STAGES}")
         if variant.skip not in SKIP_MODES:
             raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {SKIP_MODES}")
-    if cfg.batch_cells < 1:
-        raise ConfigError(f"batch_cells={cfg.batch_cells}; expected >= 1")
+    for key in ("batch_cells", "max_cells"):
+        if cfg[key] < 1:
+            raise ConfigError(f"{key}={cfg[key]}; expected >= 1")
     if cfg.ray.max_retries < 0:
         raise ConfigError(f"ray.max_retries={cfg.ray.max_retries}; expected >= 0")
     for key, least in (("num_cpus", 1), ("num_gpus", 0), ("object_store_mb", 1)):
@@ -228,21 +240,192 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             raise ConfigError(f"ray.{key}={value!r}; expected null or an integer >= {least}")
     for key in ("wait_timeout_s", "worker_start_timeout_s"):
-        if cfg.ray[key] <= 0:
+        if not cfg.ray[key] > 0:  # nan too; inf waits for ever
             raise ConfigError(f"ray.{key}={cfg.ray[key]}; expected > 0")
     for where, grid in grids(cfg).items():
         _validate_grid(where, grid, cfg, search_dirs(cfg, conf_dir))
 
 
+def check_keys(cfg: DictConfig) -> None:
+    """Every key of a composed config is a field of the schema. Hydra's ``+key=value`` adds keys even to a struct
+    config, so a typo such as ``+grid.seeds=[0,1]`` composes; this catches it. Of the maps, ``extra_grids`` and
+    ``variants`` hold schema entries whose keys are checked here; ``*_params`` are checked by ``param_axes``."""
+    _check_keys(cfg, SweepConfig, "")
+
+
+def _check_keys(node: DictConfig, schema: type, prefix: str) -> None:
+    fields = typing.get_type_hints(schema)
+    for key in node:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            expected = f"did you mean {prefix}{close[0]}?" if close else f"expected one of {sorted(fields)}"
+            value = OmegaConf.to_container(node)[key]  # type: ignore[index]
+            raise ConfigError(f"{prefix}{key}={value!r} is not a sweep config key; {expected}")
+        kind = fields[key]
+        if dataclasses.is_dataclass(kind):
+            _check_keys(node[key], kind, f"{prefix}{key}.")
+        elif typing.get_origin(kind) is dict and dataclasses.is_dataclass(entry := typing.get_args(kind)[1]):
+            for name in node[key]:
+                _check_keys(node[key][name], entry, f"{prefix}{key}.{name}.")
+
+
+# GridConfig's list fields: the axes whose product is the grid, so an empty one means no cells
+AXES = tuple(k for k, kind in typing.get_type_hints(GridConfig).items() if typing.get_origin(kind) is list)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A range of numbers, open or closed at each end; written ``(0, 1]``."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+FRACTION = Interval(0.0, 1.0, low_open=True)  # wavealign.masks._common.check_fraction's range
+# Method parameters whose range follows from their name, in any method that has them (a plugin's too): the ranges
+# the mask builders check when a cell runs, checked here before anything runs instead of failing every cell.
+# null (a builder's "none", e.g. minference's budget) is not range-checked.
+METHOD_PARAM_RANGES: dict[str, Interval] = {
+    "density": FRACTION,  # wavealign.synthetic: planted, random, random-fixed-nnz
+    "threshold": FRACTION,  # xattention
+    "gamma": FRACTION,  # flexprefill
+    "tau": Interval(0.0, 1.0),  # flexprefill
+    "cdfthreshd": FRACTION,  # spargeattn
+    "l1_bound": FRACTION,  # spargeattn
+    "simthreshd1": Interval(-1.0, 1.0),  # spargeattn: a cosine
+    "budget": FRACTION,  # minference: a density cap
+    "recall_target": Interval(0.0, 1.0),  # minference
+    "noise": Interval(0.0, 0.5, high_open=True),  # planted: the share of entries flipped
+    "nnz_spread": Interval(0.0, 1.0, high_open=True),  # random-fixed-nnz
+}
+
+
+def param_axes(kind: str, name: str, grid: DictConfig, where: str,
+               dirs: Sequence[Path] = (CONF_DIR,)) -> dict[str, list[Any]]:
+    """The parameter axes of ``kind`` (method or backend) ``name`` in a grid: ``conf/<kind>/<name>.yaml``'s params
+    (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list is an axis, a scalar one value).
+    Only parameters the YAML declares may be given (none declared: none, unless the backend passes any option
+    through); no axis may be empty, numbers must be finite, and ``METHOD_PARAM_RANGES`` holds."""
+    base: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
+    prefix = f"{where}.{kind}_params.{name}"
+    given = grid[f"{kind}_params"].get(name)
+    if given is not None and not isinstance(given, DictConfig):
+        raise ConfigError(f"{prefix}={given!r}; expected a map of parameter names to values")
+    override: dict[str, Any] = OmegaConf.to_container(given) if given is not None else {}  # type: ignore[assignment]
+    if base or not (kind == "backend" and _passes_any_option(name)):
+        for key, value in override.items():
+            if key not in base:
+                raise ConfigError(f"{prefix}.{key}={value!r} is not a parameter of {kind} {name!r}; "
+                                  f"{_declared(kind, name, base, str(key))}")
+    axes = {**{k: [v] for k, v in base.items()},
+            **{k: v if isinstance(v, list) else [v] for k, v in override.items()}}
+    for key, values in axes.items():
+        path = f"{prefix}.{key}" if key in override else f"conf/{kind}/{name}.yaml params.{key}"
+        if not values:
+            raise ConfigError(f"{path}=[] is empty; expected at least one value (a list is an axis: an empty one "
+                              "makes no cells)")
+        bounds = METHOD_PARAM_RANGES.get(key) if kind == "method" else None
+        for value in values:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{path} has {value!r}; expected a finite number")
+            if bounds is not None and value is not None and value not in bounds:
+                raise ConfigError(f"{path} has {value!r}; expected a number in {bounds}")
+    return axes
+
+
+def _passes_any_option(backend: str) -> bool:
+    """Whether the backend's planner takes any option (``**options``, e.g. FlexAttention's kernel_options), which
+    its YAML, declaring none, cannot list."""
+    parameters = inspect.signature(kernels.get(backend).plan).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _declared(kind: str, name: str, base: dict[str, Any], key: str) -> str:
+    if not base:
+        return f"expected none: conf/{kind}/{name}.yaml declares no params"
+    close = difflib.get_close_matches(key, list(base), n=1)
+    return f"expected one of {sorted(base)}" + (f"; did you mean {close[0]}?" if close else "")
+
+
+def param_combinations(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """{a: [1, 2], b: [3]} -> [{a: 1, b: 3}, {a: 2, b: 3}]."""
+    keys = sorted(axes)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(axes[k] for k in keys))]
+
+
+def axis_product(axes: dict[str, list[Any]]) -> int:
+    """How many combinations ``param_combinations`` gives, without making them."""
+    return math.prod(len(values) for values in axes.values())
+
+
+def modelled_backend(where: str, backend: kernels.Backend, options: dict[str, Any]) -> kernels.Backend:
+    """The backend ``backend`` runs or models with ``options``; a simulator naming no real backend is an error."""
+    if backend.models_option is None:
+        return backend
+    option = backend.models_option
+    try:
+        modelled = backend.modelled(options)
+    except (KeyError, ValueError):
+        raise ConfigError(f"{where}.backend_params.{backend.name}.{option}={options.get(option)!r}; expected one of "
+                          f"{[n for n in kernels.names() if kernels.get(n).execution is not None]}") from None
+    if modelled.execution is None:
+        raise ConfigError(f"{where}.backend_params.{backend.name}.{option}={modelled.name!r} has no execution facts "
+                          "to model; expected a backend that runs on a GPU")
+    return modelled
+
+
+def placement_reason(hw: str, backend: kernels.Backend, options: dict[str, Any]) -> str | None:
+    """Why ``backend`` with ``options`` cannot run on (or model) ``hw``, or None if it can."""
+    if hw == CPU:
+        if backend.simulated:
+            return f"backend {backend.name} simulates a GPU type; hardware cpu has none"
+        return f"backend {backend.name} needs a GPU; hardware cpu" if backend.needs_gpu else None
+    modelled = backend.modelled(options)
+    if not modelled.supports(hw):
+        what = f"backend {backend.name}" if modelled is backend else f"{backend.name} of {modelled.name}"
+        return f"{what} does not run on {hw} (supports {list(modelled.supported_hardware)})"
+    return None
+
+
 def _check_names(where: str, values, known: list[str]) -> None:
-    if len(values) == 0:
-        raise ConfigError(f"{where} is empty; expected at least one of {known}")
     for value in values:
         if value not in known:
             raise ConfigError(f"{where} has unknown {where.rsplit('.', 1)[-1]} {value!r}; expected one of {known}")
 
 
+def _check_placement(where: str, grid: DictConfig, name: str, axes: dict[str, list[Any]]) -> None:
+    """A backend a grid names must run on (or model) one of the grid's hardware with one of its option sets;
+    the combinations that cannot are filtered when the grid expands."""
+    backend = kernels.get(name)
+    reasons: dict[str, None] = {}  # in order, once each
+    for options in param_combinations(axes):
+        modelled_backend(where, backend, options)
+        for hw in grid.hardware:
+            reason = placement_reason(hw, backend, options)
+            if reason is None:
+                return
+            reasons[reason] = None
+    raise ConfigError(f"{where}.backend {name!r} cannot run on any of {where}.hardware {list(grid.hardware)}: "
+                      f"{'; '.join(reasons)}")
+
+
 def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Path]) -> None:
+    for axis in AXES:
+        if len(grid[axis]) == 0:
+            raise ConfigError(f"{where}.{axis}=[] is empty; expected at least one value (each list is an axis of the "
+                              "grid: an empty one makes no cells)")
     gpu_ids = hardware_registry.names()
     _check_names(f"{where}.hardware", grid.hardware, [*gpu_ids, CPU])
     _check_names(f"{where}.backend", grid.backend, backend_names())
@@ -253,32 +436,31 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     for hw in grid.hardware:
         if hw != CPU:
             group_entry("hardware", hw, dirs)
-    for backend in grid.backend:
-        group_entry("backend", backend, dirs)
-    for method in grid.method:
-        group_entry("method", method, dirs)
-    if len(grid.workload) == 0:
-        raise ConfigError(f"{where}.workload is empty; expected names from conf/workload/")
     for name in grid.workload:
         _validate_workload(group_entry("workload", name, dirs))
     for k in grid.seq_k:
-        if not isinstance(k, int | float) or k <= 0:
-            raise ConfigError(f"{where}.seq_k has {k!r}; expected positive thousands of tokens")
+        if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
+            raise ConfigError(f"{where}.seq_k has {k!r}; expected positive, finite thousands of tokens")
     for w in grid.wave_size:
-        if w is not None and (not isinstance(w, int) or w < 1):
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
             raise ConfigError(f"{where}.wave_size has {w!r}; expected a positive integer or null")
     if grid.block_size is not None and (not isinstance(grid.block_size, int) or grid.block_size < 1):
         raise ConfigError(f"{where}.block_size={grid.block_size!r}; expected a positive integer or null")
     for key in ("reps", "warmup"):
         if grid[key] < (1 if key == "reps" else 0):
             raise ConfigError(f"{where}.{key}={grid[key]}; expected >= {1 if key == 'reps' else 0}")
-    for kind, names in (("method", grid.method), ("backend", grid.backend)):
-        for name, axes in grid[f"{kind}_params"].items():
+    for method in grid.method:
+        param_axes("method", method, grid, where, dirs)
+    for backend in grid.backend:
+        _check_placement(where, grid, backend, param_axes("backend", backend, grid, where, dirs))
+    # after placement: a sweep's leftover parameters of a backend the command line replaced are the lesser news
+    for kind in ("method", "backend"):
+        names = list(grid[kind])
+        for name in grid[f"{kind}_params"]:
             if name not in names:
-                raise ConfigError(f"{where}.{kind}_params.{name}: {kind} {name!r} is not in {where}.{kind} "
-                                  f"{list(names)}")
-            if not isinstance(axes, DictConfig):
-                raise ConfigError(f"{where}.{kind}_params.{name} must map parameter names to values, got {axes!r}")
+                raise ConfigError(f"{where}.{kind}_params.{name}: {kind} {name!r} is not in {where}.{kind} {names}; "
+                                  f"expected parameters of a {kind} the grid runs (drop these with "
+                                  f"~{where}.{kind}_params.{name})")
 
 
 def _validate_workload(wl: DictConfig) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import time
@@ -33,6 +34,7 @@ STATUSES = ("done", "failed", "unschedulable")
 _TS = pa.timestamp("ms", tz="UTC")
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 CELL_RENAMED = {"ncu": "ncu_requested"}  # a Cell field whose column would read as a measurement
+_log = logging.getLogger(__name__)
 
 
 def _arrow_type(where: str, hint: Any) -> pa.DataType:
@@ -139,11 +141,40 @@ def write(run_root: str | Path, rows: list[dict[str, Any]]) -> list[Path]:
     return written
 
 
+QUARANTINE = "_quarantine"
+
+
+def quarantine_unreadable(run_root: str | Path) -> list[Path]:
+    """Move every file under ``results/`` that is not a readable Parquet file (truncated, empty, a stray note)
+    to ``results/_quarantine/``, warning with each name; return where they went. Hidden files (a writer's
+    temporaries) and the quarantine itself are left alone. The cells such a file held are simply not done, so
+    a resumed sweep runs them again."""
+    folder = results_dir(run_root)
+    moved = []
+    for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith((".", "_")) for part in relative.parts):
+            continue
+        try:
+            if path.suffix != ".parquet":
+                raise ValueError("not a .parquet file")
+            pq.read_metadata(path)
+        except (pa.ArrowInvalid, OSError, ValueError) as exc:
+            target = folder / QUARANTINE / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+            _log.warning("results: moved unreadable %s to %s (%s)", path, target, str(exc).splitlines()[0])
+            moved.append(target)
+    return moved
+
+
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
-    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none)."""
+    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none); unreadable files
+    are moved aside first (``quarantine_unreadable``)."""
     folder = results_dir(run_root)
     if not folder.is_dir():
         return SCHEMA.empty_table().select(columns or SCHEMA.names)
+    quarantine_unreadable(run_root)
     dataset = ds.dataset(folder, format="parquet", schema=SCHEMA, partitioning="hive",
                          ignore_prefixes=[".", "_"])
     return dataset.to_table(columns=columns, filter=filter)

@@ -1,5 +1,6 @@
 """What a sweep would do: its id, the grid, which cells are done and which run now, on which worker pool, and
-the dry run's description with a time estimate from earlier results."""
+the dry run's description with a time estimate from earlier results. A sweep of more than ``max_cells`` cells
+is counted from its axes, never enumerated: it is refused, and its dry run gives only the count."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rich.console import Console
 
 from orchestrator import dataset
 from orchestrator.config import ConfigError
-from orchestrator.grid import Grid, expand, stable_hash
+from orchestrator.grid import Grid, count_cells, expand, stable_hash
 from wavealign import fingerprint, kernels
 from wavealign.pipeline import placement
 from wavealign.records import Cell
@@ -42,8 +43,21 @@ class SweepPlan:
         return Counter(placement(c) for c in self.pending)
 
 
+def check_size(cfg: DictConfig) -> int:
+    """The sweep's cell count, from its axes; more than ``max_cells`` is a ``ConfigError`` (enumerating millions
+    of cells takes minutes and gigabytes before the first one runs)."""
+    count = count_cells(cfg)
+    if count > cfg.max_cells:
+        raise ConfigError(f"the sweep has {count} cells (its grids' axes multiplied), more than max_cells="
+                          f"{cfg.max_cells}; expected at most max_cells: shrink the grid, or run it with "
+                          f"max_cells={count}")
+    return count
+
+
 def make_plan(cfg: DictConfig) -> SweepPlan:
-    """The grid, and the cells to run now: not done yet (unless ``force``), and among ``only_cells`` if given."""
+    """The grid, and the cells to run now: not done yet (unless ``force``), and among ``only_cells`` if given.
+    A sweep larger than ``max_cells`` is refused (``check_size``) before any cell is made."""
+    check_size(cfg)
     grid = expand(cfg)
     selected = grid.cells
     if cfg.only_cells:
@@ -56,6 +70,19 @@ def make_plan(cfg: DictConfig) -> SweepPlan:
     done = set() if cfg.force or not cfg.resume else dataset.done_cell_ids(cfg.run_root)
     pending = [c for c in selected if c.cell_id not in done]
     return SweepPlan(sweep_id=sweep_id(cfg), grid=grid, done_before=len(selected) - len(pending), pending=pending)
+
+
+def dry_run(cfg: DictConfig, console: Console) -> None:
+    """``--dry-run``: ``describe`` the plan; a sweep larger than ``max_cells`` is only counted, with a warning that
+    a run would be refused."""
+    count = count_cells(cfg)
+    if count > cfg.max_cells:
+        console.print(f"sweep {cfg.name} ({sweep_id(cfg)}): {count} cells, counted from the grids' axes")
+        console.print(f"[yellow]warning: {count} cells is more than max_cells={cfg.max_cells}: not enumerated (no "
+                      f"cells per GPU type, filtered combinations or estimate), and a run would be refused. Shrink "
+                      f"the grid, or set max_cells={count} to run it.[/yellow]")
+        return
+    describe(make_plan(cfg), cfg, console)
 
 
 def describe(plan: SweepPlan, cfg: DictConfig, console: Console) -> None:

@@ -28,6 +28,7 @@ class SweepOutcome:
     counts: Counter = field(default_factory=Counter)
     rows: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
+    terminated_by: str | None = None  # "SIGTERM" when a signal, not Ctrl-C, stopped the sweep
     mlflow_down_reason: str | None = None
     skipped_done: int = 0
     workers: int = 0

@@ -7,16 +7,19 @@ Ctrl-C stops submitting, records what finished and prints how to resume.
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from orchestrator import dispatch, tracking
+from orchestrator import dispatch, lock, tracking
 from orchestrator.plan import make_plan
 from orchestrator.progress import SweepProgress
 from orchestrator.record import Recorder, SweepOutcome, write_run_record
@@ -25,8 +28,34 @@ from orchestrator.summary import print_summary
 
 def run(cfg: DictConfig, console: Console | None = None,
         on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None = None) -> SweepOutcome:
-    """Run the sweep ``cfg`` (validated by ``orchestrator.config.load``). ``on_workers`` receives, once the
-    workers are up, their node and pid per placement."""
+    """Run the sweep ``cfg`` (validated by ``orchestrator.config.load``), holding its run root's lock (a second
+    driver is refused: ``lock.RunRootBusy``). ``on_workers`` receives, once the workers are up, their node and pid
+    per placement. SIGTERM is handled as Ctrl-C is: stop submitting, record, summarise, shut Ray down."""
+    with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):
+        return _run(cfg, console, on_workers)
+
+
+@contextmanager
+def _sigterm_as_interrupt(outcome: SweepOutcome) -> Iterator[None]:
+    """While the block runs, SIGTERM raises KeyboardInterrupt (Ray's own handler would abort the driver and lose
+    the summary); the outcome records it. Only the main thread can take signals; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        outcome.terminated_by = signal.Signals(signum).name
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(cfg: DictConfig, console: Console | None,
+         on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None) -> SweepOutcome:
     import ray
 
     from orchestrator import cluster
@@ -61,7 +90,8 @@ def run(cfg: DictConfig, console: Console | None = None,
         if plan.pending:
             cluster.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
             queues, recorder.baselines = dispatch.queues(plan.pending, plan.grid.cells)
-            with SweepProgress(dict(plan.pending_by_placement()), console, enabled=cfg.progress) as progress:
+            with (_sigterm_as_interrupt(outcome),
+                  SweepProgress(dict(plan.pending_by_placement()), console, enabled=cfg.progress) as progress):
                 started = time.monotonic()
                 workers = dispatch.start_pools(cfg, queues, recorder, progress, console)
                 # wait until every worker is up, so that start-up is not counted as cell time

@@ -112,10 +112,11 @@ def child_runs(uri: str, sweep_id: str) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def mixed(ray_cluster, mlflow_server, tmp_path_factory):
-    """One sweep over H100, A40 and H200 cells; density 2.0 makes the mask builder raise."""
+    """One sweep over H100, A40 and H200 cells; the saved-mask method names a file that does not exist, which only
+    the worker can find out, so those cells raise."""
     root = tmp_path_factory.mktemp("mixed")
-    outcome = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]",
-                        "+grid.method_params.random.density=[0.25,2.0]")
+    outcome = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]", "grid.method=[random,file]",
+                        "+grid.method_params.file.path=missing.npz")
     return root, outcome
 
 
@@ -138,8 +139,8 @@ def test_a_gpu_type_without_nodes_is_unschedulable_not_hung(mixed):
 def test_a_cell_that_raises_is_failed_and_the_others_finish(mixed):
     _, outcome = mixed
     failed = [r for r in outcome.rows if r["status"] == "failed"]
-    assert len(failed) == 8 and all('"density": 2.0' in r["method_params"] for r in failed)
-    assert all("density must be in (0, 1]" in r["error"] and "Traceback" in r["traceback"] for r in failed)
+    assert len(failed) == 8 and all(r["method"] == "file" for r in failed)
+    assert all("missing.npz" in r["error"] and "Traceback" in r["traceback"] for r in failed)
     assert outcome.counts["done"] == 8
 
 
@@ -148,7 +149,7 @@ def test_parquet_holds_one_row_per_cell_with_the_fixed_schema(mixed):
     table = dataset.read(root)
     assert table.schema.equals(dataset.SCHEMA) and table.num_rows == len(outcome.rows) == 24
     assert sorted(table.column("result_id").to_pylist()) == sorted(r["result_id"] for r in outcome.rows)
-    assert {p.parent.name for p in dataset.results_dir(root).rglob("*.parquet")} == {"method=random"}
+    assert {p.parent.name for p in dataset.results_dir(root).rglob("*.parquet")} == {"method=random", "method=file"}
 
 
 def test_sqlite_mlflow_has_a_child_run_per_row_with_params_and_metrics(mixed):
@@ -164,8 +165,8 @@ def test_sqlite_mlflow_has_a_child_run_per_row_with_params_and_metrics(mixed):
 
 def test_a_second_run_skips_finished_cells(mixed):
     root, _ = mixed
-    again = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]",
-                      "+grid.method_params.random.density=[0.25,2.0]", "grid.hardware=[h100]")
+    again = run_sweep(root, "grid.hardware=[h100,a40,h200]", "grid.seed=[0,1]", "grid.method=[random,file]",
+                      "+grid.method_params.file.path=missing.npz", "grid.hardware=[h100]")
     # only h100's failed cells run again; its done cells are skipped
     assert again.skipped_done == 4 and again.counts == {"failed": 4}
 

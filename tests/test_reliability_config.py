@@ -1,0 +1,242 @@
+"""Issue 19, item 3: a sweep config that cannot run as meant is a ``ConfigError`` naming the key, before anything
+runs (rows 3-8 of the fault table): keys added with ``+``, empty axes, non-finite numbers, a backend its hardware
+cannot run, undeclared or out-of-range parameters, and grids too large to enumerate."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from jobs import sweep as sweep_job
+from orchestrator import config, grid, plan
+from wavealign import kernels, masks
+from wavealign.masks._common import check_fraction
+
+# a small CPU-only grid (2 cells) the cases start from
+CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
+            "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original,wavealign]"]
+SHIPPED_SWEEPS = sorted(p.stem for p in (Path(config.CONF_DIR) / "sweep").glob("*.yaml"))
+
+
+def rejected(overrides: list[str], message: str) -> None:
+    """``config.load(overrides)`` raises a ConfigError containing ``message`` verbatim."""
+    with pytest.raises(config.ConfigError, match=re.escape(message)):
+        config.load(overrides)
+
+
+# row 3: keys the schema lacks, added with "+"
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ([*CPU_GRID, "+grid.seeds=[0,1,2]"], "grid.seeds=[0, 1, 2] is not a sweep config key; did you mean grid.seed?"),
+    ([*CPU_GRID, "+bogus_key=1"], "bogus_key=1 is not a sweep config key; expected one of ["),
+    ([*CPU_GRID, "+ray._target_=os.system"], "ray._target_='os.system' is not a sweep config key; expected one of ["),
+    ([*CPU_GRID, "+mlflow.enable=false"],
+     "mlflow.enable=False is not a sweep config key; did you mean mlflow.enabled?"),
+    (["+extra_grids.cpu_reference.seeds=[1]"],
+     "extra_grids.cpu_reference.seeds=[1] is not a sweep config key; did you mean extra_grids.cpu_reference.seed?"),
+], ids=["grid.seeds", "bogus_key", "ray._target_", "mlflow.enable", "extra_grids.cpu_reference.seeds"])
+def test_a_key_added_with_plus_that_the_schema_lacks_is_rejected_naming_its_path(overrides, message):
+    rejected(overrides, message)
+
+
+def test_parameter_maps_take_the_names_of_the_grids_methods_and_backends():
+    cfg = config.load(["+grid.method_params.planted.noise=[0.01,0.03]"])
+    assert list(cfg.grid.method_params.planted.noise) == [0.01, 0.03]
+
+
+# row 4: an empty axis makes no cells
+
+@pytest.mark.parametrize("axis", ["hardware", "backend", "method", "workload", "seq_k", "variant", "wave_size", "seed"])
+def test_an_empty_grid_axis_is_rejected_naming_it(axis):
+    rejected([*CPU_GRID, f"grid.{axis}=[]"], f"grid.{axis}=[] is empty; expected at least one value")
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["extra_grids.cpu_reference.seed=[]"], "extra_grids.cpu_reference.seed=[] is empty"),
+    ([*CPU_GRID, "+grid.method_params.planted.density=[]"], "grid.method_params.planted.density=[] is empty"),
+], ids=["extra_grid_axis", "parameter_axis"])
+def test_an_empty_axis_of_an_extra_grid_or_a_parameter_is_rejected_naming_it(overrides, message):
+    rejected(overrides, message)
+
+
+# row 5: NaN and infinity
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("grid.seq_k=[nan]", "grid.seq_k has nan; expected positive, finite thousands of tokens"),
+    ("grid.seq_k=[1,inf]", "grid.seq_k has inf; expected positive, finite thousands of tokens"),
+    ("grid.wave_size=[inf]", "grid.wave_size has inf; expected a positive integer or null"),
+    ("+grid.method_params.planted.density=[0.1,nan]", "grid.method_params.planted.density has nan; expected a finite"),
+    ("+grid.method_params.planted.prototypes=inf", "grid.method_params.planted.prototypes has inf; expected a finite"),
+    ("ray.wait_timeout_s=nan", "ray.wait_timeout_s=nan; expected > 0"),
+], ids=["seq_k_nan", "seq_k_inf", "wave_size_inf", "density_nan", "prototypes_inf", "wait_timeout_s_nan"])
+def test_a_non_finite_number_is_rejected_naming_the_key(override, message):
+    rejected([*CPU_GRID, override], message)
+
+
+def test_a_non_finite_backend_parameter_is_rejected_naming_the_key():
+    rejected([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[triton]", "+grid.backend_params.triton.block_m=[nan]"],
+             "grid.backend_params.triton.block_m has nan; expected a finite number")
+
+
+# row 6: a backend its grid's hardware cannot run
+
+def supports(backend: str) -> str:
+    return f"(supports {list(kernels.get(backend).supported_hardware)})"
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["grid.hardware=[a40]", "grid.backend=[fa4]"],
+     f"grid.backend 'fa4' cannot run on any of grid.hardware ['a40']: backend fa4 does not run on a40 "
+     f"{supports('fa4')}"),
+    (["extra_grids.sim_a40.backend_params.sim.kernel=fa4"],
+     f"extra_grids.sim_a40.backend 'sim' cannot run on any of extra_grids.sim_a40.hardware ['a40']: sim of fa4 does "
+     f"not run on a40 {supports('fa4')}"),
+], ids=["grid", "extra_grid"])
+def test_a_backend_its_hardware_cannot_run_is_named_with_the_grid_hardware_and_what_it_supports(overrides, message):
+    rejected(overrides, message)
+
+
+def test_parameters_left_over_from_a_replaced_backend_are_named_with_how_to_drop_them():
+    rejected(["grid.backend=[fa4]"], "grid.backend_params.sim: backend 'sim' is not in grid.backend ['fa4']; expected "
+                                     "parameters of a backend the grid runs (drop these with ~grid.backend_params.sim)")
+    assert config.load(["grid.backend=[fa4]", "~grid.backend_params.sim"]).grid.backend == ["fa4"]
+
+
+# row 7: parameters a method or backend does not declare, and out-of-range values
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ([*CPU_GRID, "+grid.backend_params.reference.foo=[1]"],
+     "grid.backend_params.reference.foo=[1] is not a parameter of backend 'reference'; expected none: "
+     "conf/backend/reference.yaml declares no params"),
+    ([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[fa4]", "+grid.backend_params.fa4.foo=[1]"],
+     "grid.backend_params.fa4.foo=[1] is not a parameter of backend 'fa4'; expected none"),
+    ([*CPU_GRID, "grid.method=[dense]", "+grid.method_params.dense.density=0.5"],
+     "grid.method_params.dense.density=0.5 is not a parameter of method 'dense'; expected none"),
+    (["+grid.backend_params.sim.kernl=fa4"],
+     "grid.backend_params.sim.kernl='fa4' is not a parameter of backend 'sim'; expected one of ['kernel']; "
+     "did you mean kernel?"),
+], ids=["reference", "fa4", "dense", "sim_typo"])
+def test_a_parameter_its_yaml_does_not_declare_is_rejected_when_the_config_loads(overrides, message):
+    rejected(overrides, message)
+
+
+def test_a_backend_that_passes_any_option_through_takes_undeclared_options():
+    """conf/backend/flex.yaml declares no params, but flex hands any kernel_options to FlexAttention."""
+    cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[flex]",
+                       "+grid.backend_params.flex.BLOCK_M=64"])
+    assert {c.backend_params["BLOCK_M"] for c in grid.expand(cfg).cells} == {64}
+
+
+@pytest.mark.parametrize(("method", "param", "value", "expected"), [
+    ("planted", "density", "2.0", "(0, 1]"),
+    ("random", "density", "0", "(0, 1]"),
+    ("random-fixed-nnz", "nnz_spread", "1.0", "[0, 1)"),
+    ("planted", "noise", "0.5", "[0, 0.5)"),
+    ("xattention", "threshold", "1.5", "(0, 1]"),
+    ("flexprefill", "gamma", "-0.1", "(0, 1]"),
+    ("flexprefill", "tau", "1.1", "[0, 1]"),
+    ("spargeattn", "simthreshd1", "-2", "[-1, 1]"),
+    ("minference", "budget", "2", "(0, 1]"),
+    ("random", "density", "dense", "(0, 1]"),
+], ids=lambda v: str(v))
+def test_an_out_of_range_method_parameter_is_rejected_naming_the_key(method, param, value, expected):
+    message = re.escape(f"grid.method_params.{method}.{param} has ") + ".*" + re.escape(f"; expected a number in "
+                                                                                        f"{expected}")
+    with pytest.raises(config.ConfigError, match=message):
+        config.load([*CPU_GRID, f"grid.method=[{method}]", f"+grid.method_params.{method}.{param}=[0.5,{value}]"])
+
+
+@pytest.mark.parametrize("override", ["+grid.method_params.planted.density=1.0", "+grid.method_params.planted.noise=0",
+                                      "+grid.method_params.minference.budget=null"])
+def test_a_method_parameter_at_the_edge_of_its_range_or_null_passes(override):
+    config.load([*CPU_GRID, "grid.method=[planted,minference]", override])
+
+
+def test_the_fraction_range_is_check_fraction():
+    for value in (-1.0, 0.0, 1e-9, 0.5, 1.0, 1.0 + 1e-9, 2.0):
+        try:
+            check_fraction("x", value)
+            accepted = True
+        except ValueError:
+            accepted = False
+        assert (value in config.FRACTION) == accepted, value
+
+
+def edges(interval: config.Interval) -> tuple[list[float], list[float]]:
+    """(values just inside, values just outside) the interval at both ends."""
+    eps = 1e-3
+    inside = [interval.low + eps if interval.low_open else interval.low,
+              interval.high - eps if interval.high_open else interval.high]
+    outside = [interval.low if interval.low_open else interval.low - eps,
+               interval.high if interval.high_open else interval.high + eps]
+    return inside, outside
+
+
+@pytest.mark.parametrize("method", [m for m in masks.available() if m != "file"])
+def test_the_range_table_agrees_with_the_mask_builders(method):
+    """What ``METHOD_PARAM_RANGES`` rejects the builder rejects when a cell runs, and what it passes builds."""
+    q = torch.randn(1, 1, 64, 16)
+    for param in sorted(set(masks.get(method).params) & set(config.METHOD_PARAM_RANGES)):
+        inside, outside = edges(config.METHOD_PARAM_RANGES[param])
+        for value in inside:
+            masks.build(method, q, q, q, block_size=16, **{param: value})
+        for value in outside:
+            with pytest.raises(ValueError, match=param):
+                masks.build(method, q, q, q, block_size=16, **{param: value})
+
+
+# row 8: grids too large to enumerate
+
+@pytest.mark.parametrize("sweep", SHIPPED_SWEEPS)
+def test_the_cell_count_from_the_axes_is_the_number_of_cells_expanded(sweep):
+    cfg = config.load([f"sweep={sweep}"])
+    assert grid.count_cells(cfg) == len(grid.expand(cfg).cells)
+
+
+def test_the_cell_count_leaves_out_filtered_combinations():
+    cfg = config.load([*CPU_GRID, "grid.hardware=[cpu,h100]", "grid.backend=[reference,sim]",
+                       "grid.method=[planted,xattention]", "+grid.method_params.planted.density=[0.1,0.2]"])
+    expanded = grid.expand(cfg)
+    assert grid.count_cells(cfg) == len(expanded.cells) == 12 and expanded.filtered
+
+
+def test_a_sweep_larger_than_max_cells_is_refused_naming_the_count_and_the_key():
+    cfg = config.load([*CPU_GRID, "grid.seed=[0,1,2,3,4,5]", "max_cells=10"])
+    with pytest.raises(config.ConfigError, match=re.escape("the sweep has 12 cells (its grids' axes multiplied), "
+                                                           "more than max_cells=10")):
+        plan.make_plan(cfg)
+
+
+def test_a_run_larger_than_max_cells_exits_2_before_touching_the_run_root(tmp_path, capsys):
+    root = tmp_path / "runs"
+    rc = sweep_job.main([*CPU_GRID, "grid.seed=[0,1,2,3,4,5]", "max_cells=10", f"run_root={root}"])
+    assert rc == 2 and not root.exists()
+    assert "the sweep has 12 cells (its grids' axes multiplied), more than max_cells=10" in " ".join(
+        capsys.readouterr().out.split())
+
+
+def test_raising_max_cells_lets_the_sweep_plan():
+    cfg = config.load([*CPU_GRID, "grid.seed=[0,1,2,3,4,5]", "max_cells=12", "resume=false"])
+    assert len(plan.make_plan(cfg).pending) == 12
+
+
+def test_max_cells_must_be_positive():
+    rejected([*CPU_GRID, "max_cells=0"], "max_cells=0; expected >= 1")
+
+
+def test_a_dry_run_larger_than_max_cells_prints_the_count_and_a_warning_without_enumerating(monkeypatch, capsys):
+    def enumerate_nothing(*args, **kwargs):
+        raise AssertionError("a sweep above max_cells was enumerated")
+
+    monkeypatch.setattr(grid, "expand", enumerate_nothing)
+    monkeypatch.setattr(plan, "expand", enumerate_nothing)
+    seq_k = ",".join(str(k) for k in range(1, 1001))
+    seeds = ",".join(str(s) for s in range(2000))
+    rc = sweep_job.main(["--dry-run", *CPU_GRID, f"grid.seq_k=[{seq_k}]", f"grid.seed=[{seeds}]"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert rc == 0
+    assert "4000000 cells, counted from the grids' axes" in out
+    assert "warning: 4000000 cells is more than max_cells=100000" in out

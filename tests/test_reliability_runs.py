@@ -1,0 +1,99 @@
+"""Faults around a sweep's run root (issue 19): unreadable result files, two drivers, and SIGTERM never lose a
+finished row nor stop the next command from working."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobs import sync_mlflow
+from orchestrator import dataset, lock
+from wavealign import pipeline
+from wavealign.records import Cell
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _rows(n: int) -> list[dict]:
+    cells = [Cell(cell_id=f"c{i}", group_id=f"g{i}", hardware="cpu", profile_hardware="h100", backend="reference",
+                  method="random", variant="original", stages="none", skip_mode="force", workload="shape-2h",
+                  seq_len_tokens=256, num_heads=1, head_dim=16, block_size=128, wave_size=4, reps=1, warmup=0,
+                  method_params={"density": 0.5, "seed": i}) for i in range(n)]
+    return [dataset.make_row(c, pipeline.run_cell(c), sweep_id="s", sweep_name="t") for c in cells]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "stray text"])
+def test_an_unreadable_results_file_is_moved_aside_and_the_rest_still_reads(tmp_path, damage, caplog):
+    rows = _rows(2)
+    victim, _ = dataset.write(tmp_path, rows[:1]) + dataset.write(tmp_path, rows[1:])  # two files
+    if damage == "truncated":
+        victim.write_bytes(victim.read_bytes()[:100])
+    elif damage == "empty":
+        victim.write_bytes(b"")
+    else:
+        victim = victim.with_name("notes.txt")
+        victim.write_text("my notes")
+    table = dataset.read(tmp_path)
+    expected = 2 if damage == "stray text" else 1  # a damaged Parquet file's rows are gone; the others are not
+    assert table.num_rows == expected
+    moved = tmp_path / "results" / dataset.QUARANTINE / victim.relative_to(tmp_path / "results")
+    assert moved.is_file() and not victim.exists()
+    assert str(victim) in caplog.text and "unreadable" in caplog.text
+
+
+def test_the_cells_of_a_quarantined_file_are_not_done_so_a_resume_runs_them_again(tmp_path):
+    first, second = dataset.write(tmp_path, _rows(1))[0], dataset.write(tmp_path, _rows(2)[1:])[0]
+    first.write_bytes(b"")
+    assert dataset.done_cell_ids(tmp_path) == {"c1"}
+    assert second.exists()
+
+
+def _holder(run_root: Path) -> subprocess.Popen:
+    """Another process holding the run root's lock until killed."""
+    code = (f"from orchestrator import lock\nimport time\nwith lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n"
+            "    print('held', flush=True)\n    time.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_driver_on_a_run_root_is_refused_naming_the_holder(tmp_path):
+    holder = _holder(tmp_path)
+    try:
+        with pytest.raises(lock.RunRootBusy, match=rf"wavealign sweep other \(pid {holder.pid} on "), \
+                lock.hold(tmp_path, "wavealign sweep mine"):
+            pass
+        assert sync_mlflow.main([f"run_root={tmp_path}", "mlflow.enabled=false"]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    with lock.hold(tmp_path, "wavealign sweep mine"):  # the kernel released the dead holder's lock
+        assert json.loads((tmp_path / lock.LOCK_NAME).read_text())["pid"] == os.getpid()
+
+
+def test_sigterm_stops_a_sweep_like_ctrl_c_keeping_rows_summary_and_run_record(tmp_path):
+    runs = tmp_path / "runs"
+    overrides = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+                 "grid.workload=[shape-2h]", "grid.seq_k=[2.048]", "grid.seed=[0,1,2,3,4,5]",
+                 "grid.variant=[original]", "grid.reps=40", "grid.warmup=0", "progress=false",
+                 "mlflow.enabled=false", "ray.num_cpus=1", f"run_root={runs}"]
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not list((runs / "results").rglob("*.parquet")):  # the first group is done: cells are running
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before it could be stopped"
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 143, out[-3000:]
+    assert "interrupted" in out
+    assert list(runs.glob("sweeps/*/run-*.json")) and list(runs.glob("sweeps/*/summary.txt"))
+    done = dataset.read(runs).num_rows
+    assert 1 <= done < 6
