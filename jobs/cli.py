@@ -1,4 +1,5 @@
-"""The ``wavealign`` console script: ``wavealign <command> [args...]`` runs ``jobs/<command>.py``.
+"""The ``wavealign`` console script: ``wavealign <command> [args...]`` runs ``jobs/<command>.py``;
+``wavealign --version`` prints the package version and the checkout's git sha.
 
 A command is any module of this package with a ``main(argv) -> int``; dashes in the command name
 become underscores. Adding a command is adding one module.
@@ -26,8 +27,17 @@ def commands() -> dict[str, str]:
     return found
 
 
+def version() -> str:
+    """``wavealign <version>``, with the checkout's git sha where there is one (a wheel has none)."""
+    import wavealign
+    from wavealign.environment import git_sha
+
+    sha = git_sha()
+    return f"wavealign {wavealign.__version__}" + (f" (git {sha})" if sha else "")
+
+
 def _usage() -> str:
-    lines = ["usage: wavealign <command> [args...]", "", "commands:"]
+    lines = ["usage: wavealign <command> [args...]", "       wavealign --version", "", "commands:"]
     lines += [f"  {name:<20} {doc}" for name, doc in sorted(commands().items())]
     return "\n".join(lines)
 
@@ -36,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        print(version())
         return 0
     name = argv[0]
     if name not in commands():

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from wavealign.records import ORIGINAL_VARIANT
+
 COUNTS = ("done", "running", "failed", "unschedulable")
 
 
@@ -49,7 +51,7 @@ class SweepProgress:
         self._progress.update(self._tasks[placement], completed=finished, description=text)
 
 
-def _median(values: list[float]) -> float:
+def _median(values: list[float | None]) -> float:
     values = [v for v in values if v is not None and not math.isnan(v)]
     return statistics.median(values) if values else math.nan
 
@@ -58,33 +60,78 @@ def _fmt(value: float, spec: str) -> str:
     return "-" if value is None or math.isnan(value) else format(value, spec)
 
 
+def _fmt_ms(value: float) -> str:
+    """Four significant digits, so a ratio of two printed times is right to about 0.1% (0.1782, 98.60, 1572)."""
+    if value is None or math.isnan(value):
+        return "-"
+    decimals = 3 - math.floor(math.log10(abs(value))) if value else 3
+    return f"{value:.{max(decimals, 0)}f}"
+
+
+def _original_ms(row: dict[str, Any]) -> float:
+    """The kernel time of the original variant timed beside this cell (its group), which its speedup refers to."""
+    kernel_ms, speedup = row.get("kernel_ms_median"), row.get("speedup_vs_original")
+    if row.get("variant") == ORIGINAL_VARIANT:
+        return math.nan if kernel_ms is None else kernel_ms
+    return math.nan if kernel_ms is None or speedup is None else kernel_ms * speedup
+
+
+def _l2_hit(done: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """The median L2 hit of a line and where it comes from: Nsight Compute where measured, else the simulator."""
+    for column, source in (("ncu_l2_hit_pct", "ncu"), ("l2_hit_pct", "sim")):
+        value = _median([r.get(column) for r in done])
+        if not math.isnan(value):
+            return f"{value:.1f} ({source})", source
+    return "-", None
+
+
+def _line_order(key: tuple) -> tuple:
+    hardware, backend, method, tokens, variant = key
+    return hardware, backend, method, -1 if tokens is None else tokens, variant != ORIGINAL_VARIANT, variant
+
+
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """One line per (hardware, backend, method, variant): cell counts and median figures."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    """One line per (hardware, backend, method, sequence length, variant): cell counts and median figures.
+
+    Each line's speedup is computed from the medians printed on it (original ms / kernel ms), so the table never
+    shows a ratio its own columns contradict; the per-cell ratios are the dataset's ``speedup_vs_original``."""
+    lines: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        groups[(row["hardware"], row["backend"], row["method"], row["variant"])].append(row)
+        lines[(row["hardware"], row["backend"], row["method"], row.get("seq_len_tokens"), row["variant"])].append(row)
     table = Table(title=title)
-    for header in ("hardware", "backend", "method", "variant", "done", "failed", "unsched.", "kernel ms",
-                   "reorder ms", "speedup", "L2 hit %", "timer"):
-        table.add_column(header, justify="right" if header not in ("hardware", "backend", "method", "variant")
-                         else "left")
-    for key in sorted(groups):
-        rs = groups[key]
+    for header in ("hardware", "backend", "method", "tokens", "variant", "done", "failed", "unsched.", "kernel ms",
+                   "original ms", "speedup", "reorder ms", "L2 hit %", "timer"):
+        table.add_column(header, justify="left" if header in ("hardware", "backend", "method", "variant")
+                         else "right")
+    l2_sources = set()
+    for key in sorted(lines, key=_line_order):
+        hardware, backend, method, tokens, variant = key
+        rs = lines[key]
         done = [r for r in rs if r["status"] == "done"]
         timers = sorted({r["timer"] for r in done if r.get("timer")})
-        table.add_row(*key, str(len(done)), str(sum(r["status"] == "failed" for r in rs)),
+        kernel_ms = _median([r["kernel_ms_median"] for r in done])
+        original_ms = _median([_original_ms(r) for r in done])
+        l2_text, l2_source = _l2_hit(done)
+        l2_sources.add(l2_source)
+        table.add_row(hardware, backend, method, "-" if tokens is None else f"{tokens:,}", variant,
+                      str(len(done)), str(sum(r["status"] == "failed" for r in rs)),
                       str(sum(r["status"] == "unschedulable" for r in rs)),
-                      _fmt(_median([r["kernel_ms_median"] for r in done]), ".3f"),
-                      _fmt(_median([r["reorder_ms"] for r in done]), ".2f"),
-                      _fmt(_median([r["speedup_vs_original"] for r in done]), ".3f"),
-                      _fmt(_median([r["l2_hit_pct"] for r in done]), ".1f"), ",".join(timers) or "-")
+                      _fmt_ms(kernel_ms), _fmt_ms(original_ms),
+                      _fmt(original_ms / kernel_ms if kernel_ms > 0 else math.nan, ".3f"),
+                      _fmt(_median([r["reorder_ms"] for r in done]), ".2f"), l2_text, ",".join(timers) or "-")
     timers = {r.get("timer") for r in rows}
-    notes = []
+    notes = ["speedup = original ms / kernel ms, both medians over the line's done cells; original ms: the "
+             "original variant timed in their groups"]
+    if "ncu" in l2_sources:
+        notes.append("L2 hit % (ncu): measured by Nsight Compute on the backend's attention kernels")
+    if "sim" in l2_sources:
+        notes.append("L2 hit % (sim): predicted by wavealign.sim, not measured")
     if "wall_clock" in timers:
         notes.append("wall_clock: the exact reference kernel timed on a CPU, a check of the pipeline, not a GPU "
                      "figure")
     if "simulated" in timers:
         notes.append("simulated: wavealign.sim's prediction for that GPU (kernel ms, L2 hit), not a measurement; "
                      "its reorder ms is reorder.plan measured on this machine's CPU")
-    table.caption = "\n".join(notes) or None
+    table.caption = "\n".join(notes)
+    table.caption_justify = "left"
     return table

@@ -1,0 +1,186 @@
+"""What a user reads: the sweep's summary table, the dry run's time estimate and ``wavealign --version``."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import wavealign
+from jobs import cli
+from orchestrator import config, dataset, plan
+from orchestrator.progress import summary_table
+from wavealign import environment, pipeline
+from wavealign.records import Cell, CellResult
+
+REPO = Path(__file__).resolve().parent.parent
+LENGTHS = (512, 1024)
+
+
+def make_cell(**changes) -> Cell:
+    cell = Cell(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100", backend="reference",
+                method="planted", variant="original", stages="none", skip_mode="force", workload="shape",
+                seq_len_tokens=1024, num_heads=2, head_dim=32, block_size=128, wave_size=4, reps=2, warmup=0)
+    return replace(cell, **changes)
+
+
+def group_rows(tokens: int) -> list[dict]:
+    """The rows of one group at ``tokens``: original and WaveAlign, run through the real pipeline on the CPU."""
+    cells = [make_cell(cell_id=f"orig-{tokens}", group_id=f"g-{tokens}", seq_len_tokens=tokens),
+             make_cell(cell_id=f"wa-{tokens}", group_id=f"g-{tokens}", seq_len_tokens=tokens, variant="wavealign",
+                       stages="both")]
+    results = pipeline.run_group(cells)
+    assert all(r.status == "done" for r in results), [r.traceback for r in results]
+    return [dataset.make_row(c, r, sweep_id="s", sweep_name="test") for c, r in zip(cells, results, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    # the WaveAlign rows first, the longer length first: the table sorts them itself
+    return [row for tokens in reversed(LENGTHS) for row in reversed(group_rows(tokens))]
+
+
+def table_lines(table) -> list[dict[str, str]]:
+    """The table's cells, one dict per line, keyed by header."""
+    columns = {c.header: list(c.cells) for c in table.columns}
+    return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+
+
+def rendered(table) -> str:
+    console = Console(record=True, width=200)
+    console.print(table)
+    return console.export_text()
+
+
+# ---- the summary table
+
+
+def test_summary_has_one_line_per_sequence_length_and_variant(rows):
+    lines = table_lines(summary_table(rows, "t"))
+    assert [(line["tokens"], line["variant"]) for line in lines] == [
+        ("512", "original"), ("512", "wavealign"), ("1,024", "original"), ("1,024", "wavealign")]
+    assert all(line["done"] == "1" for line in lines)
+
+
+def test_summary_speedup_is_the_printed_original_ms_over_the_printed_kernel_ms(rows):
+    for line in table_lines(summary_table(rows, "t")):
+        ratio = float(line["original ms"]) / float(line["kernel ms"])
+        assert float(line["speedup"]) == pytest.approx(ratio, rel=2e-3, abs=1e-3), line
+
+
+def test_summary_original_ms_is_the_original_timed_in_the_same_group(rows):
+    for tokens in LENGTHS:
+        original = next(r for r in rows if r["seq_len_tokens"] == tokens and r["variant"] == "original")
+        aligned = next(r for r in rows if r["seq_len_tokens"] == tokens and r["variant"] == "wavealign")
+        line = next(line for line in table_lines(summary_table(rows, "t"))
+                    if line["tokens"] == f"{tokens:,}" and line["variant"] == "wavealign")
+        assert float(line["original ms"]) == pytest.approx(original["kernel_ms_median"], rel=1e-3)
+        assert float(line["speedup"]) == pytest.approx(aligned["speedup_vs_original"], abs=1e-3)
+
+
+def test_summary_speedup_says_how_it_is_computed(rows):
+    assert "speedup = original ms / kernel ms" in rendered(summary_table(rows, "t"))
+
+
+def test_summary_shows_the_ncu_l2_hit_where_measured_labelled_ncu(rows):
+    profiled = [dict(r, ncu_l2_hit_pct=61.25) if r["seq_len_tokens"] == 512 else r for r in rows]
+    table = summary_table(profiled, "t")
+    l2 = {(line["tokens"], line["variant"]): line["L2 hit %"] for line in table_lines(table)}
+    assert l2[("512", "original")] == l2[("512", "wavealign")] == "61.2 (ncu)"
+    assert l2[("1,024", "original")] == "-"
+    assert "L2 hit % (ncu): measured by Nsight Compute" in rendered(table)
+
+
+def test_summary_shows_the_simulated_l2_hit_labelled_sim(rows):
+    simulated = [dict(r, l2_hit_pct=40.0) for r in rows]
+    table = summary_table(simulated, "t")
+    assert {line["L2 hit %"] for line in table_lines(table)} == {"40.0 (sim)"}
+    assert "L2 hit % (sim): predicted by wavealign.sim" in rendered(table)
+
+
+def test_summary_prefers_the_ncu_l2_hit_to_a_simulated_one(rows):
+    both = [dict(r, l2_hit_pct=40.0, ncu_l2_hit_pct=70.0) for r in rows]
+    assert {line["L2 hit %"] for line in table_lines(summary_table(both, "t"))} == {"70.0 (ncu)"}
+
+
+def test_summary_counts_failed_cells_on_their_length_line(rows):
+    failed = dict(rows[0], status="failed", kernel_ms_median=math.nan, speedup_vs_original=math.nan)
+    lines = table_lines(summary_table([failed, *rows[1:]], "t"))
+    line = next(line for line in lines if (line["tokens"], line["variant"]) == ("1,024", "wavealign"))
+    assert (line["done"], line["failed"], line["kernel ms"], line["speedup"]) == ("0", "1", "-", "-")
+
+
+# ---- the dry run's estimate
+
+GPU_CELLS = ["~sweep", "grid.hardware=[h100]", "grid.backend=[fa4]", "grid.method=[random]",
+             "grid.workload=[shape-2h]", "grid.seq_k=[4]", "grid.variant=[original,wavealign]", "grid.reps=2",
+             "grid.warmup=0", "progress=false"]
+
+
+def dry_run_text(tmp_path: Path, *overrides: str) -> str:
+    cfg = config.load([*GPU_CELLS, f"run_root={tmp_path / 'fresh'}", *overrides])
+    console = Console(record=True, width=400)
+    plan.describe(plan.make_plan(cfg), cfg, console)
+    return console.export_text()
+
+
+def test_dry_run_on_a_fresh_run_root_estimates_gpu_cells_from_the_roofline_model(tmp_path):
+    out = dry_run_text(tmp_path)
+    line = next(line for line in out.splitlines() if line.strip().startswith("estimate h100 workers"))
+    assert re.search(r"estimate h100 workers: [0-9.]+ worker-minutes for 2 cells from the roofline model", line)
+    assert "no earlier results" not in out
+    assert "roofline model: attention FLOPs" in out
+
+
+def test_dry_run_says_which_model_cells_assume_a_dense_mask(tmp_path):
+    out = dry_run_text(tmp_path, "grid.method=[xattention]", "grid.workload=[wan1.3b-480p-2h]")
+    assert "2 assumed dense, an upper bound" in out
+
+
+def test_dry_run_reports_cpu_cells_without_earlier_results_as_not_estimated(tmp_path):
+    out = dry_run_text(tmp_path, "grid.hardware=[cpu]", "grid.backend=[reference]")
+    assert "estimate cpu workers: 2 cells not estimated: no earlier results" in out
+    assert "roofline" not in out
+
+
+def test_earlier_results_of_the_same_hardware_backend_and_method_win_over_the_model(tmp_path):
+    cfg = config.load([*GPU_CELLS, f"run_root={tmp_path}"])
+    cells = plan.make_plan(cfg).pending
+    earlier = [dataset.make_row(c, CellResult(c.cell_id, c.group_id, "done", cell_wall_s=30.0), sweep_id="s",
+                                sweep_name="earlier") for c in cells]
+    dataset.write(tmp_path, earlier)
+    estimate = plan.estimate_seconds(cells, tmp_path)["h100"]
+    assert (estimate.history_s, estimate.history_cells, estimate.model_cells) == (60.0, 2, 0)
+
+
+def test_the_roofline_model_is_within_2x_of_the_measured_h200_table1_cells():
+    rows = dataset.read(REPO / "benchmarks/results/table1-fa4-h200").to_pylist()
+    assert rows
+    for row in rows:
+        modelled = plan.model_seconds(Cell(**json.loads(row["cell_json"])), density=row["density"])
+        assert 0.5 <= modelled / row["cell_wall_s"] <= 2.0, (row["method"], row["variant"], modelled)
+
+
+def test_a_cpu_cell_has_no_model_time():
+    assert plan.model_seconds(make_cell()) is None
+
+
+# ---- wavealign --version
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_prints_the_package_version_and_git_sha(flag, capsys, monkeypatch):
+    monkeypatch.setenv("WAVEALIGN_GIT_SHA", "0123abcd")
+    assert cli.main([flag]) == 0
+    assert capsys.readouterr().out.strip() == f"wavealign {wavealign.__version__} (git 0123abcd)"
+
+
+def test_version_without_a_git_checkout_prints_the_version_alone(capsys, monkeypatch):
+    monkeypatch.setattr(environment, "git_sha", lambda: None)
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"wavealign {wavealign.__version__}"
