@@ -32,6 +32,7 @@ from analysis.plotting import (
     note_figure,
     panel_grid,
     relative_to_original,
+    variant_color,
 )
 from wavealign import hardware as hardware_registry
 from wavealign import masks
@@ -227,7 +228,7 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
                     kernel=("kernel_ms_median", "median"), reorder=("reorder_ms", "median"), sim=("_sim", "any"))
                 xs = [seqs.index(s) + (j - (len(labels) - 1) / 2) * width for s in part.index]
                 sim = bool(part["sim"].any())
-                color = COLORS[j % len(COLORS)]
+                color = variant_color(name)
                 ax.bar(xs, part["kernel"], width, color=color, label=label(name, sim), **bar_style(sim))
                 overhead = part["reorder"].fillna(0.0)
                 if (overhead > 0).any():
@@ -252,7 +253,7 @@ def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str]
         for sim, part in cells[cells["stages"] == stage].groupby("_sim"):
             heights = [aggregate(value[part.index[part["method"] == m]]) for m in methods]
             xs = [i + (j - (len(stages) - 1) / 2) * width for i in range(len(methods))]
-            ax.bar(xs, heights, width, color=COLORS[j % len(COLORS)],
+            ax.bar(xs, heights, width, color=variant_color(stage),
                    label=label(STAGE_LABELS.get(stage, stage), bool(sim)), **bar_style(bool(sim)))
             if sim:
                 badge_simulated(ax)
@@ -390,12 +391,17 @@ def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_t
         if chosen.empty:
             return note_figure(title, f"no finished cell {cell_id!r} in the results")
     else:
-        chosen = cells[(cells["stages"] != "none") & (cells["seq_len_tokens"] <= max_seq_len_tokens)
-                       & (cells["method"] != DENSE)]
+        # a Q/K-free mask redraws at any length; one built from Q/K only up to max_seq_len_tokens (CPU time)
+        qk_free = [m for m in cells["method"].unique() if m in masks.available() and not masks.get(m).needs_qk]
+        synthetic = cells["method"].isin(qk_free)
+        chosen = cells[(cells["stages"] != "none") & (cells["method"] != DENSE)
+                       & (synthetic | (cells["seq_len_tokens"] <= max_seq_len_tokens))]
+        if {"num_q_blocks", "wave_size"} <= set(chosen):  # a mask of one wave has no first wave to show apart
+            chosen = chosen[chosen["num_q_blocks"] > chosen["wave_size"]]
         if chosen.empty:
-            return note_figure(title, f"no reordered cell of at most {max_seq_len_tokens} tokens to redraw")
+            return note_figure(title, "no reordered cell of more than one wave to redraw (Q/K-built masks up to "
+                                      f"{max_seq_len_tokens} tokens; report --mask-cell ID draws any cell)")
         # prefer Q/K-free masks, full WaveAlign, the longest sequence, then the density nearest the paper's 25%
-        qk_free = [m for m in chosen["method"].unique() if m in masks.available() and not masks.get(m).needs_qk]
         chosen = chosen.assign(_synthetic=chosen["method"].isin(qk_free),
                                _both=chosen["stages"] == "both",
                                _near_quarter=-(chosen["density"] - 0.25).abs() if "density" in chosen else 0.0)

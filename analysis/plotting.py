@@ -8,6 +8,7 @@ and their labels say "simulated".
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,6 +24,12 @@ from matplotlib.figure import Figure
 from wavealign import reorder
 
 STAGE_LABELS = reorder.PAPER_LABELS
+# One colour per reorder variant in every figure, whatever else a panel holds; a stage set takes its variant's
+# colour (none = original, both = wavealign). Other labels get one of the rest, fixed by their name.
+VARIANT_COLORS = {"original": "tab:blue", "spatial": "tab:orange", "temporal": "tab:green", "wavealign": "tab:red",
+                  "adaptive": "tab:purple"}
+_STAGE_VARIANT = {"none": "original", "spatial": "spatial", "temporal": "temporal", "both": "wavealign"}
+_OTHER_COLORS = ("tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
 SIMULATED_LABEL = "simulated"
 NOTE_COLOR = "0.35"
 
@@ -80,6 +87,15 @@ def line_style(simulated: bool) -> dict[str, Any]:
     if simulated:
         return {"linestyle": "--", "markerfacecolor": "none", "alpha": 0.8}
     return {"linestyle": "-"}
+
+
+def variant_color(name: str) -> str:
+    """The fixed colour of a variant (``wavealign``), a stage set (``both``) or a variant label with backend
+    parameters after it (``wavealign head_order=sequential`` takes its own, name-fixed colour)."""
+    name = _STAGE_VARIANT.get(name, name)
+    if name in VARIANT_COLORS:
+        return VARIANT_COLORS[name]
+    return _OTHER_COLORS[zlib.crc32(name.encode()) % len(_OTHER_COLORS)]
 
 
 def bar_style(simulated: bool) -> dict[str, Any]:

@@ -26,7 +26,7 @@ grid:  # simulated H100 cells: the four ablation variants and the adaptive skip
   backend: [sim]
   method: [planted]
   workload: [shape-4h]
-  seq_k: [16]
+  seq_k: [20]  # 157 blocks of 128: more than one H100 wave (132), so Fig. 14 has a first wave to show
   variant: [original, spatial, temporal, wavealign, adaptive]
 extra_grids:
   cpu_reference:  # exact reference-kernel cells on this CPU
@@ -120,7 +120,28 @@ def test_mask_picture_shows_one_head_before_and_after_in_full_and_one_wave(run_r
     fig = figures.mask_pictures(analysis.load(run_root))
     assert sum(len(ax.images) for ax in fig.axes) == 4
     assert "build_inputs" in fig.get_suptitle()
+    first_wave = fig.axes[2].images[0].get_array()
+    assert first_wave.shape[0] == 132 < fig.axes[0].images[0].get_array().shape[0]  # a wave, not the whole mask
     plt.close(fig)
+
+
+def test_each_variant_has_one_colour_in_every_figure(run_root):
+    frame = analysis.load(run_root)
+    colours: dict[str, set] = {}
+    for draw in (figures.kernel_latency, figures.ablation):
+        fig = draw(frame)
+        for ax in fig.axes:
+            for bars in ax.containers:
+                name = bars.get_label()
+                if name and not name.startswith("_") and "reorder overhead" not in name:
+                    key = name.replace(" (simulated)", "")
+                    colours.setdefault(key, set()).update(p.get_facecolor()[:3] for p in bars.patches)
+        plt.close(fig)
+    same = {"wavealign": "O+S1+S2", "spatial": "O+S1", "temporal": "O+S2", "original": "Original"}
+    for variant, stage in same.items():
+        if variant in colours and stage in colours:
+            assert colours[variant] == colours[stage], (variant, colours[variant], colours[stage])
+    assert colours and all(len(c) == 1 for c in colours.values()), colours
 
 
 @pytest.mark.parametrize("name", list(figures.FIGURES))
