@@ -1,5 +1,8 @@
 """Log to MLflow every result row of the Parquet dataset that MLflow lacks (after it was unreachable).
 
+Each sweep's parent run also gets the dataset input (what `wavealign report --experiment` follows to the rows)
+and is left ended, not RUNNING.
+
     wavealign sync-mlflow [run_root=DIR] [mlflow.tracking_uri=URI] [mlflow.experiment=NAME]
 """
 
@@ -15,7 +18,7 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from orchestrator import config, lock, tracking
+    from orchestrator import config, lock, record, tracking
 
     console = Console()
     try:
@@ -27,7 +30,7 @@ def main(argv: list[str]) -> int:
     try:
         with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
             tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=Path(cfg.run_root) / "mlartifacts")
-            logged = tracking.sync(cfg.run_root, tracker)
+            logged = record.sync(cfg.run_root, tracker)
     except lock.RunRootBusy as exc:
         console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
         return 2
@@ -35,7 +38,7 @@ def main(argv: list[str]) -> int:
         console.print(f"[red]MLflow at {uri} is unreachable: {tracker.down_reason}[/red]")
         return 1
     console.print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {uri}")
-    console.print(f"MLflow UI: {tracking.ui_command(uri)}")
+    console.print(f"MLflow UI: {tracking.ui_hint(uri, tracker.experiment_id)}", soft_wrap=True)
     return 0
 
 

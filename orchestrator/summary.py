@@ -29,8 +29,10 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
     console.print(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")
+    console.print(f"next: wavealign report --runs {cfg.run_root}  (the paper's figures and tables as PNGs and one "
+                  "HTML page)", soft_wrap=True)
     if outcome.tracking_uri:
-        console.print(f"MLflow UI: {tracking.ui_command(outcome.tracking_uri)}")
+        console.print(f"MLflow UI: {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id)}", soft_wrap=True)
     if outcome.mlflow_down_reason:
         console.print(f"[yellow]MLflow went unreachable ({outcome.mlflow_down_reason}); the rows are in Parquet. "
                       f"Log them later: wavealign sync-mlflow run_root={cfg.run_root}[/yellow]")

@@ -1,6 +1,7 @@
 """Run a sweep: tie together what it would do (``plan``), the Ray workers that run its cells (``dispatch``), the
 recording of every result to Parquet first and MLflow second, in batches as cells finish (``record``), and the
-final summary (``summary``).
+final summary (``summary``). The sweep's MLflow parent run is RUNNING while this driver runs it, then ended:
+FINISHED or KILLED (interrupted) from the run record, FAILED if the driver raised.
 
 Ctrl-C stops submitting, records what finished and prints how to resume.
 """
@@ -20,9 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from orchestrator import dispatch, lock, tracking
-from orchestrator.plan import make_plan
+from orchestrator.plan import SweepPlan, make_plan
 from orchestrator.progress import SweepProgress
-from orchestrator.record import Recorder, SweepOutcome, write_run_record
+from orchestrator.record import Recorder, SweepOutcome, end_parent_run, sync, write_run_record
 from orchestrator.summary import print_summary
 
 
@@ -54,12 +55,20 @@ def _sigterm_as_interrupt(outcome: SweepOutcome) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _parent_run_ended_on_error(tracker: tracking.Tracker | None, parent_run_id: str | None) -> Iterator[None]:
+    """A driver that raises ends the sweep's parent run itself: KILLED for an interrupt that got past the
+    dispatch loop, FAILED for anything else."""
+    try:
+        yield
+    except BaseException as exc:
+        if tracker is not None:
+            tracker.finish(parent_run_id, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        raise
+
+
 def _run(cfg: DictConfig, console: Console | None,
          on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None) -> SweepOutcome:
-    import ray
-
-    from orchestrator import cluster
-
     console = console or Console()
     run_root = Path(cfg.run_root)
     plan = make_plan(cfg)
@@ -72,18 +81,42 @@ def _run(cfg: DictConfig, console: Console | None,
     if cfg.mlflow.enabled:
         uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(run_root)
         tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=run_root / "mlartifacts")
-        synced = tracking.sync(run_root, tracker)  # rows an earlier run wrote but could not log
+        synced = sync(run_root, tracker)  # rows an earlier run wrote but could not log
         if sum(synced.values()):
             console.print(f"mlflow: logged {sum(synced.values())} rows missing from earlier sweeps")
         parent = tracker.parent_run(plan.sweep_id, cfg.name, config_path)
+        tracker.reopen(parent)  # a resumed sweep runs again
         if not tracker.available:
             console.print(f"[yellow]mlflow unreachable ({tracker.down_reason}); recording to Parquet only. "
                           f"Later: wavealign sync-mlflow run_root={cfg.run_root}[/yellow]")
     outcome = SweepOutcome(sweep_id=plan.sweep_id, run_root=run_root, tracking_uri=uri,
+                           experiment_id=tracker.experiment_id if tracker is not None else None,
                            skipped_done=plan.done_before)
     console.print(f"sweep {cfg.name} ({plan.sweep_id}): {len(plan.grid.cells)} cells, {plan.done_before} done "
                   f"earlier, {len(plan.pending)} to run; {sum(plan.grid.filtered.values())} combinations filtered")
     recorder = Recorder(cfg, plan, tracker, parent)
+    with _parent_run_ended_on_error(tracker, parent):
+        workers = _run_cells(cfg, plan, recorder, outcome, console, on_workers)
+        outcome.rows = recorder.rows
+        outcome.counts = Counter(r["status"] for r in recorder.rows)
+        write_run_record(sweep_dir, outcome, workers)
+        summary_path = sweep_dir / "summary.txt"
+        if tracker is not None:
+            outcome.mlflow_down_reason = tracker.down_reason
+        print_summary(cfg, plan, outcome, console, summary_path)
+        if tracker is not None:
+            tracker.log_dataset(parent, run_root, summary_path)
+            end_parent_run(tracker, parent, run_root, plan.sweep_id)
+    return outcome
+
+
+def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOutcome, console: Console,
+               on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None) -> dict[str, list[Any]]:
+    """Run the plan's pending cells on Ray workers, recording each as it finishes; the workers by placement."""
+    import ray
+
+    from orchestrator import cluster
+
     owns_ray = not ray.is_initialized()
     workers: dict[str, list[Any]] = {}
     try:
@@ -117,13 +150,4 @@ def _run(cfg: DictConfig, console: Console | None,
                 ray.kill(w)
         if owns_ray and ray.is_initialized():
             ray.shutdown()
-    outcome.rows = recorder.rows
-    outcome.counts = Counter(r["status"] for r in recorder.rows)
-    write_run_record(sweep_dir, outcome, workers)
-    summary_path = sweep_dir / "summary.txt"
-    if tracker is not None:
-        outcome.mlflow_down_reason = tracker.down_reason
-    print_summary(cfg, plan, outcome, console, summary_path)
-    if tracker is not None:
-        tracker.log_dataset(parent, run_root, summary_path)
-    return outcome
+    return workers

@@ -1,0 +1,155 @@
+"""A sweep's MLflow parent run against a real sqlite store: it ends with the sweep (FINISHED, KILLED, FAILED), is
+reopened on resume, carries the grid as params and the outcome as metrics; `sync-mlflow` attaches the dataset and
+ends what it touches; the printed UI address opens the runs table."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+from rich.console import Console
+
+import analysis
+from jobs import sync_mlflow
+from orchestrator import config, dataset, sweep, tracking
+
+# two tiny exact reference-kernel cells on this CPU: the original and its reordered variant
+TINY = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+        "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original,wavealign]", "grid.reps=1",
+        "grid.warmup=0", "progress=false", "ray.num_cpus=2"]
+
+
+def run_sweep(root: Path, *overrides: str, console: Console | None = None, on_workers=None) -> sweep.SweepOutcome:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ADDRESS", "local")  # a fresh embedded Ray even if another cluster runs on this machine
+        cfg = config.load([*TINY, f"run_root={root}", *overrides])
+        return sweep.run(cfg, console or Console(quiet=True), on_workers=on_workers)
+
+
+def parent_run(uri: str, sweep_id: str, experiment: str = "wavealign"):
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id],
+                              f"tags.`wavealign.sweep_id` = '{sweep_id}' and tags.`wavealign.kind` = 'sweep'")
+    assert len(runs) == 1, "a sweep has exactly one parent run"
+    return runs[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One sweep run to its end, with what it printed."""
+    root = tmp_path_factory.mktemp("finished")
+    printed = io.StringIO()
+    outcome = run_sweep(root, console=Console(file=printed, width=300))
+    assert outcome.counts == {"done": 2}
+    return root, outcome, printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def synced(tmp_path_factory):
+    """A sweep recorded to Parquet only, then `sync-mlflow` to a store that is not next to its run root (so the
+    experiment can only find the rows through the parent run's dataset input)."""
+    tmp = tmp_path_factory.mktemp("synced")
+    root, uri = tmp / "runs", f"sqlite:///{tmp / 'elsewhere' / 'mlflow.db'}"
+    (tmp / "elsewhere").mkdir()
+    outcome = run_sweep(root, "mlflow.enabled=false")
+    assert outcome.counts == {"done": 2}
+    assert sync_mlflow.main([f"run_root={root}", f"mlflow.tracking_uri={uri}", "mlflow.experiment=synced"]) == 0
+    return root, uri, outcome
+
+
+def test_a_sweep_that_runs_to_its_end_leaves_its_parent_run_finished_with_an_end_time(finished):
+    root, outcome, _ = finished
+    run = parent_run(tracking.default_tracking_uri(root), outcome.sweep_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.end_time is not None and run.info.end_time >= run.info.start_time
+
+
+def test_the_parent_run_carries_the_grid_and_variants_as_flat_params(finished):
+    root, outcome, _ = finished
+    params = parent_run(tracking.default_tracking_uri(root), outcome.sweep_id).data.params
+    assert params["grid.backend"] == '["reference"]'
+    assert params["grid.variant"] == '["original", "wavealign"]'
+    assert params["grid.seq_k"] == "[0.5]" and params["grid.reps"] == "1"
+    assert params["grid.cpu_profile"] == "h100"
+    assert params["variants.wavealign.stages"] == "both" and params["extra_grids"] == "{}"
+
+
+def test_the_parent_run_carries_counts_wall_times_and_the_median_speedup_as_metrics(finished):
+    root, outcome, _ = finished
+    metrics = parent_run(tracking.default_tracking_uri(root), outcome.sweep_id).data.metrics
+    reordered = next(r for r in outcome.rows if r["variant"] == "wavealign")
+    assert metrics["cells_done"] == 2 and metrics["cells_failed"] == 0 and metrics["cells_unschedulable"] == 0
+    assert metrics["speedup_vs_original_median"] == pytest.approx(reordered["speedup_vs_original"])
+    assert metrics["net_speedup_vs_original_median"] == pytest.approx(reordered["net_speedup_vs_original"])
+    assert metrics["startup_s"] > 0 and metrics["dispatch_s"] > 0
+
+
+def test_the_printed_ui_hint_is_the_address_of_the_experiments_runs_table(finished):
+    root, _, printed = finished
+    experiment_id = MlflowClient(tracking_uri=tracking.default_tracking_uri(root)).get_experiment_by_name(
+        "wavealign").experiment_id
+    assert f"mlflow ui --backend-store-uri {tracking.default_tracking_uri(root)}" in printed
+    assert f"http://127.0.0.1:5000/#/experiments/{experiment_id}?workflowType=machine_learning" in printed
+
+
+def test_the_summary_ends_with_the_next_command_to_run(finished):
+    root, _, printed = finished
+    assert f"next: wavealign report --runs {root}" in printed
+
+
+def test_the_ui_hint_for_a_server_is_its_runs_table_address():
+    assert (tracking.ui_hint("http://mlflow.lab:5000/", "7")
+            == "open http://mlflow.lab:5000/#/experiments/7?workflowType=machine_learning")
+
+
+def test_a_resumed_sweep_reopens_its_parent_run_and_finishes_it_again(tmp_path):
+    first = run_sweep(tmp_path)
+    uri = tracking.default_tracking_uri(tmp_path)
+    ended_first = parent_run(uri, first.sweep_id).info.end_time
+    status_while_running = []
+    second = run_sweep(tmp_path, "force=true",  # same sweep id; its cells run again
+                       on_workers=lambda _: status_while_running.append(parent_run(uri, first.sweep_id).info.status))
+    assert second.sweep_id == first.sweep_id and second.counts == {"done": 2}
+    assert status_while_running == ["RUNNING"]
+    run = parent_run(uri, first.sweep_id)
+    assert run.info.status == "FINISHED" and run.info.end_time > ended_first
+
+
+def test_a_sweep_interrupted_before_its_cells_ran_leaves_its_parent_run_killed(tmp_path):
+    def interrupt(_):
+        raise KeyboardInterrupt
+
+    outcome = run_sweep(tmp_path, on_workers=interrupt)
+    assert outcome.interrupted
+    run = parent_run(tracking.default_tracking_uri(tmp_path), outcome.sweep_id)
+    assert run.info.status == "KILLED" and run.info.end_time is not None
+
+
+def test_a_driver_that_raises_leaves_its_parent_run_failed(tmp_path):
+    def crash(_):
+        raise RuntimeError("driver bug")
+
+    with pytest.raises(RuntimeError, match="driver bug"):
+        run_sweep(tmp_path, on_workers=crash)
+    client = MlflowClient(tracking_uri=tracking.default_tracking_uri(tmp_path))
+    runs = client.search_runs([client.get_experiment_by_name("wavealign").experiment_id],
+                              "tags.`wavealign.kind` = 'sweep'")
+    assert [r.info.status for r in runs] == ["FAILED"] and runs[0].info.end_time is not None
+
+
+def test_sync_attaches_the_dataset_so_the_experiment_finds_the_synced_rows(synced):
+    root, uri, outcome = synced
+    frame = analysis.load("synced", tracking_uri=uri)
+    assert sorted(frame["result_id"]) == sorted(r["result_id"] for r in outcome.rows)
+    sources = [d.dataset.source for d in parent_run(uri, outcome.sweep_id, "synced").inputs.dataset_inputs]
+    assert sources == [dataset.results_dir(root).resolve().as_uri()]
+
+
+def test_sync_leaves_the_parent_run_it_created_ended_with_the_grid_and_metrics(synced):
+    _, uri, outcome = synced
+    run = parent_run(uri, outcome.sweep_id, "synced")
+    assert run.info.status == "FINISHED" and run.info.end_time is not None
+    assert run.data.params["grid.backend"] == '["reference"]' and run.data.metrics["cells_done"] == 2
