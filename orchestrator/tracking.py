@@ -54,6 +54,9 @@ UI_RUNS_QUERY = "workflowType=machine_learning"
 MLFLOW_UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
 
 _log = logging.getLogger(__name__)
+# MLflow's sqlite layer logs every database error with its traceback before raising it; the Tracker reports each
+# failure itself (one line naming the cause), so those would only repeat it
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def default_tracking_uri(run_root: str | Path) -> str:
@@ -96,11 +99,24 @@ class Tracker:
         try:
             return action()
         except Exception as exc:  # any failure of the tracking service: record it, keep the sweep going
-            self.down_reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            # Parquet keeps every row either way; the traceback tells an outage from a bug in our logging
+            self.down_reason = self._cause(exc)
+            # Parquet keeps every row either way: one line on the console, the traceback at debug level (it tells
+            # an outage from a bug in our logging)
             _log.warning("MLflow logging stopped for this sweep (%s); sync-mlflow can catch up later",
-                         self.down_reason, exc_info=True)
+                         self.down_reason)
+            _log.debug("MLflow failure", exc_info=True)
             return None
+
+    def _cause(self, exc: Exception) -> str:
+        """What went wrong, in words: a local sqlite store that vanished or turned read-only says so."""
+        if self.tracking_uri.startswith("sqlite:///"):
+            path = Path(self.tracking_uri.removeprefix("sqlite:///"))
+            if self.client is not None and not path.exists():
+                return f"the store {path} no longer exists (deleted while the sweep ran)"
+            if path.exists() and not os.access(path, os.W_OK):
+                return f"the store {path} is read-only"
+        text = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {text[0] if text else ''}"
 
     def _connect(self, artifact_root: Path | None) -> str:
         """The client and the experiment's id (created, with its artifacts under ``artifact_root`` for a

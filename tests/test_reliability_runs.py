@@ -97,3 +97,23 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_keeping_rows_summary_and_run_record(t
     assert list(runs.glob("sweeps/*/run-*.json")) and list(runs.glob("sweeps/*/summary.txt"))
     done = dataset.read(runs).num_rows
     assert 1 <= done < 6
+
+
+def test_an_mlflow_store_deleted_mid_sweep_is_named_in_one_line_and_no_row_is_lost(tmp_path):
+    runs = tmp_path / "runs"
+    overrides = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+                 "grid.workload=[shape-2h]", "grid.seq_k=[2.048]", "grid.seed=[0,1,2,3]", "grid.variant=[original]",
+                 "grid.reps=20", "grid.warmup=0", "progress=false", "ray.num_cpus=1", "batch_cells=1",
+                 f"run_root={runs}"]
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not list((runs / "results").rglob("*.parquet")):  # MLflow is in use: rows are being logged
+        assert proc.poll() is None and time.monotonic() < deadline, "the sweep ended before its store could go"
+        time.sleep(0.2)
+    (runs / "mlflow.db").unlink()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Traceback" not in out
+    assert f"the store {runs / 'mlflow.db'} no longer exists (deleted while the sweep ran)" in out
+    assert dataset.read(runs).num_rows == 4
