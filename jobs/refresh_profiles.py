@@ -167,8 +167,10 @@ def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: s
 
     pairs = skipfit.paired_cells(frame, hardware, args["include_simulated"], fit_backends(frame, hardware, args))
     if len(pairs) < 2:
+        hint = ("" if args["include_simulated"]
+                else " (simulated cells count only with include_simulated=true)")
         raise ValueError(f"hardware={hardware}: {len(pairs)} paired (original, forced WaveAlign) cells in "
-                         f"{args['runs']}; need >= 2 (simulated cells count only with include_simulated=true)")
+                         f"{args['runs']}; need >= 2{hint}")
     evaluation = skipfit.evaluate(pairs, hardware, split=args["split"])
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out_dir = Path(args["out"] or Path(args["runs"]) / "skip-fits" / f"{hardware}-{stamp}")
@@ -246,7 +248,8 @@ def main(argv: list[str]) -> int:
             continue
         m = outcome.metrics
         print(f"{hw}: {int(m['cells'])} held-out cells, accuracy {m['accuracy']:.1%}, regret {m['regret_pct']:.2f}% "
-              f"of oracle time, {m['vs_best_fixed_pct']:+.2f}% vs the better fixed policy "
+              f"of oracle time, total time {abs(m['vs_best_fixed_pct']):.2f}% "
+              f"{'below' if m['vs_best_fixed_pct'] < 0 else 'above'} the better fixed policy "
               f"({'goal met' if m['goal_met'] else 'goal NOT met'})")
         if outcome.model_version is not None:
             print(f"  registered {outcome.hardware} as wavealign-skip-{hw} version {outcome.model_version} "

@@ -230,3 +230,13 @@ def test_fitting_without_paired_cells_names_the_problem(tmp_path):
     dataset.write(tmp_path, rows)
     with pytest.raises(ValueError, match="0 paired"):
         refresh_profiles.fit_one(analysis.load(tmp_path), HARDWARE, refresh_profiles.parse_args([]), None, None)
+
+
+@pytest.mark.parametrize("flag, hint", [("false", True), ("true", False)])
+def test_the_simulated_cells_hint_appears_only_while_they_are_left_out(tmp_path, flag, hint):
+    rows = [r for r in ground_truth_rows(150_000) if r["variant"] == "original"]
+    dataset.write(tmp_path, rows)
+    args = refresh_profiles.parse_args([f"include_simulated={flag}"])
+    with pytest.raises(ValueError, match="0 paired") as raised:
+        refresh_profiles.fit_one(analysis.load(tmp_path), HARDWARE, args, None, None)
+    assert ("include_simulated=true" in str(raised.value)) is hint
