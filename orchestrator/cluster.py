@@ -24,6 +24,9 @@ from wavealign.registry import PLUGINS_ENV
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 USER_ACCELERATOR_LABEL = "accelerator-type"
 LABEL_KEYS = (ACCELERATOR_LABEL, USER_ACCELERATOR_LABEL)  # Ray's label wins where a node has both
+# what the workers of a cluster are not sent of the checkout (runtime_env working_dir; .gitignore'd files neither)
+SHIP_EXCLUDES = (".git", ".venv", "benchmarks", "docs", "deploy", "wavealign-runs", ".devsite", ".fa4", ".vendor",
+                 ".devold", "*.egg-info", "**/__pycache__")
 
 
 def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None,
@@ -31,15 +34,18 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
     """Join ``address`` (``auto``, ``ray://host:port``, ``host:port``) or start an embedded local Ray."""
     if ray.is_initialized():
         return
-    # cells run from the working tree: ship nothing, import the checkout's own packages, and the plugin
-    # modules the sweep names (wavealign.registry imports them on every worker)
-    env_vars = {"PYTHONPATH": os.pathsep.join(filter(None, [_repo_root(), os.environ.get("PYTHONPATH")]))}
-    if os.environ.get(PLUGINS_ENV):
-        env_vars[PLUGINS_ENV] = os.environ[PLUGINS_ENV]
-    runtime_env = {"env_vars": env_vars}
+    # the user's own import path and the plugin modules the sweep names (wavealign.registry imports them on every
+    # worker)
+    env_vars = {k: os.environ[k] for k in ("PYTHONPATH", PLUGINS_ENV) if os.environ.get(k)}
     if address:
+        # a cluster's nodes may not have this checkout: Ray ships it to every worker (packages and conf/;
+        # results, caches and bundles stay home) and puts it first on their import path
+        runtime_env = {"working_dir": _repo_root(), "excludes": list(SHIP_EXCLUDES), "env_vars": env_vars}
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
         return
+    # this machine's own workers import the checkout in place: nothing to ship
+    env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [_repo_root(), env_vars.get("PYTHONPATH")]))
+    runtime_env = {"env_vars": env_vars}
     # "local": always a fresh embedded instance, never a stale or foreign cluster found on this machine
     ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env,
              include_dashboard=False,

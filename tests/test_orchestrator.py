@@ -43,6 +43,19 @@ def ray_cluster():
     nodes.shutdown()
 
 
+@ray.remote(num_cpus=0)
+def _where_wavealign_lives() -> str:
+    import wavealign
+
+    return wavealign.__file__
+
+
+def test_a_cluster_s_workers_run_the_checkout_ray_shipped_them_not_a_path_on_this_machine(ray_cluster):
+    shipped = ray.get(_where_wavealign_lives.remote())
+    assert not shipped.startswith(str(REPO)) and "runtime_resources" in shipped, shipped
+    assert not (Path(shipped).parents[1] / "benchmarks").exists()  # results and bundles are not sent
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
