@@ -17,7 +17,7 @@ from dataclasses import dataclass, fields, replace
 import torch
 
 from wavealign import blockmask
-from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, check_qkv_tensors, register
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 
 try:
     import triton
@@ -220,7 +220,8 @@ def _check_config(shape: LaunchShape, cfg: KernelConfig) -> None:
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    check_qkv_tensors(q=q, k=k, v=v)
+    """What this kernel adds to ``LaunchShape``'s checks (which every caller runs first): 4-D bf16/fp16 tensors
+    with a contiguous last dim, and k/v of one shape."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be (B, H, N, D), got shape {tuple(t.shape)}")
@@ -245,8 +246,8 @@ class TritonLaunch:
     perm: torch.Tensor | None
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        _check_qkv(q, k, v)
         self.shape.check_qkv(q, k, v)
+        _check_qkv(q, k, v)
         cfg, shape = self.config, self.shape
         out = torch.empty_like(q)
         slots = shape.q_blocks * (shape.block_size // cfg.block_m)
@@ -299,8 +300,9 @@ def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", con
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128,
               **options) -> torch.Tensor:
     """Plan and run once: block-sparse attention of q/k/v (B, H, N, D) under ``mask`` in ``order``."""
+    shape = LaunchShape.of(q, k, block_size, v=v)
     _check_qkv(q, k, v)
-    return plan(mask, order, LaunchShape.of(q, k, block_size, v=v), **options).run(q, k, v)
+    return plan(mask, order, shape, **options).run(q, k, v)
 
 
 def _lead_strides(t: torch.Tensor, count: int) -> tuple[int, ...]:
