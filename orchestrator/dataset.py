@@ -169,15 +169,24 @@ def quarantine_unreadable(run_root: str | Path) -> list[Path]:
 
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
-    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none); unreadable files
-    are moved aside first (``quarantine_unreadable``)."""
+    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none). A file that cannot
+    be read is moved aside (``quarantine_unreadable``) and the rest read again: the probe of every file runs only
+    when a read fails, not on each of the several reads a sweep makes."""
     folder = results_dir(run_root)
     if not folder.is_dir():
         return SCHEMA.empty_table().select(columns or SCHEMA.names)
-    quarantine_unreadable(run_root)
-    dataset = ds.dataset(folder, format="parquet", schema=SCHEMA, partitioning="hive",
-                         ignore_prefixes=[".", "_"])
-    return dataset.to_table(columns=columns, filter=filter)
+
+    def table() -> pa.Table:
+        dataset = ds.dataset(folder, format="parquet", schema=SCHEMA, partitioning="hive",
+                             ignore_prefixes=[".", "_"])
+        return dataset.to_table(columns=columns, filter=filter)
+
+    try:
+        return table()
+    except (pa.ArrowInvalid, OSError):
+        if not quarantine_unreadable(run_root):
+            raise
+        return table()
 
 
 def done_cell_ids(run_root: str | Path) -> set[str]:
