@@ -20,7 +20,7 @@ from analysis.figures import (
 )
 from analysis.load import load
 from analysis.report import write_report
-from analysis.tables import TABLES, ncu_characterisation, reorderer_comparison
+from analysis.tables import TABLES, ncu_characterisation, table2
 
 __all__ = [
     "FIGURES",
@@ -32,8 +32,8 @@ __all__ = [
     "load",
     "mask_pictures",
     "ncu_characterisation",
-    "reorderer_comparison",
     "roofline",
     "speedup_vs_bound",
+    "table2",
     "write_report",
 ]

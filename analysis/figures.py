@@ -36,6 +36,7 @@ from analysis.plotting import (
 )
 from wavealign import hardware as hardware_registry
 from wavealign import masks
+from wavealign.records import order_name
 
 ORIGINAL = "original"
 DENSE = "dense"
@@ -178,9 +179,11 @@ def _params(text: object) -> dict:
 
 
 def _variant_labels(panel: pd.DataFrame) -> pd.Series:
-    """The variant name, plus the backend parameters that differ within the panel (e.g. the kernel's
-    ``head_order``: the head-order variants O+Seq / O+WA of Fig. 9)."""
-    labels = panel["variant"].astype(str)
+    """The variant name (with its reorderer where that is not WaveAlign's Stage 1), plus the backend parameters that
+    differ within the panel (e.g. the kernel's ``head_order``: the head-order variants O+Seq / O+WA of Fig. 9)."""
+    reorderer = panel["reorderer"] if "reorderer" in panel else pd.Series(None, index=panel.index)
+    labels = pd.Series([order_name(str(v), r) for v, r in zip(panel["variant"], reorderer, strict=True)],
+                       index=panel.index)
     if "backend_params" not in panel:
         return labels
     params = panel["backend_params"].map(_params)

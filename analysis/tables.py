@@ -53,29 +53,55 @@ def ncu_characterisation(frame: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index()
 
 
-def reorderer_comparison(frame: pd.DataFrame) -> pd.DataFrame:
-    """Table II: per hardware, backend, method and reordering variant: kernel and reorder time, the speedup
-    over the group's original order without and with the reorder overhead (geomean), HBM SOL %, L2 hit %."""
-    need = (*GROUP_KEYS, "variant", "stages", "group_id", "kernel_ms_median", "reorder_ms")
+# how Table II names each launch order: the technique, "+S2" when Stage 2 follows it
+REORDERER_LABELS = {"identity": "Original", "wavealign": "WaveAlign S1", "hypergraph": "Hypergraph",
+                    "minhash": "MinHash", "lsh": "LSH", "clustering": "Clustering"}
+
+
+def order_label(stages: str, reorderer: str | None) -> str:
+    """Table II's name of a launch order: "Original", "O+S2", "WaveAlign S1", "WaveAlign" (S1+S2), "MinHash",
+    "MinHash+S2", ... (a row from before reorderers were recorded is WaveAlign's)."""
+    if stages == "none":
+        return "Original"
+    if stages == "temporal" or reorderer == "identity":
+        return "O+S2" if stages in ("temporal", "both") else "Original"
+    name = reorderer if isinstance(reorderer, str) else "wavealign"
+    if name == "wavealign":
+        return "WaveAlign" if stages == "both" else "WaveAlign S1"
+    label = REORDERER_LABELS.get(name, name)
+    return f"{label}+S2" if stages == "both" else label
+
+
+def table2(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table II: per hardware, backend, method, head count and launch order (original, WaveAlign, each baseline with
+    and without Stage 2): kernel and reorder time, the speedup over the group's original order without and with the
+    reorder overhead (geomean over cells), HBM SOL % and L2 hit % (Nsight Compute where profiled, else simulated)."""
+    need = (*GROUP_KEYS, "num_heads", "stages", "group_id", "kernel_ms_median", "reorder_ms")
     if missing := missing_columns(frame, need):
         return _note_table(missing_note(missing))
     cells = done_cells(frame)
     original_kernel = relative_to_original(cells, "kernel_ms_median")
+    reorderer = cells["reorderer"] if "reorderer" in cells else pd.Series(None, index=cells.index, dtype=object)
     cells = cells.assign(
         simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells),
+        order=[order_label(st, r) for st, r in zip(cells["stages"], reorderer, strict=True)],
         speedup=1.0 / original_kernel,
         speedup_with_overhead=cells["kernel_ms_median"] / original_kernel
         / (cells["kernel_ms_median"] + cells["reorder_ms"].fillna(0.0)))
-    reordered = cells[(cells["stages"] != "none") & cells["speedup"].notna()]
-    if reordered.empty:
-        return _note_table("no reordered cell with an original-order cell in its group")
-    table = reordered.groupby([*GROUP_KEYS, "variant", "stages", "simulated"]).agg(
+    cells = cells[cells["speedup"].notna()]
+    if cells.empty:
+        return _note_table("no cell with an original-order cell in its group")
+    table = cells.groupby([*GROUP_KEYS, "num_heads", "order", "simulated"]).agg(
         cells=("kernel_ms_median", "size"), kernel_ms=("kernel_ms_median", "mean"),
         reorder_ms=("reorder_ms", "mean"), speedup=("speedup", geomean),
         speedup_with_overhead=("speedup_with_overhead", geomean),
         hbm_sol_pct=("hbm_sol_pct", "mean"), l2_hit_pct=("l2_hit_pct", "mean")).reset_index()
-    table["stages"] = table["stages"].map(lambda s: STAGE_LABELS.get(s, s))
-    return table
+    rank = {label: i for i, label in enumerate(
+        ["Original", "O+S2", *[f"{REORDERER_LABELS[r]}{s}" for r in ("hypergraph", "minhash", "lsh", "clustering")
+                               for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
+    table = table.sort_values([*GROUP_KEYS, "num_heads", "order"],
+                              key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order" else c)
+    return table.reset_index(drop=True)
 
 
 def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
@@ -124,6 +150,6 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
 
 TABLES = {
     "table1_ncu_characterisation": ncu_characterisation,
-    "table2_reorderer_comparison": reorderer_comparison,
+    "table2_reorderer_comparison": table2,
     "kernel_benchmark": kernel_benchmark,
 }

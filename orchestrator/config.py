@@ -28,7 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from wavealign import hardware as hardware_registry
-from wavealign import kernels, masks, registry, reorder
+from wavealign import kernels, masks, registry, reorder, reorderers
 from wavealign.records import CPU
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
@@ -57,11 +57,15 @@ class GridConfig:
     workload: list[str] = field(default_factory=lambda: ["shape-2h"])
     seq_k: list[float] = field(default_factory=lambda: [4.0])  # thousands of tokens (nearest valid shape)
     variant: list[str] = field(default_factory=lambda: ["original", "wavealign"])
+    # the spatial step of every variant that has one (stages spatial or both): WaveAlign's Stage 1 or a Table II
+    # baseline (wavealign.reorderers); variants without one run once, whatever this lists
+    reorderer: list[str] = field(default_factory=lambda: ["wavealign"])
     wave_size: list[Any] = field(default_factory=lambda: [None])  # None: the hardware's wave for the backend
     seed: list[int] = field(default_factory=lambda: [0])
     # e.g. {xattention: {threshold: [0.8, 0.9]}}: each listed value is an axis (a scalar is one value)
     method_params: dict[str, Any] = field(default_factory=dict)
     backend_params: dict[str, Any] = field(default_factory=dict)
+    reorderer_params: dict[str, Any] = field(default_factory=dict)
     block_size: Any = None  # None: the hardware's default block size
     cpu_profile: str = "h100"  # GPU description whose wave size and skip profile "cpu" cells plan for
     reps: int = 5
@@ -121,7 +125,7 @@ class SweepConfig:
 
 @dataclass
 class NamedConfig:
-    """The form of ``conf/method``, ``conf/backend`` and ``conf/hardware`` entries."""
+    """The form of ``conf/method``, ``conf/backend``, ``conf/reorderer`` and ``conf/hardware`` entries."""
 
     name: str = "?"
     params: dict[str, Any] = field(default_factory=dict)
@@ -214,6 +218,11 @@ def method_names() -> list[str]:
 def backend_names() -> list[str]:
     """Backends a cell may name: the ``wavealign.kernels`` registry."""
     return kernels.names()
+
+
+def reorderer_names() -> list[str]:
+    """Reorderers a cell may name: the ``wavealign.reorderers`` registry."""
+    return reorderers.names()
 
 
 def grids(cfg: DictConfig) -> dict[str, DictConfig]:
@@ -314,10 +323,11 @@ METHOD_PARAM_RANGES: dict[str, Interval] = {
 
 def param_axes(kind: str, name: str, grid: DictConfig, where: str,
                dirs: Sequence[Path] = (CONF_DIR,)) -> dict[str, list[Any]]:
-    """The parameter axes of ``kind`` (method or backend) ``name`` in a grid: ``conf/<kind>/<name>.yaml``'s params
-    (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list is an axis, a scalar one value).
+    """The parameter axes of ``kind`` (method, backend or reorderer) ``name`` in a grid: ``conf/<kind>/<name>.yaml``'s
+    params (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list is an axis, a scalar one value).
     Only parameters the YAML declares may be given (none declared: none, unless the backend passes any option
-    through); no axis may be empty, numbers must be finite, and ``METHOD_PARAM_RANGES`` holds."""
+    through); no axis may be empty, numbers must be finite, ``METHOD_PARAM_RANGES`` holds, and a reorderer's own
+    checks pass."""
     base: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
     prefix = f"{where}.{kind}_params.{name}"
     given = grid[f"{kind}_params"].get(name)
@@ -342,6 +352,11 @@ def param_axes(kind: str, name: str, grid: DictConfig, where: str,
                 raise ConfigError(f"{path} has {value!r}; expected a finite number")
             if bounds is not None and value is not None and value not in bounds:
                 raise ConfigError(f"{path} has {value!r}; expected a number in {bounds}")
+            if kind == "reorderer":
+                try:
+                    reorderers.get(name).resolve({key: value})
+                except ValueError as exc:
+                    raise ConfigError(f"{path} has {value!r}: {exc}") from None
     return axes
 
 
@@ -431,6 +446,7 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     _check_names(f"{where}.backend", grid.backend, backend_names())
     _check_names(f"{where}.method", grid.method, method_names())
     _check_names(f"{where}.variant", grid.variant, sorted(cfg.variants))
+    _check_names(f"{where}.reorderer", grid.reorderer, reorderer_names())
     if grid.cpu_profile not in gpu_ids:
         raise ConfigError(f"{where}.cpu_profile={grid.cpu_profile!r}; expected one of {gpu_ids}")
     for hw in grid.hardware:
@@ -453,8 +469,10 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
         param_axes("method", method, grid, where, dirs)
     for backend in grid.backend:
         _check_placement(where, grid, backend, param_axes("backend", backend, grid, where, dirs))
+    for name in grid.reorderer:
+        param_axes("reorderer", name, grid, where, dirs)
     # after placement: a sweep's leftover parameters of a backend the command line replaced are the lesser news
-    for kind in ("method", "backend"):
+    for kind in ("method", "backend", "reorderer"):
         names = list(grid[kind])
         for name in grid[f"{kind}_params"]:
             if name not in names:

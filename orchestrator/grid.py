@@ -32,10 +32,10 @@ from orchestrator.config import (
 )
 from wavealign import fingerprint, kernels, masks
 from wavealign import hardware as hardware_registry
-from wavealign.records import CPU, Cell
+from wavealign.records import CPU, NO_REORDERER, Cell
 
 # Bumped when the meaning of a cell's fields changes; part of every cell id.
-CELL_SCHEMA = 2  # 2: cells carry the requested seq_k
+CELL_SCHEMA = 3  # 2: cells carry the requested seq_k; 3: and their reorderer
 
 
 @dataclass
@@ -83,14 +83,15 @@ def count_cells(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> int:
     """How many cells ``expand`` would make, from the axes' lengths, making none (a cell that two grids both
     name counts twice): a sweep too large to enumerate is refused by its count."""
     dirs = search_dirs(cfg, conf_dir)
-    return sum(block.size for where, g in grids(cfg).items() for block in _blocks(where, g, dirs)
+    return sum(block.size for where, g in grids(cfg).items() for block in _blocks(where, g, cfg, dirs)
                if block.filtered is None)
 
 
 @dataclass(frozen=True)
 class _Block:
     """The cells of a grid that share hardware, backend options, workload and method; they vary seq_k, the
-    method's parameters, wave size, seed and variant. ``filtered`` says why none of them can run, if so."""
+    method's parameters, wave size, seed and launch order (variant and reorderer). ``filtered`` says why none of
+    them can run, if so."""
 
     hardware: str
     backend: str
@@ -102,10 +103,32 @@ class _Block:
     filtered: str | None
 
 
-def _blocks(where: str, g: DictConfig, dirs: list[Path]) -> Iterator[_Block]:
+@dataclass(frozen=True)
+class _Order:
+    """One launch order a grid asks of every mask: a variant, and the reorderer (with params) of its spatial stage."""
+
+    variant: str
+    reorderer: str
+    reorderer_params: dict[str, Any]
+
+
+def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> list[_Order]:
+    """Each variant with each of the grid's reorderers and their parameter combinations; a variant without a
+    spatial stage once, with ``NO_REORDERER`` (its order depends on none)."""
+    orders = []
+    for variant in g.variant:
+        if cfg.variants[variant].stages in ("spatial", "both"):
+            orders += [_Order(variant, name, params) for name in g.reorderer
+                       for params in param_combinations(param_axes("reorderer", name, g, where, dirs))]
+        else:
+            orders.append(_Order(variant, NO_REORDERER, {}))
+    return orders
+
+
+def _blocks(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Iterator[_Block]:
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
     method_axes = {m: param_axes("method", m, g, where, dirs) for m in g.method}
-    per_method = len(g.seq_k) * len(g.wave_size) * len(g.seed) * len(g.variant)
+    per_method = len(g.seq_k) * len(g.wave_size) * len(g.seed) * len(_orders(where, g, cfg, dirs))
     for hw, backend_name in itertools.product(g.hardware, g.backend):
         backend = kernels.get(backend_name)
         for backend_params in param_combinations(param_axes("backend", backend_name, g, where, dirs)):
@@ -135,7 +158,8 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
     """The cells of one grid; ``config.validate`` has made sure each of its backends runs somewhere in it."""
     out = Grid(cells=[])
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
-    for block in _blocks(where, g, dirs):
+    orders = _orders(where, g, cfg, dirs)
+    for block in _blocks(where, g, cfg, dirs):
         if block.filtered is not None:
             out.filtered[block.filtered] += block.size
             continue
@@ -158,10 +182,10 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
                 method_params=method_params, backend_params=block.backend_params, reps=int(g.reps),
                 warmup=int(g.warmup), ncu=bool(g.ncu))
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
-            for variant in g.variant:
-                v = cfg.variants[variant]
-                cell = Cell(cell_id="", group_id=group_id, variant=variant, stages=v.stages,
-                            skip_mode=v.skip, **base)
+            for order in orders:
+                v = cfg.variants[order.variant]
+                cell = Cell(cell_id="", group_id=group_id, variant=order.variant, stages=v.stages, skip_mode=v.skip,
+                            reorderer=order.reorderer, reorderer_params=order.reorderer_params, **base)
                 cell.cell_id = stable_hash(cell_identity(cell))
                 out.cells.append(cell)
     return out

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from wavealign.records import ORIGINAL_VARIANT
+from wavealign.records import ORIGINAL_VARIANT, order_name
 
 COUNTS = ("done", "running", "failed", "unschedulable")
 
@@ -91,13 +91,15 @@ def _line_order(key: tuple) -> tuple:
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """One line per (hardware, backend, method, sequence length, variant): cell counts and median figures.
+    """One line per (hardware, backend, method, sequence length, launch order): cell counts and median figures; the
+    order is the variant, with its reorderer where that is not WaveAlign's Stage 1 (``records.order_name``).
 
     Each line's speedup is computed from the medians printed on it (original ms / kernel ms), so the table never
     shows a ratio its own columns contradict; the per-cell ratios are the dataset's ``speedup_vs_original``."""
     lines: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        lines[(row["hardware"], row["backend"], row["method"], row.get("seq_len_tokens"), row["variant"])].append(row)
+        order = order_name(row["variant"], row.get("reorderer"))
+        lines[(row["hardware"], row["backend"], row["method"], row.get("seq_len_tokens"), order)].append(row)
     table = Table(title=title)
     for header in ("hardware", "backend", "method", "tokens", "variant", "done", "failed", "unsched.", "kernel ms",
                    "original ms", "speedup", "reorder ms", "L2 hit %", "timer"):

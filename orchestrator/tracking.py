@@ -36,7 +36,7 @@ from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_B
 from omegaconf import OmegaConf
 
 from orchestrator import dataset
-from wavealign.records import ORIGINAL_VARIANT
+from wavealign.records import ORIGINAL_VARIANT, order_name
 
 TAG = "wavealign."
 _IDS = ("cell_id", "group_id", "result_id", "sweep_id")
@@ -208,7 +208,8 @@ class Tracker:
         start_ms = int(_epoch_s(started) * 1000) if started is not None else None
         run = self.client.create_run(
             self.experiment_id, start_time=start_ms,
-            run_name=f"{row['hardware']}/{row['backend']}/{row['method']}/{row['variant']}/{row['cell_id'][:8]}",
+            run_name=f"{row['hardware']}/{row['backend']}/{row['method']}/"
+                     f"{order_name(row['variant'], row.get('reorderer'))}/{row['cell_id'][:8]}",
             tags={"mlflow.parentRunId": parent_run_id, f"{TAG}kind": "cell",
                   f"{TAG}sweep_id": row["sweep_id"], f"{TAG}result_id": row["result_id"]})
         params = [Param(k, _text(row[k])) for k in PARAM_COLUMNS if row.get(k) is not None]

@@ -172,11 +172,33 @@ def test_table_on_a_frame_lacking_columns_is_a_note(name):
     assert list(table.columns) == ["note"] and "lack column" in table["note"][0]
 
 
-def test_reorderer_table_compares_every_reordering_variant_with_its_original(run_root):
-    table = analysis.reorderer_comparison(analysis.load(run_root))
+def test_table2_compares_every_launch_order_with_its_original(run_root):
+    table = analysis.table2(analysis.load(run_root))
     h100 = table[table["hardware"] == "h100"]
-    assert set(h100["stages"]) == {"O+S1", "O+S2", "O+S1+S2"}
+    assert set(h100["order"]) == {"Original", "WaveAlign S1", "O+S2", "WaveAlign"}
     assert (h100["speedup_with_overhead"] <= h100["speedup"]).all()
+    assert (h100[h100["order"] == "Original"]["speedup"] == 1.0).all()
+
+
+def test_table2_names_baselines_with_and_without_stage2_and_keeps_head_counts_apart():
+    base = {"hardware": "h200", "backend": "fa4", "method": "xattention", "status": "done", "simulated": False,
+            "reorder_ms": 0.0}
+    rows = [{**base, "group_id": "g40", "num_heads": 40, "stages": "none", "reorderer": "identity",
+             "kernel_ms_median": 100.0},
+            {**base, "group_id": "g40", "num_heads": 40, "stages": "spatial", "reorderer": "minhash",
+             "kernel_ms_median": 95.0, "reorder_ms": 5.0},
+            {**base, "group_id": "g40", "num_heads": 40, "stages": "both", "reorderer": "minhash",
+             "kernel_ms_median": 80.0, "reorder_ms": 5.0},
+            {**base, "group_id": "g4", "num_heads": 4, "stages": "none", "reorderer": "identity",
+             "kernel_ms_median": 10.0},
+            {**base, "group_id": "g4", "num_heads": 4, "stages": "both", "reorderer": "hypergraph",
+             "kernel_ms_median": 8.0, "reorder_ms": 2000.0, "ncu_l2_hit_pct": 90.0}]
+    table = analysis.table2(pd.DataFrame(rows)).set_index(["num_heads", "order"])
+    assert table.loc[(40, "MinHash"), "speedup"] == pytest.approx(100 / 95)
+    assert table.loc[(40, "MinHash+S2"), "speedup_with_overhead"] == pytest.approx(100 / 85)
+    assert table.loc[(4, "Hypergraph+S2"), "speedup_with_overhead"] == pytest.approx(10 / 2008)
+    assert table.loc[(4, "Hypergraph+S2"), "l2_hit_pct"] == 90.0
+    assert list(table.loc[40].index) == ["Original", "MinHash", "MinHash+S2"]
 
 
 def test_table_one_takes_measured_l2_where_present_and_simulated_elsewhere():

@@ -65,6 +65,9 @@ def test_overrides_work_the_hydra_way():
     ("grid.wave_size=[0]", "wave_size has 0"),
     ("grid.reps=0", "grid.reps=0"),
     ("grid.variant=[fastest]", "unknown variant 'fastest'"),
+    ("grid.reorderer=[metis]", "unknown reorderer 'metis'"),
+    ("grid.reorderer=[]", "grid.reorderer=[] is empty"),
+    ("+grid.reorderer_params.minhash.bands=[4]", "reorderer 'minhash' is not in grid.reorderer"),
     ("variants.original.stages=diagonal", "variants.original.stages='diagonal'"),
     ("+grid.method_params.xattention.threshold=[0.9]", "method 'xattention' is not in grid.method"),
     ("grid.cpu_profile=tpu", "grid.cpu_profile='tpu'"),
@@ -85,6 +88,27 @@ def test_an_unknown_method_parameter_is_rejected():
     with pytest.raises(config.ConfigError, match=r"grid\.method_params\.planted\.densty=\[0\.1\] is not a parameter "
                                                  r"of method 'planted'.*did you mean density\?"):
         config.load([*CPU_GRID, "+grid.method_params.planted.densty=[0.1]"])
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("+grid.reorderer_params.lsh.bits=[16,99]", "grid.reorderer_params.lsh.bits has 99: bits must be"),
+    ("+grid.reorderer_params.lsh.planes=[8]", "grid.reorderer_params.lsh.planes=[8] is not a parameter of reorderer"),
+    ("+grid.reorderer_params.hypergraph.preset=fast", "preset must be one of"),
+])
+def test_bad_reorderer_parameters_are_rejected_before_anything_runs(override, message):
+    with pytest.raises(config.ConfigError, match=message.replace("[", r"\[")):
+        config.load([*CPU_GRID, "grid.reorderer=[lsh,hypergraph]", override])
+
+
+def test_the_table2_sweep_runs_each_baseline_alone_and_with_stage2_and_hypergraph_on_four_heads():
+    cfg = config.load(["sweep=table2"])
+    cells = grid.expand(cfg).cells
+    assert grid.count_cells(cfg) == len(cells) == 5 * 9 + 5 * 11
+    forty = [c for c in cells if c.num_heads == 40]
+    assert {c.reorderer for c in forty} == {"identity", "wavealign", "minhash", "lsh", "clustering"}
+    hypergraph = [c for c in cells if c.reorderer == "hypergraph"]
+    assert {c.num_heads for c in hypergraph} == {4} and {c.stages for c in hypergraph} == {"spatial", "both"}
+    assert all(c.ncu for c in cells if c.num_heads == 4) and not any(c.ncu for c in forty)
 
 
 def test_invalid_combinations_are_filtered_and_counted_with_their_reason():

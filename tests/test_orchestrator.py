@@ -3,6 +3,7 @@ GPUs), recording to real MLflow stores (an sqlite file, and a `mlflow server` on
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -334,3 +335,20 @@ def test_mlflow_server_stopped_mid_sweep_keeps_parquet_and_syncs_later(ray_clust
 
     assert sync_mlflow.main([f"run_root={tmp_path}", f"mlflow.tracking_uri={mlflow_server.uri}"]) == 0
     assert set(child_runs(mlflow_server.uri, outcome.sweep_id)) == {r["result_id"] for r in outcome.rows}
+
+
+def test_a_reorderer_axis_runs_each_grouping_alone_and_with_stage2_against_one_original(ray_cluster, tmp_path):
+    outcome = run_sweep(tmp_path, "grid.hardware=[cpu]", "grid.variant=[original,spatial,wavealign]",
+                        "grid.reorderer=[wavealign,lsh,minhash]", "+grid.reorderer_params.minhash.num_perm=[16,32]",
+                        "+grid.reorderer_params.minhash.bands=4", "mlflow.enabled=false")
+    rows = dataset.read(tmp_path).to_pylist()
+    # the original once; spatial and wavealign each with wavealign, lsh and minhash at two num_perm
+    assert outcome.counts == {"done": 9} and len(rows) == 9
+    assert len({r["group_id"] for r in rows}) == 1
+    orders = sorted((r["variant"], r["reorderer"], r["reorderer_params"]) for r in rows)
+    assert orders[0] == ("original", "identity", "{}")
+    assert {(v, r) for v, r, _ in orders[1:]} == {(v, r) for v in ("spatial", "wavealign")
+                                                  for r in ("wavealign", "lsh", "minhash")}
+    minhash = [json.loads(p) for v, r, p in orders if r == "minhash"]
+    assert sorted(p["num_perm"] for p in minhash) == [16, 16, 32, 32]
+    assert all(r["speedup_vs_original"] > 0 and r["reorder_ms"] > 0 for r in rows if r["variant"] != "original")

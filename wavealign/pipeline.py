@@ -25,12 +25,14 @@ from typing import Any
 
 import torch
 
-from wavealign import environment, kernels, masks, reorder, skip
+from wavealign import environment, kernels, masks, reorder, reorderers, skip
 from wavealign.kernels import Launch, LaunchShape
 from wavealign.records import CPU, ORIGINAL_VARIANT, Cell, CellResult, Environment
 
-# reorder and launch plans are timed after one warm-up plan (which holds any JIT compile), median of this many
+# reorder and launch plans are timed after one warm-up plan (which holds any JIT compile): the median of up to
+# PLAN_REPS calls, fewer once PLAN_BUDGET_S is spent (a plan of seconds, e.g. a hypergraph partition, is timed once)
 PLAN_REPS = 3
+PLAN_BUDGET_S = 2.0
 
 
 def placement(cell: Cell) -> str:
@@ -183,11 +185,13 @@ def _skip_decision(cell: Cell, feats: skip.SkipFeatures) -> tuple[bool, str, flo
     return bool(decision.reorder), decision.reason, float(decision.predicted_gain_ms)
 
 
-def _timed_plans(plan: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
-    """``plan()``'s value and its cost in ms: median of ``PLAN_REPS`` calls after a warm-up call."""
-    value = plan()
-    times = []
-    for _ in range(PLAN_REPS):
+def _timed_plans(plan: Callable[[], Any], device: torch.device, warmup: bool = True) -> tuple[Any, float]:
+    """``plan()``'s value and its cost in ms: the median of ``PLAN_REPS`` calls after a warm-up call (none when
+    ``warmup`` is False), or of as many as ``PLAN_BUDGET_S`` allows (at least one)."""
+    if warmup:
+        plan()
+    times: list[float] = []
+    while len(times) < PLAN_REPS and sum(times) < PLAN_BUDGET_S * 1e3:
         start = _sync_time(device)
         value = plan()
         times.append((_sync_time(device) - start) * 1e3)
@@ -200,12 +204,19 @@ def _sync_time(device: torch.device) -> float:
     return time.perf_counter()
 
 
+def plan_order(cell: Cell, mask: torch.Tensor, stages: str) -> reorder.RowOrder:
+    """The cell's launch order of ``mask`` for ``stages``: its reorderer, then Stage 2 where ``stages`` says."""
+    return reorder.plan(mask, wave_size=cell.wave_size, stages=stages, seed=cell.seed, reorderer=cell.reorderer,
+                        **cell.reorderer_params)
+
+
 def _plan_order(cell: Cell, mask: torch.Tensor, stages: str,
                 device: torch.device) -> tuple[reorder.RowOrder | None, float]:
     """The applied launch order (None: the original) and what planning it costs."""
     if stages == "none":
         return None, 0.0
-    return _timed_plans(lambda: reorder.plan(mask, wave_size=cell.wave_size, stages=stages, seed=cell.seed), device)
+    warmup = stages == "temporal" or reorderers.get(cell.reorderer).needs_warmup
+    return _timed_plans(lambda: plan_order(cell, mask, stages), device, warmup=warmup)
 
 
 def launch_shape(cell: Cell, qkv, device: torch.device) -> LaunchShape:
@@ -320,8 +331,7 @@ def _ncu_child(spec_path: str) -> int:
     device = device_for(cells[0])
     mask, qkv = build_inputs(cells[0], device)
     for cell in cells:
-        order = (None if cell.stages == "none"
-                 else reorder.plan(mask, wave_size=cell.wave_size, stages=cell.stages, seed=cell.seed))
+        order = None if cell.stages == "none" else plan_order(cell, mask, cell.stages)
         launch = kernels.get(cell.backend).plan(mask, order, launch_shape(cell, qkv, device), **cell.backend_params)
         ncu.profile_one_launch(lambda launch=launch: launch.run(*qkv), marker=True)
     return 0

@@ -14,6 +14,16 @@ from typing import Any
 
 CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GPU of a given type
 ORIGINAL_VARIANT = "original"  # the variant every speedup of a group refers to
+DEFAULT_REORDERER = "wavealign"  # WaveAlign's own Stage 1: the spatial step a variant uses unless told otherwise
+NO_REORDERER = "identity"  # what a variant without a spatial stage records: its order never depends on one
+
+
+def order_name(variant: str, reorderer: str | None) -> str:
+    """How tables name a row's launch order: its variant, plus the reorderer when that is not WaveAlign's own
+    Stage 1 (``wavealign[minhash]``: MinHash grouping then Stage 2; ``spatial[minhash]``: MinHash grouping alone)."""
+    if reorderer in (None, DEFAULT_REORDERER, NO_REORDERER) or reorderer != reorderer:  # None, NaN: before the field
+        return variant
+    return f"{variant}[{reorderer}]"
 
 
 @dataclass
@@ -27,7 +37,7 @@ class Cell:
     backend: str
     method: str
     variant: str
-    stages: str  # reorder.STAGES
+    stages: str  # reorder.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
     skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
     workload: str
     seq_len_tokens: int
@@ -45,6 +55,9 @@ class Cell:
     step: int = 0  # the generator's denoising step (attention sharpens as the video forms)
     method_params: dict[str, Any] = field(default_factory=dict)
     backend_params: dict[str, Any] = field(default_factory=dict)
+    # the spatial step (wavealign.reorderers) and its params; NO_REORDERER when ``stages`` has none
+    reorderer: str = DEFAULT_REORDERER
+    reorderer_params: dict[str, Any] = field(default_factory=dict)
     reps: int = 5
     warmup: int = 1
     ncu: bool = False  # also profile one launch under Nsight Compute (GPU cells)

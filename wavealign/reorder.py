@@ -9,6 +9,7 @@ wave's long ones. Only the order changes: every backend computes the same blocks
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -37,13 +38,14 @@ class RowOrder:
     inverse: torch.Tensor
     wave_size: int
     stages: str
+    reorderer: str = "wavealign"  # the spatial step (wavealign.reorderers) when ``stages`` has one
 
     @property
     def num_q_blocks(self) -> int:
         return self.perm.shape[-1]
 
     @classmethod
-    def from_perm(cls, perm: torch.Tensor, wave_size: int, stages: str) -> RowOrder:
+    def from_perm(cls, perm: torch.Tensor, wave_size: int, stages: str, reorderer: str = "wavealign") -> RowOrder:
         """Wrap a permutation, computing its inverse; each row of ``perm`` (H, MB) or (B, H, MB) must be a
         permutation of range(MB), or the inverse would hold garbage."""
         if not isinstance(perm, torch.Tensor) or perm.dim() not in (2, 3) or perm.shape[-1] == 0:
@@ -56,47 +58,50 @@ class RowOrder:
         if not bool((torch.sort(perm, dim=-1).values == torch.arange(mb, device=perm.device)).all()):
             raise ValueError(f"perm must hold a permutation of range(MB={mb}) in every row (last dim), got "
                              f"values in [{int(perm.min())}, {int(perm.max())}] with repeats or gaps")
-        return cls._of(perm, wave_size, stages)
+        return cls._of(perm, wave_size, stages, reorderer)
 
     @classmethod
-    def _of(cls, perm: torch.Tensor, wave_size: int, stages: str) -> RowOrder:
+    def _of(cls, perm: torch.Tensor, wave_size: int, stages: str, reorderer: str = "wavealign") -> RowOrder:
         """``from_perm`` without its check, for permutations made here (no wait for the GPU)."""
         perm = perm.long()
         inverse = torch.empty_like(perm)
         inverse.scatter_(-1, perm, torch.arange(perm.shape[-1], device=perm.device).expand_as(perm))
-        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages)
+        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages, reorderer=reorderer)
 
     @classmethod
     def identity(cls, *lead: int, device: str | torch.device = "cpu", wave_size: int = 132) -> RowOrder:
         """The original order for leading dims ``lead`` = (H, MB) or (B, H, MB)."""
         perm = torch.arange(lead[-1], device=device).expand(*lead).contiguous()
-        return cls(perm=perm, inverse=perm.clone(), wave_size=wave_size, stages="none")
+        return cls(perm=perm, inverse=perm.clone(), wave_size=wave_size, stages="none", reorderer="identity")
 
 
-def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", iters: int = 10,
-         seed: int = 0, rayleigh_ritz: bool = True) -> RowOrder:
-    """Compute the WaveAlign launch order of ``mask`` (bool (H, MB, NB), (B, H, MB, NB), or kv indices).
+def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int = 0, reorderer: str = "wavealign",
+         **params: Any) -> RowOrder:
+    """Compute the launch order of ``mask`` (bool (H, MB, NB), (B, H, MB, NB), or kv indices).
 
-    ``stages`` picks the paper's ablation variant: "none" (Original), "spatial" (O+S1), "temporal"
-    (O+S2) or "both" (O+S1+S2). The result is deterministic for a given seed and device.
+    ``stages`` picks the paper's ablation variant: "none" (Original), "spatial" (O+S1), "temporal" (O+S2) or
+    "both" (O+S1+S2). ``reorderer`` names the spatial step (``wavealign.reorderers``: WaveAlign's Stage 1 or a
+    Table II baseline such as "minhash"), ``params`` its parameters (Stage 1's ``iters`` and ``rayleigh_ritz``);
+    Stage 2 is the same for all. The result is deterministic for a given seed and device.
     """
+    from wavealign import reorderers
+
     if stages not in STAGES:
         raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
     wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
-    iters = check_int("iters", iters, lo=1)
     seed = check_seed("seed", seed)
-    if not isinstance(rayleigh_ritz, bool):
-        raise ValueError(f"rayleigh_ritz must be a bool, got {rayleigh_ritz!r}")
+    grouping = reorderers.get(reorderer)
+    params = grouping.resolve(params)
     dense = as_dense(mask)
     lead = dense.shape[:-2] if not (dense.dim() == 4 and dense.shape[0] == 1) else dense.shape[1:-2]
     mb, nb = dense.shape[-2:]
     rows = dense.reshape(-1, mb, nb)
     order = torch.arange(mb, device=dense.device).expand(rows.shape[0], mb)
-    if stages in ("spatial", "both"):
-        order = spatial_order(rows, iters=iters, seed=seed, rayleigh_ritz=rayleigh_ritz)
+    if stages in ("spatial", "both") and rows.shape[0]:
+        order = grouping.group(rows, wave_size=wave_size, seed=seed, **params).to(dense.device)
     if stages in ("temporal", "both"):
         order = temporal_order(rows.sum(-1), order, wave_size)
-    return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages)
+    return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer)
 
 
 def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,
