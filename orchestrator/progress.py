@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 from wavealign.records import ORIGINAL_VARIANT, order_name
 
@@ -86,52 +87,66 @@ def _l2_hit(done: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 def _line_order(key: tuple) -> tuple:
-    hardware, backend, method, tokens, variant = key
-    return hardware, backend, method, -1 if tokens is None else tokens, variant != ORIGINAL_VARIANT, variant
+    hardware, backend, method, workload, tokens, variant = key
+    return (hardware, backend, method, str(workload), -1 if tokens is None else tokens, variant != ORIGINAL_VARIANT,
+            variant)
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """One line per (hardware, backend, method, sequence length, launch order): cell counts and median figures; the
-    order is the variant, with its reorderer where that is not WaveAlign's Stage 1 (``records.order_name``).
+    """One line per (hardware, backend, method, workload, sequence length, launch order): cell counts and median
+    figures; the order is the variant, with its reorderer where that is not WaveAlign's Stage 1
+    (``records.order_name``). The timer gets a column only when the lines differ in it.
 
     Each line's speedup is computed from the medians printed on it (original ms / kernel ms), so the table never
     shows a ratio its own columns contradict; the per-cell ratios are the dataset's ``speedup_vs_original``."""
     lines: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         order = order_name(row["variant"], row.get("reorderer"))
-        lines[(row["hardware"], row["backend"], row["method"], row.get("seq_len_tokens"), order)].append(row)
+        lines[(row["hardware"], row["backend"], row["method"], row.get("workload"), row.get("seq_len_tokens"),
+               order)].append(row)
+    all_timers = {r.get("timer") for r in rows if r["status"] == "done"}
     table = Table(title=title)
-    for header in ("hardware", "backend", "method", "tokens", "variant", "done", "failed", "unsched.", "kernel ms",
-                   "original ms", "speedup", "reorder ms", "L2 hit %", "timer"):
-        table.add_column(header, justify="left" if header in ("hardware", "backend", "method", "variant")
-                         else "right")
+    headers = ["hardware", "backend", "method", "workload", "tokens", "variant", "done", "failed", "unsched.",
+               "kernel ms", "original ms", "speedup", "reorder ms", "L2 hit %"]
+    headers += ["timer"] if len(all_timers) > 1 else []
+    for header in headers:
+        text = header in ("hardware", "backend", "method", "workload", "variant")
+        table.add_column(header, justify="left" if text else "right", no_wrap=text)
     l2_sources = set()
     for key in sorted(lines, key=_line_order):
-        hardware, backend, method, tokens, variant = key
+        hardware, backend, method, workload, tokens, variant = key
         rs = lines[key]
         done = [r for r in rs if r["status"] == "done"]
         timers = sorted({r["timer"] for r in done if r.get("timer")})
         kernel_ms = _median([r["kernel_ms_median"] for r in done])
         original_ms = _median([_original_ms(r) for r in done])
-        l2_text, l2_source = _l2_hit(done)
+        l2_value, l2_source = _l2_hit(done)
         l2_sources.add(l2_source)
-        table.add_row(hardware, backend, method, "-" if tokens is None else f"{tokens:,}", variant,
-                      str(len(done)), str(sum(r["status"] == "failed" for r in rs)),
-                      str(sum(r["status"] == "unschedulable" for r in rs)),
-                      _fmt_ms(kernel_ms), _fmt_ms(original_ms),
-                      _fmt(original_ms / kernel_ms if kernel_ms > 0 else math.nan, ".3f"),
-                      _fmt(_median([r["reorder_ms"] for r in done]), ".2f"), l2_text, ",".join(timers) or "-")
-    timers = {r.get("timer") for r in rows}
+        cells = [hardware, backend, method, str(workload or "-"), "-" if tokens is None else f"{tokens:,}",
+                 Text(variant),  # not markup: "wavealign[lsh]" is text
+                 str(len(done)), str(sum(r["status"] == "failed" for r in rs)),
+                 str(sum(r["status"] == "unschedulable" for r in rs)),
+                 _fmt_ms(kernel_ms), _fmt_ms(original_ms),
+                 _fmt(original_ms / kernel_ms if kernel_ms > 0 else math.nan, ".3f"),
+                 _fmt_ms(_median([r["reorder_ms"] for r in done])), l2_value]
+        if len(all_timers) > 1:
+            cells.append(",".join(timers) or "-")
+        table.add_row(*cells)
     notes = ["speedup = original ms / kernel ms, both medians over the line's done cells; original ms: the "
              "original variant timed in their groups"]
+    if len(all_timers) == 1:
+        notes.append(f"timer: {next(iter(all_timers))} for every line")
+    if any("[" in key[-1] for key in lines):
+        notes.append("variant\\[reorderer]: that reorderer's grouping instead of WaveAlign's Stage 1 (spatial: alone; "
+                     "wavealign: then Stage 2)")
     if "ncu" in l2_sources:
         notes.append("L2 hit % (ncu): measured by Nsight Compute on the backend's attention kernels")
     if "sim" in l2_sources:
         notes.append("L2 hit % (sim): predicted by wavealign.sim, not measured")
-    if "wall_clock" in timers:
+    if "wall_clock" in all_timers:
         notes.append("wall_clock: the exact reference kernel timed on a CPU, a check of the pipeline, not a GPU "
                      "figure")
-    if "simulated" in timers:
+    if "simulated" in all_timers:
         notes.append("simulated: wavealign.sim's prediction for that GPU (kernel ms, L2 hit), not a measurement; "
                      "its reorder ms is reorder.plan measured on this machine's CPU")
     table.caption = "\n".join(notes)

@@ -25,7 +25,7 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     table = summary_table(list(latest.values()), f"sweep {cfg.name} ({plan.sweep_id})")
     console.print(table)
     with path.open("w") as fh:
-        Console(file=fh, width=160).print(table)
+        Console(file=fh, width=200).print(table)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
     console.print(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")

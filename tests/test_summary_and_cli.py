@@ -46,8 +46,8 @@ def rows() -> list[dict]:
 
 
 def table_lines(table) -> list[dict[str, str]]:
-    """The table's cells, one dict per line, keyed by header."""
-    columns = {c.header: list(c.cells) for c in table.columns}
+    """The table's cells as plain text, one dict per line, keyed by header."""
+    columns = {c.header: [str(cell) for cell in c.cells] for c in table.columns}
     return [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
 
 
@@ -65,6 +65,15 @@ def test_summary_has_one_line_per_sequence_length_and_variant(rows):
     assert [(line["tokens"], line["variant"]) for line in lines] == [
         ("512", "original"), ("512", "wavealign"), ("1,024", "original"), ("1,024", "wavealign")]
     assert all(line["done"] == "1" for line in lines)
+
+
+def test_summary_names_a_baseline_reorderer_beside_its_variant_and_keeps_workloads_apart(rows):
+    baseline = [dict(r, reorderer="lsh", cell_id=r["cell_id"] + "-lsh") for r in rows if r["variant"] == "wavealign"]
+    other = [dict(r, workload="shape-4h", cell_id=r["cell_id"] + "-4h") for r in rows]
+    lines = table_lines(summary_table([*rows, *baseline, *other], "t"))
+    assert {line["variant"] for line in lines} == {"original", "wavealign", "wavealign[lsh]"}
+    assert len(lines) == 2 * 3 + 2 * 2
+    assert "wavealign[lsh]" in rendered(summary_table([*rows, *baseline], "t"))
 
 
 def test_summary_speedup_is_the_printed_original_ms_over_the_printed_kernel_ms(rows):
