@@ -12,11 +12,14 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 from analysis.load import with_derived_columns
 from analysis.plotting import (
+    NO_CELLS,
     STAGE_LABELS,
+    VARIANT_COLORS,
     badge_simulated,
     bar_style,
     done_cells,
@@ -40,7 +43,6 @@ from wavealign.records import order_name
 
 ORIGINAL = "original"
 DENSE = "dense"
-NO_CELLS = "no finished cells in the results"
 BYTES_HINT = "needs Nsight Compute counters (an ncu record per cell)\nor simulated cells (backend sim)"
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
 
@@ -210,13 +212,18 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
     cells = _cells(frame)
     if cells.empty:
         return note_figure(title, NO_CELLS)
-    rows = sorted(cells.groupby(["hardware", "backend"]).groups)
+    if "workload" not in cells:
+        cells = cells.assign(workload="")
+    # one row per workload too: a 4-head and a 40-head workload of one method are not one panel's bars
+    rows = sorted(cells.groupby(["hardware", "backend", "workload"]).groups)
+    many = cells["workload"].nunique() > 1
     methods = sorted(cells["method"].unique())
     fig, axes = panel_grid(len(rows), len(methods))
-    for (hw, backend), axes_row in zip(rows, axes, strict=True):
+    for (hw, backend, workload), axes_row in zip(rows, axes, strict=True):
         for ax, method in zip(axes_row, methods, strict=True):
-            ax.set_title(f"{hw} / {backend} / {method}", fontsize=9)
-            panel = cells[(cells["hardware"] == hw) & (cells["backend"] == backend) & (cells["method"] == method)]
+            ax.set_title(f"{hw} / {backend} / {method}" + (f"\n{workload}" if many else ""), fontsize=9)
+            panel = cells[(cells["hardware"] == hw) & (cells["backend"] == backend) & (cells["method"] == method)
+                          & (cells["workload"] == workload)]
             if panel.empty:
                 note(ax, "no cells")
                 continue
@@ -245,6 +252,56 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def reorderer_comparison(frame: pd.DataFrame) -> Figure:
+    """Table II as bars: per hardware, backend and head count (rows) and method (columns), each launch order's
+    speedup over the original with the reorder counted (bar) and of the kernel alone (tick)."""
+    from analysis.tables import table2
+
+    title = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
+    table = table2(frame)
+    if "note" in table:
+        return note_figure(title, table["note"][0])
+    table = table[table["order"] != "Original"]
+    if table.empty or table["order"].nunique() < 2:
+        return note_figure(title, "fewer than two reordered launch orders: nothing to compare")
+    rows = sorted(table.groupby(["hardware", "backend", "num_heads"]).groups)
+    methods = sorted(table["method"].unique())
+    orders = list(dict.fromkeys(table["order"]))  # table2's order: baselines, then WaveAlign
+    fig, axes = panel_grid(len(rows), len(methods), width=4.2, height=0.35 * len(orders) + 1.2)
+    for (hw, backend, heads), axes_row in zip(rows, axes, strict=True):
+        for ax, method in zip(axes_row, methods, strict=True):
+            ax.set_title(f"{hw} / {backend} / {method}, {heads} heads", fontsize=9)
+            panel = table[(table["hardware"] == hw) & (table["backend"] == backend) & (table["num_heads"] == heads)
+                          & (table["method"] == method)].set_index("order")
+            if panel.empty:
+                note(ax, "no cells")
+                continue
+            ys = range(len(orders))
+            net = [panel["speedup_with_overhead"].get(o, math.nan) for o in orders]
+            kernel = [panel["speedup"].get(o, math.nan) for o in orders]
+            ax.barh(ys, net, color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2")
+                                            else 0.45) for o in orders])
+            ax.plot(kernel, ys, "k|", markersize=10)
+            ax.axvline(1.0, color="0.4", linewidth=0.8)
+            ax.set_yticks(list(ys))
+            ax.set_yticklabels(orders, fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlabel("x original", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+# Table II's techniques, one colour each; the grouping alone is drawn pale, with Stage 2 full
+_TECHNIQUE_COLORS = {"Hypergraph": "tab:purple", "MinHash": "tab:brown", "LSH": "tab:olive", "Clustering": "tab:cyan",
+                     "WaveAlign": VARIANT_COLORS["wavealign"], "O": "tab:gray"}
+
+
+def _technique_color(order: str) -> str:
+    technique = order.removesuffix("+S2").removesuffix(" S1")
+    return _TECHNIQUE_COLORS.get(technique, variant_color(technique))
 
 
 def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str],
@@ -465,4 +522,5 @@ FIGURES: dict[str, Callable[[pd.DataFrame], Figure]] = {
     "fig12_ablation": ablation,
     "fig13_adaptive_skip": adaptive_skip,
     "fig14_mask_pictures": mask_pictures,
+    "table2_reorderers": reorderer_comparison,
 }

@@ -26,6 +26,7 @@ from wavealign import reorder
 STAGE_LABELS = reorder.PAPER_LABELS
 # One colour per reorder variant in every figure, whatever else a panel holds; a stage set takes its variant's
 # colour (none = original, both = wavealign). Other labels get one of the rest, fixed by their name.
+NO_CELLS = "no finished cells in the results"  # what a figure or table without one says
 VARIANT_COLORS = {"original": "tab:blue", "spatial": "tab:orange", "temporal": "tab:green", "wavealign": "tab:red",
                   "adaptive": "tab:purple"}
 _STAGE_VARIANT = {"none": "original", "spatial": "spatial", "temporal": "temporal", "both": "wavealign"}

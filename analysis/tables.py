@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.plotting import (
+    NO_CELLS,
     STAGE_LABELS,
     done_cells,
     geomean,
@@ -80,6 +81,8 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     if missing := missing_columns(frame, need):
         return _note_table(missing_note(missing))
     cells = done_cells(frame)
+    if cells.empty:
+        return _note_table(NO_CELLS)
     original_kernel = relative_to_original(cells, "kernel_ms_median")
     reorderer = cells["reorderer"] if "reorderer" in cells else pd.Series(None, index=cells.index, dtype=object)
     cells = cells.assign(

@@ -180,6 +180,21 @@ def test_table2_compares_every_launch_order_with_its_original(run_root):
     assert (h100[h100["order"] == "Original"]["speedup"] == 1.0).all()
 
 
+def test_table2_figure_draws_one_bar_per_launch_order_per_method():
+    base = {"hardware": "h200", "backend": "fa4", "status": "done", "simulated": False, "num_heads": 40}
+    rows = [{**base, "method": m, "group_id": m, "stages": st, "reorderer": r, "kernel_ms_median": ms,
+             "reorder_ms": 1.0}
+            for m in ("xattention", "random")
+            for st, r, ms in (("none", "identity", 100.0), ("spatial", "lsh", 98.0), ("both", "lsh", 90.0),
+                              ("both", "wavealign", 88.0))]
+    fig = figures.reorderer_comparison(pd.DataFrame(rows))
+    assert len(fig.axes) == 2
+    for ax in fig.axes:
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["LSH", "LSH+S2", "WaveAlign"]
+        assert len(ax.patches) == 3
+    plt.close(fig)
+
+
 def test_table2_names_baselines_with_and_without_stage2_and_keeps_head_counts_apart():
     base = {"hardware": "h200", "backend": "fa4", "method": "xattention", "status": "done", "simulated": False,
             "reorder_ms": 0.0}
