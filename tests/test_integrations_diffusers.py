@@ -1,0 +1,110 @@
+"""WaveAlign in a real (tiny, random-weight) diffusers Wan transformer, on the CPU with the reference kernel."""
+
+import pytest
+import torch
+
+diffusers = pytest.importorskip("diffusers")
+
+from wavealign.integrations import diffusers as wa  # noqa: E402
+from wavealign.integrations.attention import BlockSparseAttention  # noqa: E402
+
+
+def tiny_wan() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return diffusers.WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+        text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=64).eval()
+
+
+def forward(model, frames: int = 3, size: int = 16) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(1)
+    latents = torch.randn(1, 4, frames, size, size, generator=gen)
+    text = torch.randn(1, 8, 32, generator=gen)
+    with torch.no_grad():
+        return model(hidden_states=latents, timestep=torch.tensor([500]), encoder_hidden_states=text,
+                     return_dict=False)[0]
+
+
+CPU = {"backend": "reference", "hardware": "h100", "block_size": 16}
+
+
+def test_a_dense_mask_matches_the_stock_processor():
+    model = tiny_wan()
+    stock = forward(model)
+    with wa.apply(model, method="dense", reorder="never", **CPU) as installed:
+        ours = forward(model)
+    assert torch.allclose(ours, stock, atol=1e-5, rtol=1e-4)
+    assert len(installed.attention.calls) == 2  # one per self-attention layer; cross-attention stayed stock
+
+
+def test_a_sparse_method_mask_gives_bitwise_the_same_output_with_and_without_the_reorder():
+    model = tiny_wan()
+    stock = forward(model)
+    with wa.apply(model, method="xattention", reorder="never", threshold=0.5, stride=4, **CPU) as plain:
+        original_order = forward(model)
+    with wa.apply(model, method="xattention", reorder="always", threshold=0.5, stride=4, **CPU) as aligned:
+        reordered = forward(model)
+    assert torch.equal(original_order, reordered)
+    assert all(c.reordered for c in aligned.attention.calls) and not any(c.reordered for c in plain.attention.calls)
+    assert all(0 < c.density < 1 for c in aligned.attention.calls)  # really sparse: not a dense mask in disguise
+    assert not torch.allclose(reordered, stock, atol=1e-3)  # and it is what the model computed
+
+
+def test_remove_restores_the_original_processors_and_output():
+    model = tiny_wan()
+    before = dict(model.attn_processors)
+    stock = forward(model)
+    installed = wa.apply(model, method="xattention", reorder="always", threshold=0.5, stride=4, **CPU)
+    processors = model.attn_processors
+    assert sorted(n for n, p in processors.items() if p is not before[n]) == installed.layers == [
+        "blocks.0.attn1.processor", "blocks.1.attn1.processor"]
+    installed.remove()
+    assert all(model.attn_processors[n] is p for n, p in before.items())
+    assert torch.equal(forward(model), stock)
+
+
+def test_a_token_count_that_is_not_a_multiple_of_the_block_size_runs():
+    model = tiny_wan()
+    stock = forward(model, frames=3, size=14)  # 3 x 7 x 7 = 147 tokens, blocks of 16
+    with wa.apply(model, method="dense", reorder="always", **CPU) as installed:
+        ours = forward(model, frames=3, size=14)
+    assert installed.attention.calls[0].tokens == 147
+    assert torch.allclose(ours, stock, atol=1e-5, rtol=1e-4)
+
+
+def test_the_adaptive_mode_records_the_skip_policy_s_verdict():
+    model = tiny_wan()
+    with wa.apply(model, method="xattention", reorder="adaptive", threshold=0.5, stride=4, **CPU) as installed:
+        forward(model)
+    assert all(c.reason and c.reason != "reorder='always'" for c in installed.attention.calls)
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"method": "xattenton"}, "unknown mask method 'xattenton'"),
+    ({"method": "xattention", "treshold": 0.9}, "treshold"),
+    ({"backend": "cudnn"}, "unknown backend 'cudnn'"),
+    ({"backend": "sim"}, "computes no attention"),
+    ({"reorder": "sometimes"}, "reorder must be one of"),
+    ({"hardware": "v100"}, "v100"),
+    ({"reorderer": "metis"}, "unknown reorderer 'metis'"),
+])
+def test_bad_arguments_are_errors_naming_them_before_any_forward(kwargs, needle):
+    model = tiny_wan()
+    before = dict(model.attn_processors)
+    args = {**CPU, **kwargs}
+    with pytest.raises(ValueError) as err:
+        wa.apply(model, **args)
+    assert needle in str(err.value)
+    assert all(model.attn_processors[n] is p for n, p in before.items())  # nothing installed
+
+
+def test_not_a_diffusers_model_is_refused():
+    with pytest.raises(ValueError, match="must be a diffusers model"):
+        wa.apply(torch.nn.Linear(2, 2), **CPU)
+
+
+def test_the_engine_needs_a_wave_or_a_gpu_to_take_it_from(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="pass hardware="):
+        BlockSparseAttention(method="dense", backend="reference", reorder="never")
+    assert BlockSparseAttention(method="dense", backend="reference", reorder="never", wave_size=8).wave_size == 8
