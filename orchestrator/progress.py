@@ -148,7 +148,8 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
                      "figure")
     if "simulated" in all_timers:
         notes.append("simulated: wavealign.sim's prediction for that GPU (kernel ms, L2 hit), not a measurement; "
-                     "its reorder ms is reorder.plan measured on this machine's CPU")
+                     "its reorder ms is WaveAlign's plan time predicted for that GPU (wavealign.skip.plan_cost; "
+                     "the host CPU's is the dataset's host_reorder_ms)")
     table.caption = "\n".join(notes)
     table.caption_justify = "left"
     return table

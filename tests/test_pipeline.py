@@ -9,6 +9,7 @@ import pytest
 
 from wavealign import environment, pipeline
 from wavealign.records import Cell
+from wavealign.skip import plan_cost
 
 
 def make_cell(**changes) -> Cell:
@@ -69,6 +70,35 @@ def test_sim_cell_is_labelled_simulated_and_reports_cache_figures():
     assert 0 <= original.l2_hit_pct <= 100 and original.hbm_read_bytes > 0
     # planted rows shuffled: WaveAlign regroups them, so a wave reuses more K/V in L2
     assert aligned.l2_hit_pct > original.l2_hit_pct
+
+
+def test_a_sim_cell_counts_the_reorder_predicted_for_its_gpu_not_the_host_s_cpu_time():
+    cells = variants(backend="sim", hardware="a40", profile_hardware="a40", seq_len_tokens=64 * 256, num_heads=2,
+                     head_dim=128, block_size=64, wave_size=168, method_params={"density": 0.25, "prototypes": 8})
+    original, aligned = pipeline.run_group(cells)
+    predicted = plan_cost.predicted_plan_ms(2, 256, 256, "a40")
+    assert aligned.reorder_ms == predicted.ms and aligned.reorder_cost == predicted.source
+    assert "a40" in aligned.reorder_cost and "h200" in aligned.reorder_cost
+    assert aligned.host_reorder_ms > 0  # the host's own plan time, kept apart
+    assert aligned.total_ms == aligned.kernel_ms_median + predicted.ms
+    assert original.reorder_ms == 0.0 and math.isnan(original.host_reorder_ms)
+
+
+def test_a_sim_cell_of_a_reorderer_without_a_gpu_cost_model_leaves_its_cost_unknown():
+    cells = variants(backend="sim", hardware="a40", profile_hardware="a40", seq_len_tokens=64 * 256, num_heads=2,
+                     head_dim=128, block_size=64, wave_size=168, reorderer="lsh")
+    aligned = pipeline.run_group(cells)[1]
+    assert math.isnan(aligned.reorder_ms) and math.isnan(aligned.net_speedup_vs_original)
+    assert "no GPU cost model for reorderer lsh" in aligned.reorder_cost and aligned.host_reorder_ms > 0
+    assert aligned.speedup_vs_original > 0  # the kernel's own speedup stands
+
+
+def test_the_predicted_plan_cost_grows_with_the_mask_and_shrinks_with_bandwidth():
+    h200 = plan_cost.predicted_plan_ms(40, 2841, 2841, "h200")
+    assert h200.ms == pytest.approx(9.9, rel=0.05)  # what it was fitted to: the H200's 40-head table2 cells
+    assert plan_cost.predicted_plan_ms(4, 2841, 2841, "h200").ms == pytest.approx(3.0, rel=0.05)
+    assert plan_cost.predicted_plan_ms(40, 2841, 2841, "a40").ms > plan_cost.predicted_plan_ms(40, 2841, 2841,
+                                                                                                "h100").ms > h200.ms
 
 
 def test_a_cell_that_raises_is_failed_with_its_error_and_traceback():

@@ -28,6 +28,7 @@ import torch
 from wavealign import environment, kernels, masks, reorder, reorderers, skip
 from wavealign.kernels import Launch, LaunchShape
 from wavealign.records import CPU, ORIGINAL_VARIANT, Cell, CellResult, Environment
+from wavealign.skip import plan_cost
 
 # reorder and launch plans are timed after one warm-up plan (which holds any JIT compile): the median of up to
 # PLAN_REPS calls, fewer once PLAN_BUDGET_S is spent (a plan of seconds, e.g. a hypergraph partition, is timed once)
@@ -161,6 +162,9 @@ def _run_on_mask(cell: Cell, mask: torch.Tensor, feats: skip.SkipFeatures, qkv, 
 
     device = mask.device
     order, result.reorder_ms = _plan_order(cell, mask, stages, device)
+    result.reorder_cost = "measured"
+    if backend.simulated and order is not None:
+        _simulated_plan_cost(result, cell)
     result.reordered_wave_working_set_bytes = (
         result.wave_working_set_bytes if order is None
         else skip.wave_working_set_bytes(reorder.permute_mask(mask, order), cell.wave_size, cell.block_size,
@@ -238,6 +242,18 @@ def _plan_launch(cell: Cell, backend: kernels.Backend, mask: torch.Tensor, order
     if backend.simulated:
         return plan(), math.nan
     return _timed_plans(plan, device)
+
+
+def _simulated_plan_cost(result: CellResult, cell: Cell) -> None:
+    """A simulated cell's reorder cost is predicted for its GPU (``skip.plan_cost``); the host CPU's time is kept
+    apart. Only WaveAlign's plan has a GPU model: another reorderer's cost there is unknown (NaN)."""
+    result.host_reorder_ms = result.reorder_ms
+    if cell.reorderer != plan_cost.MODELLED_REORDERER:
+        result.reorder_ms, result.reorder_cost = math.nan, f"unknown: no GPU cost model for reorderer {cell.reorderer}"
+        return
+    blocks = math.ceil(cell.seq_len_tokens / cell.block_size)
+    predicted = plan_cost.predicted_plan_ms(cell.num_heads, blocks, blocks, cell.profile_hardware)
+    result.reorder_ms, result.reorder_cost = predicted.ms, predicted.source
 
 
 def _simulated_into(result: CellResult, launch: Any) -> None:

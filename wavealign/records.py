@@ -94,7 +94,10 @@ class CellResult:
     kernel_ms_median: float = math.nan  # launch.run: the kernel, plus Q gather / O scatter where the backend needs them
     kernel_ms_iqr: float = math.nan
     first_call_ms: float = math.nan  # GPU: the first call's wall time (compile/JIT + one run), kept apart
-    reorder_ms: float = math.nan  # reorder.plan cost (0 when no reorder was applied)
+    reorder_ms: float = math.nan  # reorder.plan cost (0 when no reorder was applied); see reorder_cost
+    # "measured" (timed where the kernel runs), or how a simulated cell's cost on its GPU was predicted
+    reorder_cost: str | None = None
+    host_reorder_ms: float = math.nan  # simulated cells: reorder.plan timed on the host CPU, never added to a kernel
     launch_plan_ms: float = math.nan  # backend.plan: the mask in the kernel's format, rows in launch order
     total_ms: float = math.nan  # reorder + kernel
     speedup_vs_original: float = math.nan  # the group's original-variant kernel time / this one's
