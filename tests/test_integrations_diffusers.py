@@ -108,3 +108,64 @@ def test_the_engine_needs_a_wave_or_a_gpu_to_take_it_from(monkeypatch):
     with pytest.raises(ValueError, match="pass hardware="):
         BlockSparseAttention(method="dense", backend="reference", reorder="never")
     assert BlockSparseAttention(method="dense", backend="reference", reorder="never", wave_size=8).wave_size == 8
+
+
+def denoise(model, steps: int = 3, guidance: bool = True) -> None:
+    """A denoising loop as Wan's pipeline runs it: per step, the conditional and (under guidance) the unconditional
+    forward at one timestep."""
+    gen = torch.Generator().manual_seed(2)
+    latents = torch.randn(1, 4, 3, 16, 16, generator=gen)
+    cond, uncond = torch.randn(1, 8, 32, generator=gen), torch.randn(1, 8, 32, generator=gen)
+    with torch.no_grad():
+        for t in torch.linspace(999, 1, steps).round():
+            for text in (cond, uncond) if guidance else (cond,):
+                noise = model(hidden_states=latents, timestep=t.reshape(1), encoder_hidden_states=text,
+                              return_dict=False)[0]
+            latents = latents - 0.1 * noise
+
+
+def test_capture_writes_the_chosen_layers_and_steps_and_leaves_the_model_as_it_was(tmp_path):
+    from wavealign.workloads.captured import load_captured
+
+    model = tiny_wan()
+    before = dict(model.attn_processors)
+    stock = forward(model)
+    with wa.capture(model, tmp_path, layers=[1], steps=[0, 2], model="tiny-wan") as recorder:
+        denoise(model, steps=3)
+    assert recorder.step == 2  # three timesteps, two forwards each: three steps
+    assert [p.name for p in recorder.files] == ["tiny-wan-layer01-step000.safetensors",
+                                                "tiny-wan-layer01-step002.safetensors"]
+    captured = load_captured(recorder.files[1])
+    assert (captured.layer, captured.step, captured.grid, captured.model) == (1, 2, (3, 8, 8), "tiny-wan")
+    assert captured.q.shape == (1, 2, 3 * 8 * 8, 16)
+    assert all(model.attn_processors[n] is p for n, p in before.items())
+    assert torch.equal(forward(model), stock)
+
+
+def test_captured_q_k_v_are_what_the_model_attends_with(tmp_path, monkeypatch):
+    from wavealign.workloads.captured import load_captured
+
+    model = tiny_wan()
+    with wa.capture(model, tmp_path, layers=[0], steps=[0]) as recorder:
+        denoise(model, steps=1, guidance=False)
+    captured = load_captured(recorder.files[0])
+    seen = []
+    attend = BlockSparseAttention.__call__
+    monkeypatch.setattr(BlockSparseAttention, "__call__", lambda self, q, k, v: seen.append((q, k, v)) or attend(
+        self, q, k, v))
+    with wa.apply(model, method="dense", reorder="never", **CPU):
+        denoise(model, steps=1, guidance=False)
+    for got, want in zip(seen[0], (captured.q, captured.k, captured.v), strict=True):  # layer 0's call
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"layers": [2], "steps": [0]}, "layers must be a non-empty list of block indices in [0, 2)"),
+    ({"layers": [], "steps": [0]}, "layers must be"),
+    ({"layers": [0], "steps": [-1]}, "steps must be"),
+    ({"layers": [0], "steps": [0], "model": ""}, "model must name"),
+])
+def test_bad_capture_arguments_name_themselves(tmp_path, kwargs, needle):
+    with pytest.raises(ValueError) as err:
+        wa.capture(tiny_wan(), tmp_path, **kwargs)
+    assert needle in str(err.value)
