@@ -133,10 +133,14 @@ class NamedConfig:
 
 @dataclass
 class WorkloadConfig:
-    """``conf/workload/<name>.yaml``: a model preset (Q/K/V from wavealign.workloads) or a bare shape."""
+    """``conf/workload/<name>.yaml``: a model preset (Q/K/V from wavealign.workloads), a captured file, or a bare
+    shape."""
 
     name: str = "?"
     model: Any = None  # a wavealign.workloads preset id; None = bare shape with random Q/K/V
+    # a wavealign-qkv/1 file (`wavealign capture`): its Q/K/V and length; heads picks some of its heads, model is
+    # read from the file, and the grid's seq_k must be one value (the file fixes the length)
+    captured: Any = None
     resolution: Any = None
     heads: list[int] = field(default_factory=lambda: [0])  # preset heads to take
     num_heads: int = 1  # bare shapes
@@ -453,7 +457,11 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
         if hw != CPU:
             group_entry("hardware", hw, dirs)
     for name in grid.workload:
-        _validate_workload(group_entry("workload", name, dirs))
+        wl = group_entry("workload", name, dirs)
+        _validate_workload(wl)
+        if wl.captured is not None and len(grid.seq_k) != 1:
+            raise ConfigError(f"{where}.seq_k={list(grid.seq_k)} with workload {name!r}, captured at a fixed length; "
+                              "expected one value (the file sets the length)")
     for k in grid.seq_k:
         if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
             raise ConfigError(f"{where}.seq_k has {k!r}; expected positive, finite thousands of tokens")
@@ -483,6 +491,20 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
 
 def _validate_workload(wl: DictConfig) -> None:
     where = f"conf/workload/{wl.name}.yaml"
+    if wl.captured is not None:
+        from wavealign.workloads import read_header
+
+        try:
+            header = read_header(wl.captured)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: captured={wl.captured!r}: {exc}") from None
+        if wl.model is not None:
+            raise ConfigError(f"{where}: model={wl.model!r} with captured; expected no model (the file names it: "
+                              f"{header.model!r})")
+        if len(wl.heads) == 0 or min(wl.heads) < 0 or max(wl.heads) >= header.shape[1]:
+            raise ConfigError(f"{where}: heads {list(wl.heads)}; expected indices in [0, {header.shape[1]}) of "
+                              f"{wl.captured}")
+        return
     if wl.model is not None:
         from wavealign import workloads
 

@@ -135,7 +135,8 @@ def _blocks(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Ite
             placement = placement_reason(hw, backend, backend_params)
             for wl_name, method in itertools.product(g.workload, g.method):
                 reason = placement
-                if reason is None and workloads_cfg[wl_name].model is None and masks.get(method).needs_qk:
+                wl = workloads_cfg[wl_name]
+                if reason is None and wl.model is None and wl.captured is None and masks.get(method).needs_qk:
                     reason = f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"
                 yield _Block(hw, backend_name, backend_params, wl_name, method, method_axes[method],
                              axis_product(method_axes[method]) * per_method, reason)
@@ -154,6 +155,23 @@ def _shape(wl: DictConfig, seq_k: float) -> tuple[int, int | None]:
     return workloads.preset(wl.model, frames=frames, resolution=wl.resolution).seq_len, frames
 
 
+def _workload_fields(wl: DictConfig, seq_k: float) -> dict[str, Any]:
+    """A cell's workload fields: its shape, heads and origin, from a captured file, a model preset or a bare shape."""
+    if wl.captured is not None:
+        from wavealign.workloads import read_header
+
+        path = Path(wl.captured).resolve()
+        header = read_header(path)
+        return dict(seq_len_tokens=header.shape[2], seq_k=header.shape[2] / 1000, num_heads=len(wl.heads),
+                    head_dim=header.shape[3], model=header.model, resolution=None, frames=None, heads=list(wl.heads),
+                    layer=header.layer, step=header.step, captured=str(path))
+    tokens, frames = _shape(wl, seq_k)
+    preset = wl.model is not None
+    return dict(seq_len_tokens=tokens, seq_k=seq_k, num_heads=len(wl.heads) if preset else int(wl.num_heads),
+                head_dim=int(wl.head_dim), model=wl.model, resolution=wl.resolution, frames=frames,
+                heads=list(wl.heads) if preset else [], layer=int(wl.layer), step=int(wl.step))
+
+
 def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
     """The cells of one grid; ``config.validate`` has made sure each of its backends runs somewhere in it."""
     out = Grid(cells=[])
@@ -170,17 +188,11 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
         block_size = int(g.block_size or hw_spec.default_block_size)
         for seq_k, method_params, wave, seed in itertools.product(g.seq_k, param_combinations(block.method_axes),
                                                                   g.wave_size, g.seed):
-            tokens, frames = _shape(wl, float(seq_k))
             base = dict(
                 hardware=hw, profile_hardware=profile, backend=block.backend, method=block.method,
-                workload=block.workload, seq_len_tokens=tokens, seq_k=float(seq_k),
-                num_heads=len(wl.heads) if wl.model is not None else int(wl.num_heads),
-                head_dim=int(wl.head_dim), block_size=block_size,
-                wave_size=int(wave or modelled.wave_size(hw_spec)), seed=int(seed), model=wl.model,
-                resolution=wl.resolution, frames=frames,
-                heads=list(wl.heads) if wl.model is not None else [], layer=int(wl.layer), step=int(wl.step),
-                method_params=method_params, backend_params=block.backend_params, reps=int(g.reps),
-                warmup=int(g.warmup), ncu=bool(g.ncu))
+                workload=block.workload, block_size=block_size, wave_size=int(wave or modelled.wave_size(hw_spec)),
+                seed=int(seed), method_params=method_params, backend_params=block.backend_params, reps=int(g.reps),
+                warmup=int(g.warmup), ncu=bool(g.ncu), **_workload_fields(wl, float(seq_k)))
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in orders:
                 v = cfg.variants[order.variant]

@@ -169,3 +169,47 @@ def test_bad_capture_arguments_name_themselves(tmp_path, kwargs, needle):
     with pytest.raises(ValueError) as err:
         wa.capture(tiny_wan(), tmp_path, **kwargs)
     assert needle in str(err.value)
+
+
+def test_a_captured_file_is_a_sweep_workload_whose_cells_run_on_its_q_k_v(tmp_path):
+    from orchestrator import config, grid
+    from wavealign import pipeline
+
+    model = tiny_wan()
+    with wa.capture(model, tmp_path / "qkv", layers=[1], steps=[1], model="tiny-wan") as recorder:
+        denoise(model, steps=2)
+    (tmp_path / "conf" / "workload").mkdir(parents=True)
+    (tmp_path / "conf" / "workload" / "mine.yaml").write_text(
+        f"name: mine\ncaptured: {recorder.files[0]}\nheads: [0, 1]\n")
+    cfg = config.load(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[xattention]",
+                       "grid.workload=[mine]", "grid.seq_k=[1]", "grid.variant=[original,wavealign]",
+                       "+grid.method_params.xattention.threshold=0.5", "+grid.method_params.xattention.stride=4",
+                       "grid.block_size=16", "grid.reps=1", "grid.warmup=0", f"conf_dirs=[{tmp_path / 'conf'}]"])
+    cells = grid.expand(cfg).cells
+    assert [(c.captured, c.model, c.layer, c.step, c.seq_len_tokens, c.num_heads, c.head_dim) for c in cells] == [
+        (str(recorder.files[0]), "tiny-wan", 1, 1, 192, 2, 16)] * 2
+    results = pipeline.run_group(cells)
+    assert [r.status for r in results] == ["done", "done"], [r.error for r in results]
+    assert 0 < results[0].density < 1 and results[1].reorder_applied
+
+
+def test_a_captured_workload_is_checked_before_anything_runs(tmp_path):
+    from orchestrator import config
+
+    (tmp_path / "workload").mkdir()
+    (tmp_path / "workload" / "gone.yaml").write_text(f"name: gone\ncaptured: {tmp_path / 'nothing.safetensors'}\n")
+    with pytest.raises(config.ConfigError, match=r"captured=.*must be an existing safetensors file"):
+        config.load(["~sweep", "grid.workload=[gone]", f"conf_dirs=[{tmp_path}]"])
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--layers", "a", "--steps", "0"], "--layers must be comma-separated integers"),
+    (["--layers", "0", "--steps", "-1"], "--steps must be"),
+    (["--layers", "0", "--steps", "60"], "--steps [60] must be below --num-steps 50"),
+])
+def test_the_capture_command_refuses_bad_arguments_before_loading_a_pipeline(argv, needle, capsys):
+    from jobs import capture
+
+    with pytest.raises(SystemExit) as stop:
+        capture.main(["--pipeline", "nowhere", "--out", "x", *argv])
+    assert stop.value.code == 2 and needle in capsys.readouterr().err

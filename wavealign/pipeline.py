@@ -126,8 +126,12 @@ def build_inputs(cell: Cell, device: torch.device) -> tuple[torch.Tensor, tuple[
 
 
 def _workload_qkv(cell: Cell, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The model's Q/K/V: read from the cell's captured file, or drawn by the synthetic generator."""
     from wavealign import workloads
 
+    if cell.captured is not None:
+        captured = workloads.load_captured(cell.captured, heads=list(cell.heads), device=device)
+        return captured.q[:1], captured.k[:1], captured.v[:1]  # the first batch element (the conditional one)
     wl = workloads.preset(cell.model, frames=int(cell.frames), resolution=cell.resolution)
     return workloads.synthetic(wl, heads=list(cell.heads), layer=cell.layer, step=cell.step, seed=cell.seed,
                                device=device)

@@ -48,6 +48,7 @@ class Cell:
     seed: int = 0
     seq_k: float | None = None  # the requested length in thousands of tokens (seq_len_tokens: the nearest valid)
     model: str | None = None  # a wavealign.workloads preset; None = a bare (seq_len, heads) shape
+    captured: str | None = None  # a wavealign-qkv/1 file whose Q/K/V the cell runs on (heads: which of its heads)
     resolution: str | None = None
     frames: int | None = None
     heads: list[int] = field(default_factory=list)  # preset head indices

@@ -5,7 +5,7 @@ structure, and a loader for Q/K/V captured from a real model.
     q, k, v = synthetic(wl, heads=[0, 1], seed=0)               # each (1, 2, seq_len, 128)
 """
 
-from wavealign.workloads.captured import FORMAT, CapturedQKV, load_captured, save_captured
+from wavealign.workloads.captured import FORMAT, CapturedHeader, CapturedQKV, load_captured, read_header, save_captured
 from wavealign.workloads.presets import MODELS, ModelSpec, RopeAxes, Workload, models, preset
 from wavealign.workloads.rope import apply_rope, positions
 from wavealign.workloads.synthetic import (
@@ -21,7 +21,7 @@ from wavealign.workloads.synthetic import (
 )
 
 __all__ = [
-    "FORMAT", "HEAD_TYPES", "MODELS", "CapturedQKV", "GeneratorConfig", "HeadProfile", "HeadSpec", "ModelSpec",
-    "RopeAxes", "Workload", "apply_rope", "default_config", "head_specs", "head_types", "iter_heads",
-    "load_captured", "models", "positions", "preset", "save_captured", "synthetic",
+    "FORMAT", "HEAD_TYPES", "MODELS", "CapturedHeader", "CapturedQKV", "GeneratorConfig", "HeadProfile", "HeadSpec",
+    "ModelSpec", "RopeAxes", "Workload", "apply_rope", "default_config", "head_specs", "head_types", "iter_heads",
+    "load_captured", "models", "positions", "preset", "read_header", "save_captured", "synthetic",
 ]

@@ -61,6 +61,43 @@ def save_captured(path: str | Path, q: torch.Tensor, k: torch.Tensor, v: torch.T
     return path
 
 
+@dataclass(frozen=True)
+class CapturedHeader:
+    """What a ``wavealign-qkv/1`` file holds, read without loading its tensors."""
+
+    shape: tuple[int, int, int, int]  # (B, H, N, D)
+    model: str
+    layer: int
+    step: int
+    grid: tuple[int, int, int]
+
+
+def read_header(path: str | Path) -> CapturedHeader:
+    """The shape and metadata of a ``wavealign-qkv/1`` file (the tensors stay on disk)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"path must be an existing safetensors file, got {str(path)!r}")
+    with safe_open(str(path), framework="pt", device="cpu") as f:
+        model, layer, step, grid = _metadata(f, path)
+        shape = tuple(f.get_slice("q").get_shape())
+    return CapturedHeader(shape=shape, model=model, layer=layer, step=step, grid=grid)  # type: ignore[arg-type]
+
+
+def _metadata(f, path: Path) -> tuple[str, int, int, tuple[int, ...]]:
+    """(model, layer, step, grid) of an open file, checking its format and layout and that it holds q, k, v."""
+    meta = f.metadata() or {}
+    if meta.get("format") != FORMAT or meta.get("layout") != "BHND":
+        raise ValueError(f"{path}: metadata format/layout must be {FORMAT!r}/'BHND', got "
+                         f"{meta.get('format')!r}/{meta.get('layout')!r}")
+    missing = {"q", "k", "v"} - set(f.keys())
+    if missing:
+        raise ValueError(f"{path}: tensors q, k, v expected, missing {sorted(missing)}")
+    try:
+        return meta["model"], int(meta["layer"]), int(meta["step"]), tuple(int(g) for g in meta["grid"].split(","))
+    except (KeyError, ValueError) as err:
+        raise ValueError(f"{path}: metadata needs model, layer, step and grid 'T,H,W', got {meta}") from err
+
+
 def load_captured(path: str | Path, heads: list[int] | None = None,
                   device: str | torch.device = "cpu") -> CapturedQKV:
     """Read a ``wavealign-qkv/1`` file (optionally a subset of ``heads``), checking its layout and shapes."""
@@ -68,18 +105,7 @@ def load_captured(path: str | Path, heads: list[int] | None = None,
     if not path.is_file():
         raise ValueError(f"path must be an existing safetensors file, got {str(path)!r}")
     with safe_open(str(path), framework="pt", device="cpu") as f:
-        meta = f.metadata() or {}
-        if meta.get("format") != FORMAT or meta.get("layout") != "BHND":
-            raise ValueError(f"{path}: metadata format/layout must be {FORMAT!r}/'BHND', got "
-                             f"{meta.get('format')!r}/{meta.get('layout')!r}")
-        missing = {"q", "k", "v"} - set(f.keys())
-        if missing:
-            raise ValueError(f"{path}: tensors q, k, v expected, missing {sorted(missing)}")
-        try:
-            grid = tuple(int(g) for g in meta["grid"].split(","))
-            model, layer, step = meta["model"], int(meta["layer"]), int(meta["step"])
-        except (KeyError, ValueError) as err:
-            raise ValueError(f"{path}: metadata needs model, layer, step and grid 'T,H,W', got {meta}") from err
+        model, layer, step, grid = _metadata(f, path)
         tensors = {n: f.get_tensor(n) for n in ("q", "k", "v")}
     _check(tensors["q"], tensors["k"], tensors["v"], grid, str(path))  # type: ignore[arg-type]
     if heads is not None:
