@@ -9,10 +9,10 @@ from wavealign.integrations import diffusers as wa  # noqa: E402
 from wavealign.integrations.attention import BlockSparseAttention  # noqa: E402
 
 
-def tiny_wan() -> torch.nn.Module:
+def tiny_wan(head_dim: int = 16) -> torch.nn.Module:
     torch.manual_seed(0)
     return diffusers.WanTransformer3DModel(
-        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=head_dim, in_channels=4, out_channels=4,
         text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=64).eval()
 
 
@@ -213,3 +213,28 @@ def test_the_capture_command_refuses_bad_arguments_before_loading_a_pipeline(arg
     with pytest.raises(SystemExit) as stop:
         capture.main(["--pipeline", "nowhere", "--out", "x", *argv])
     assert stop.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["triton", "flex"])
+def test_on_the_gpu_in_bf16_the_reorder_is_bitwise_free_and_a_dense_mask_matches_stock(backend):
+    model = tiny_wan(head_dim=64).to("cuda", torch.bfloat16)  # the triton kernel takes head dims 64 and 128
+
+    def run() -> torch.Tensor:
+        gen = torch.Generator().manual_seed(1)
+        latents = torch.randn(1, 4, 4, 32, 32, generator=gen).to("cuda", torch.bfloat16)  # 4 x 16 x 16 = 1024 tokens
+        text = torch.randn(1, 8, 32, generator=gen).to("cuda", torch.bfloat16)
+        with torch.no_grad():
+            return model(hidden_states=latents, timestep=torch.tensor([500], device="cuda"),
+                         encoder_hidden_states=text, return_dict=False)[0]
+
+    stock = run()
+    gpu = {"backend": backend, "block_size": 128}  # flex tiles 128 rows at head dim 64
+    with wa.apply(model, method="dense", reorder="never", **gpu):
+        dense = run()
+    assert torch.allclose(dense.float(), stock.float(), atol=3e-2, rtol=3e-2)
+    with wa.apply(model, method="xattention", reorder="never", threshold=0.5, stride=8, **gpu):
+        plain = run()
+    with wa.apply(model, method="xattention", reorder="always", threshold=0.5, stride=8, **gpu) as aligned:
+        reordered = run()
+    assert torch.equal(plain, reordered) and all(c.reordered for c in aligned.attention.calls)
