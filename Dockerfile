@@ -45,10 +45,10 @@ COPY orchestrator ./orchestrator
 COPY analysis ./analysis
 COPY jobs ./jobs
 COPY conf ./conf
-# The base package already carries the sweep dependencies (Hydra, Ray, MLflow, pyarrow); the extras add the
-# FA4 and FlashInfer kernels. The cu130 index stays reachable so nothing swaps torch for a different build.
+# The [sweep] extra brings the orchestrator's dependencies (Hydra, Ray, MLflow, pyarrow, numba for the simulator);
+# [fa4] and [flashinfer] the kernels. The cu130 index stays reachable so nothing swaps torch for a different build.
 RUN pip install --no-cache-dir --extra-index-url "${TORCH_INDEX_URL}" \
-        -e ".[fa4,flashinfer]" "torch==${TORCH_VERSION}" "ray[default]==${RAY_VERSION}"
+        -e ".[sweep,fa4,flashinfer]" "torch==${TORCH_VERSION}" "ray[default]==${RAY_VERSION}"
 
 # ---- runtime: the same CUDA devel base (nvcc), the venv and checkout, a non-root user ----
 FROM base AS runtime

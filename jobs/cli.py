@@ -54,7 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     if name not in commands():
         print(f"wavealign: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"jobs.{name.replace('-', '_')}")
+    try:
+        module = importlib.import_module(f"jobs.{name.replace('-', '_')}")
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("jobs", "orchestrator", "analysis", "wavealign"):
+            raise
+        print(f"wavealign {name} needs the sweep tools, which are not installed (no module {exc.name!r}): "
+              "pip install 'wavealign[sweep]'", file=sys.stderr)
+        return 2
     return int(module.main(argv[1:]) or 0)
 
 

@@ -32,7 +32,10 @@ def _pyproject() -> dict:
 
 
 def _requirement(name: str) -> Requirement:
-    found = [Requirement(r) for r in _pyproject()["project"]["dependencies"] if Requirement(r).name == name]
+    """The project's requirement on ``name``, in its dependencies or any extra."""
+    project = _pyproject()["project"]
+    listed = [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]
+    found = [Requirement(r) for r in listed if Requirement(r).name == name]
     assert len(found) == 1, f"pyproject.toml: expected one {name} requirement, found {found}"
     return found[0]
 
@@ -144,7 +147,7 @@ def test_dockerfile_installs_only_extras_pyproject_defines():
     extras = set(_pyproject()["project"]["optional-dependencies"])
     (installed,) = re.findall(r'-e "\.\[([^\]]+)\]"', DOCKERFILE.read_text())
     used = set(installed.split(","))
-    assert used == {"fa4", "flashinfer"} and used <= extras, used
+    assert used == {"sweep", "fa4", "flashinfer"} and used <= extras, used
 
 
 def test_runtime_stage_runs_as_a_non_root_user():

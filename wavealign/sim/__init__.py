@@ -31,7 +31,6 @@ from wavealign import hardware as hardware_mod
 from wavealign import kernels
 from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed
 from wavealign.kernels import ExecutionFacts
-from wavealign.sim.engine import replay
 
 __all__ = ["ExecutionFacts", "HeadResult", "SimResult", "simulate"]
 
@@ -154,6 +153,10 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     if row_jitter > 0.0:
         z = np.abs(np.random.default_rng(seed).standard_normal((heads, mb)))
         extra = np.rint(mask_np.sum(axis=-1) * row_jitter * z).astype(np.int64)
+    try:
+        from wavealign.sim.engine import replay  # numba: imported when a simulation runs, not with the library
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"wavealign.sim needs numba ({exc}): pip install 'wavealign[sim]'") from exc
     trace = replay(mask_np, perm, slots=wave, capacity_blocks=capacity, reverse=ex.kv_walk == "reverse",
                    parallel_heads=ex.head_order == "parallel", partitions=l2_partitions,
                    row_extra_steps=extra)

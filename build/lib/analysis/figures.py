@@ -1,0 +1,526 @@
+"""The paper's figures from a results frame (``analysis.load``): one function per figure, each returning a
+matplotlib Figure drawn only from the cells present, with a note in any panel that lacks data.
+
+``FIGURES`` lists them in report order: ``{name: function}``; every function takes the frame alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+
+from analysis.load import with_derived_columns
+from analysis.plotting import (
+    NO_CELLS,
+    STAGE_LABELS,
+    VARIANT_COLORS,
+    badge_simulated,
+    bar_style,
+    done_cells,
+    geomean,
+    hbm_read_column,
+    is_simulated,
+    l2_hit_column,
+    label,
+    line_style,
+    missing_columns,
+    missing_note,
+    note,
+    note_figure,
+    panel_grid,
+    relative_to_original,
+    variant_color,
+)
+from wavealign import hardware as hardware_registry
+from wavealign import masks
+from wavealign.records import order_name
+
+ORIGINAL = "original"
+DENSE = "dense"
+BYTES_HINT = "needs Nsight Compute counters (an ncu record per cell)\nor simulated cells (backend sim)"
+COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+
+
+def _cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """Finished cells with a ``_sim`` flag column and the derived columns of ``analysis.load``."""
+    cells = done_cells(frame)
+    if "seq_k" not in cells:
+        cells = with_derived_columns(cells)
+    return cells.assign(_sim=is_simulated(cells))
+
+
+def _seq_ticks(ax, seqs: list[float]) -> None:
+    ax.set_xticks(range(len(seqs)))
+    ax.set_xticklabels([f"{s:g}K" for s in seqs], fontsize=8)
+    ax.set_xlabel("sequence length (tokens)")
+
+
+def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
+    """Fig. 2: per method, the compute-proportional bound 1/rho against the measured dense/sparse kernel
+    time ratio (same hardware, backend, workload and length), both in the original row order."""
+    title = "Upper bound 1/ρ vs actual speedup over dense (Fig. 2)"
+    need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "density", "kernel_ms_median")
+    if missing := missing_columns(frame, need):
+        return note_figure(title, missing_note(missing))
+    cells = _cells(frame)
+    if cells.empty:
+        return note_figure(title, NO_CELLS)
+    originals = cells[cells["variant"] == ORIGINAL]
+    dense, sparse = originals[originals["method"] == DENSE], originals[originals["method"] != DENSE]
+    methods = sorted(sparse["method"].unique())
+    if not methods:
+        return note_figure(title, "no sparse-method cells in the original order")
+    keys = ["hardware", "backend", "seq_len_tokens"] + (["workload"] if "workload" in cells else [])
+    baseline = dense.drop_duplicates(keys)[[*keys, "kernel_ms_median"]].rename(
+        columns={"kernel_ms_median": "dense_ms"})
+    fig, axes = panel_grid(1, len(methods))
+    for ax, method in zip(axes[0], methods, strict=True):
+        ax.set_title(method)
+        pairs = sparse[sparse["method"] == method].merge(baseline, on=keys)
+        if pairs.empty:
+            note(ax, "no dense baseline cell of the same hardware, backend\nand length (method=dense, "
+                     "variant=original):\nadd the sweep's dense_baseline grid")
+            continue
+        pairs = pairs.assign(bound=1.0 / pairs["density"], actual=pairs["dense_ms"] / pairs["kernel_ms_median"])
+        for i, ((hw, backend, sim), part) in enumerate(pairs.groupby(["hardware", "backend", "_sim"])):
+            by_len = part.groupby("seq_k")[["bound", "actual"]].mean()
+            color = COLORS[i % len(COLORS)]
+            style = line_style(bool(sim))
+            ax.plot(by_len.index, by_len["bound"], marker="^", color=color, **{**style, "linestyle": ":"},
+                    label=label(f"{hw}/{backend} 1/ρ", bool(sim)))
+            ax.plot(by_len.index, by_len["actual"], marker="o", color=color, **style,
+                    label=label(f"{hw}/{backend} actual", bool(sim)))
+            if sim:
+                badge_simulated(ax)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length (K tokens)")
+        ax.set_ylabel("speedup over dense")
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _flops(cells: pd.DataFrame) -> pd.Series:
+    """Attention forward FLOPs the mask leaves (``wavealign.measure.derived.attention_flops``, vectorised)."""
+    return 4.0 * cells["seq_len_tokens"] ** 2 * cells["head_dim"] * cells["num_heads"] * cells["density"]
+
+
+def roofline(frame: pd.DataFrame) -> Figure:
+    """Fig. 3/15: achieved TFLOP/s against operational intensity (FLOPs per DRAM byte, from Nsight Compute
+    or the simulator), under the compute and HBM roofs of each cell's hardware."""
+    title = "Roofline (Fig. 3 / 15)"
+    need = ("hardware", "method", "seq_len_tokens", "head_dim", "num_heads", "density", "kernel_ms_median")
+    if missing := missing_columns(frame, need):
+        return note_figure(title, missing_note(missing))
+    cells = _cells(frame)
+    if cells.empty:
+        return note_figure(title, NO_CELLS)
+    gpus = [hw for hw in sorted(cells["hardware"].unique()) if hw in hardware_registry.names()]
+    if not gpus:
+        return note_figure(title, "no cells on (or simulated for) a described GPU; hardware=cpu cells have no roofs")
+    if "ncu_dram_read_bytes" in cells and cells["ncu_dram_read_bytes"].notna().any():
+        dram = cells["ncu_dram_read_bytes"] + cells.get("ncu_dram_write_bytes", 0.0)
+        source = "Nsight Compute DRAM bytes"
+    elif "hbm_read_bytes" in cells:
+        dram, source = cells["hbm_read_bytes"], "HBM read bytes"
+    else:
+        return note_figure(title, f"no DRAM byte counts: {BYTES_HINT}")
+    cells = cells.assign(_bytes=dram, _flops=_flops(cells))
+    cells = cells.assign(_intensity=cells["_flops"] / cells["_bytes"],
+                         _tflops=cells["_flops"] / (cells["kernel_ms_median"] * 1e-3) / 1e12)
+    methods = sorted(cells["method"].unique())
+    fig, axes = panel_grid(1, len(gpus), width=5.2, height=4.0)
+    for ax, hw_name in zip(axes[0], gpus, strict=True):
+        hw = hardware_registry.get(hw_name)
+        ax.set_title(f"{hw.display_name}")
+        part = cells[(cells["hardware"] == hw_name) & np.isfinite(cells["_intensity"]) & (cells["_bytes"] > 0)]
+        if part.empty:
+            note(ax, f"no {hw_name} cell has {source}:\n{BYTES_HINT}")
+            continue
+        ridge = hw.ridge_flops_per_byte
+        lo, hi = min(part["_intensity"].min() / 10, ridge / 30), max(part["_intensity"].max() * 10, ridge * 3)
+        xs = np.logspace(math.log10(lo), math.log10(hi), 200)
+        ax.plot(xs, np.minimum(hw.peak_bf16_flops, hw.hbm_bytes_per_s * xs) / 1e12, color="0.2", linewidth=1.5,
+                label=f"roof: {hw.peak_bf16_flops / 1e12:.0f} TFLOP/s, {hw.hbm_bytes_per_s / 1e12:.2f} TB/s")
+        for i, method in enumerate(methods):
+            for sim, pts in part[part["method"] == method].groupby("_sim"):
+                reordered = pts["stages"] != "none" if "stages" in pts else pd.Series(False, index=pts.index)
+                for flag, marker in ((False, "o"), (True, "s")):
+                    sel = pts[reordered == flag]
+                    if sel.empty:
+                        continue
+                    ax.scatter(sel["_intensity"], sel["_tflops"], marker=marker, s=28,
+                               facecolors="none" if sim else COLORS[i % len(COLORS)],
+                               edgecolors=COLORS[i % len(COLORS)],
+                               label=label(f"{method} {'reordered' if flag else 'original'}", bool(sim)))
+                if sim:
+                    badge_simulated(ax)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"operational intensity (FLOP / byte; {source})")
+        ax.set_ylabel("achieved TFLOP/s")
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _params(text: object) -> dict:
+    try:
+        params = json.loads(text) if isinstance(text, str) else {}
+    except json.JSONDecodeError:
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def _variant_labels(panel: pd.DataFrame) -> pd.Series:
+    """The variant name (with its reorderer where that is not WaveAlign's Stage 1), plus the backend parameters that
+    differ within the panel (e.g. the kernel's ``head_order``: the head-order variants O+Seq / O+WA of Fig. 9)."""
+    reorderer = panel["reorderer"] if "reorderer" in panel else pd.Series(None, index=panel.index)
+    labels = pd.Series([order_name(str(v), r) for v, r in zip(panel["variant"], reorderer, strict=True)],
+                       index=panel.index)
+    if "backend_params" not in panel:
+        return labels
+    params = panel["backend_params"].map(_params)
+    keys = sorted({k for p in params for k in p})
+    varying = [k for k in keys if len({json.dumps(p.get(k), sort_keys=True) for p in params}) > 1]
+    if not varying:
+        return labels
+    return labels + " " + params.map(lambda p: ",".join(f"{k}={p.get(k)}" for k in varying))
+
+
+def _ordered_labels(panel: pd.DataFrame) -> list[str]:
+    first = panel.sort_values("variant", key=lambda v: v != ORIGINAL)
+    return list(dict.fromkeys(first["_label"]))
+
+
+def kernel_latency(frame: pd.DataFrame) -> Figure:
+    """Fig. 9/10: kernel latency per variant (original vs WaveAlign, and head-order variants where the
+    backend parameters differ), with the reorder overhead stacked on top, against sequence length, per
+    hardware/backend (rows) and method (columns)."""
+    title = "Kernel latency with reorder overhead stacked (Fig. 9 / 10)"
+    need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "kernel_ms_median")
+    if missing := missing_columns(frame, need):
+        return note_figure(title, missing_note(missing))
+    cells = _cells(frame)
+    if cells.empty:
+        return note_figure(title, NO_CELLS)
+    if "workload" not in cells:
+        cells = cells.assign(workload="")
+    # one row per workload too: a 4-head and a 40-head workload of one method are not one panel's bars
+    rows = sorted(cells.groupby(["hardware", "backend", "workload"]).groups)
+    many = cells["workload"].nunique() > 1
+    methods = sorted(cells["method"].unique())
+    fig, axes = panel_grid(len(rows), len(methods))
+    for (hw, backend, workload), axes_row in zip(rows, axes, strict=True):
+        for ax, method in zip(axes_row, methods, strict=True):
+            ax.set_title(f"{hw} / {backend} / {method}" + (f"\n{workload}" if many else ""), fontsize=9)
+            panel = cells[(cells["hardware"] == hw) & (cells["backend"] == backend) & (cells["method"] == method)
+                          & (cells["workload"] == workload)]
+            if panel.empty:
+                note(ax, "no cells")
+                continue
+            panel = panel.assign(_label=_variant_labels(panel))
+            if "reorder_ms" not in panel:  # older results: draw the kernel time alone
+                panel = panel.assign(reorder_ms=0.0)
+            seqs = sorted(panel["seq_k"].unique())
+            labels = _ordered_labels(panel)
+            width = 0.8 / len(labels)
+            for j, name in enumerate(labels):
+                part = panel[panel["_label"] == name].groupby("seq_k").agg(
+                    kernel=("kernel_ms_median", "median"), reorder=("reorder_ms", "median"), sim=("_sim", "any"))
+                xs = [seqs.index(s) + (j - (len(labels) - 1) / 2) * width for s in part.index]
+                sim = bool(part["sim"].any())
+                color = variant_color(name)
+                ax.bar(xs, part["kernel"], width, color=color, label=label(name, sim), **bar_style(sim))
+                overhead = part["reorder"].fillna(0.0)
+                if (overhead > 0).any():
+                    ax.bar(xs, overhead, width, bottom=part["kernel"], facecolor="white", edgecolor=color,
+                           hatch="..", label=f"{name}: reorder overhead")
+                if sim:
+                    badge_simulated(ax)
+            _seq_ticks(ax, seqs)
+            ax.set_ylabel("ms")
+            ax.legend(fontsize=6)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def reorderer_comparison(frame: pd.DataFrame) -> Figure:
+    """Table II as bars: per hardware, backend and head count (rows) and method (columns), each launch order's
+    speedup over the original with the reorder counted (bar) and of the kernel alone (tick)."""
+    from analysis.tables import table2
+
+    title = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
+    table = table2(frame)
+    if "note" in table:
+        return note_figure(title, table["note"][0])
+    table = table[table["order"] != "Original"]
+    if table.empty or table["order"].nunique() < 2:
+        return note_figure(title, "fewer than two reordered launch orders: nothing to compare")
+    rows = sorted(table.groupby(["hardware", "backend", "num_heads"]).groups)
+    methods = sorted(table["method"].unique())
+    orders = list(dict.fromkeys(table["order"]))  # table2's order: baselines, then WaveAlign
+    fig, axes = panel_grid(len(rows), len(methods), width=4.2, height=0.35 * len(orders) + 1.2)
+    for (hw, backend, heads), axes_row in zip(rows, axes, strict=True):
+        for ax, method in zip(axes_row, methods, strict=True):
+            ax.set_title(f"{hw} / {backend} / {method}, {heads} heads", fontsize=9)
+            panel = table[(table["hardware"] == hw) & (table["backend"] == backend) & (table["num_heads"] == heads)
+                          & (table["method"] == method)].set_index("order")
+            if panel.empty:
+                note(ax, "no cells")
+                continue
+            ys = range(len(orders))
+            net = [panel["speedup_with_overhead"].get(o, math.nan) for o in orders]
+            kernel = [panel["speedup"].get(o, math.nan) for o in orders]
+            ax.barh(ys, net, color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2")
+                                            else 0.45) for o in orders])
+            ax.plot(kernel, ys, "k|", markersize=10)
+            ax.axvline(1.0, color="0.4", linewidth=0.8)
+            ax.set_yticks(list(ys))
+            ax.set_yticklabels(orders, fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlabel("x original", fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+# Table II's techniques, one colour each; the grouping alone is drawn pale, with Stage 2 full
+_TECHNIQUE_COLORS = {"Hypergraph": "tab:purple", "MinHash": "tab:brown", "LSH": "tab:olive", "Clustering": "tab:cyan",
+                     "WaveAlign": VARIANT_COLORS["wavealign"], "O": "tab:gray"}
+
+
+def _technique_color(order: str) -> str:
+    technique = order.removesuffix("+S2").removesuffix(" S1")
+    return _TECHNIQUE_COLORS.get(technique, variant_color(technique))
+
+
+def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str],
+                    aggregate: Callable[[pd.Series], float], ylabel: str) -> None:
+    """Bars of ``value`` aggregated per method (x) and reorder stage (one bar each)."""
+    methods = sorted(cells["method"].unique())
+    width = 0.8 / len(stages)
+    for j, stage in enumerate(stages):
+        for sim, part in cells[cells["stages"] == stage].groupby("_sim"):
+            heights = [aggregate(value[part.index[part["method"] == m]]) for m in methods]
+            xs = [i + (j - (len(stages) - 1) / 2) * width for i in range(len(methods))]
+            ax.bar(xs, heights, width, color=variant_color(stage),
+                   label=label(STAGE_LABELS.get(stage, stage), bool(sim)), **bar_style(bool(sim)))
+            if sim:
+                badge_simulated(ax)
+    ax.set_xticks(range(len(methods)))
+    ax.set_xticklabels(methods, fontsize=8, rotation=15)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+
+
+def _mean(values: pd.Series) -> float:
+    kept = values.dropna()
+    return float(kept.mean()) if len(kept) else math.nan
+
+
+def _geomean(values: pd.Series) -> float:
+    return geomean(values.tolist())
+
+
+def _cache_panels(frame: pd.DataFrame, title: str, stages: list[str], with_time: bool) -> Figure:
+    need = ("hardware", "method", "stages", "group_id")
+    if missing := missing_columns(frame, need):
+        return note_figure(title, missing_note(missing))
+    cells = _cells(frame)
+    if cells.empty:
+        return note_figure(title, NO_CELLS)
+    if "skip_mode" in cells:
+        cells = cells[cells["skip_mode"] == "force"]
+    cells = cells[cells["stages"].isin(stages)]
+    if cells.empty or set(cells["stages"]) <= {"none"}:
+        return note_figure(title, f"no cells with reorder stages {[STAGE_LABELS[s] for s in stages if s != 'none']}")
+    hardware = sorted(cells["hardware"].unique())
+    cols = 3 if with_time else 2
+    fig, axes = panel_grid(len(hardware), cols)
+    for hw, axes_row in zip(hardware, axes, strict=True):
+        part = cells[cells["hardware"] == hw]
+        l2, hbm = l2_hit_column(part), hbm_read_column(part)  # per GPU: measured here, simulated there
+        panels = []
+        if with_time:
+            panels.append(("kernel time ÷ original (geomean)", "kernel_ms_median", True))
+        panels += [(f"L2 hit % ({l2 or 'none'})", l2, False), (f"HBM read ÷ original ({hbm or 'none'})", hbm, True)]
+        for ax, (ylabel, column, relative) in zip(axes_row, panels, strict=True):
+            ax.set_title(f"{hw}: {ylabel.split(' (')[0]}", fontsize=9)
+            if column is None or column not in part or part[column].notna().sum() == 0:
+                note(ax, f"no {ylabel.split(' (')[0]} figures for {hw}:\n{BYTES_HINT}")
+                continue
+            value = relative_to_original(part, column) if relative else part[column]
+            _bars_by_method(ax, part, value, stages, _geomean if relative else _mean, ylabel)
+            if relative:
+                ax.axhline(1.0, color="0.4", linewidth=0.8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def cache_behaviour(frame: pd.DataFrame) -> Figure:
+    """Fig. 11: L2 hit ratio and HBM read normalised to the original order, per method, original vs
+    WaveAlign (O+S1+S2)."""
+    return _cache_panels(frame, "L2 hit ratio and normalised HBM read (Fig. 11)", ["none", "both"], False)
+
+
+def ablation(frame: pd.DataFrame) -> Figure:
+    """Fig. 12: Original, O+S1, O+S2, O+S1+S2: kernel time and HBM read relative to the original order,
+    and L2 hit ratio, per method."""
+    return _cache_panels(frame, "Ablation: Original, O+S1, O+S2, O+S1+S2 (Fig. 12)", list(STAGE_LABELS), True)
+
+
+def adaptive_skip(frame: pd.DataFrame) -> Figure:
+    """Fig. 13: end-to-end latency (reorder + kernel) relative to the original order, with and without the
+    adaptive skip, against sequence length and density; a red x marks where the policy skipped."""
+    title = "Adaptive skip: latency with and without the skip (Fig. 13)"
+    need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
+            "total_ms")
+    if missing := missing_columns(frame, need):
+        return note_figure(title, missing_note(missing))
+    cells = _cells(frame)
+    if cells.empty:
+        return note_figure(title, NO_CELLS)
+    cells = cells.assign(_rel=relative_to_original(cells, "total_ms"))  # original: total = kernel
+    always = cells[(cells["stages"] != "none") & (cells["skip_mode"] == "force") & cells["_rel"].notna()]
+    adaptive = cells[(cells["skip_mode"] == "policy") & cells["_rel"].notna()]
+    if always.empty and adaptive.empty:
+        return note_figure(title, "no reordered cells with an original-order cell in their group")
+    hardware = sorted(set(always["hardware"]) | set(adaptive["hardware"]))
+    fig, axes = panel_grid(len(hardware), 2)
+    for hw, axes_row in zip(hardware, axes, strict=True):
+        hw_always = always[always["hardware"] == hw]
+        hw_adaptive = adaptive[adaptive["hardware"] == hw]
+        for ax, (x, xlabel) in zip(axes_row, (("seq_k", "sequence length (K tokens)"), ("density", "density")),
+                                   strict=True):
+            ax.set_title(f"{hw}: against {xlabel.split(' (')[0]}", fontsize=9)
+            for sim, part in hw_always.groupby("_sim"):
+                ax.scatter(part[x], part["_rel"], marker="o", facecolors="none" if sim else "tab:blue",
+                           edgecolors="tab:blue", s=22, label=label("no skip (always reorder)", bool(sim)))
+            if len(hw_adaptive):
+                applied = hw_adaptive["reorder_applied"].fillna(False).astype(bool) \
+                    if "reorder_applied" in hw_adaptive else pd.Series(True, index=hw_adaptive.index)
+                ax.scatter(hw_adaptive[x], hw_adaptive["_rel"], marker="s", facecolors="none",
+                           edgecolors="tab:green", s=30, label=label("adaptive skip", bool(hw_adaptive["_sim"].any())))
+                skipped = hw_adaptive[~applied]
+                ax.scatter(skipped[x], skipped["_rel"], marker="x", color="tab:red", s=40, label="skipped")
+            elif "skip_reorder" in hw_always and hw_always["skip_reorder"].notna().any():
+                would_skip = hw_always[hw_always["skip_reorder"].fillna(True).astype(bool) == False]  # noqa: E712
+                ax.scatter(would_skip[x], would_skip["_rel"], marker="x", color="tab:red", s=40,
+                           label="policy would skip")
+            if hw_always["_sim"].any() or (len(hw_adaptive) and hw_adaptive["_sim"].any()):
+                badge_simulated(ax)
+            ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="-", label="original (never reorder)")
+            ax.set_yscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("latency ÷ original kernel")
+            ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_tokens: int = 65_536) -> Figure:
+    """Fig. 14: one head's block mask before and after reordering, in full and zoomed to the first wave.
+
+    The mask is regenerated from the cell's recorded config with ``wavealign.pipeline.build_inputs`` (the
+    sweep's own mask-building code) and reordered with ``wavealign.reorder.plan`` using the cell's stages,
+    wave size and seed. Without ``cell_id``, the longest reordered cell up to ``max_seq_len_tokens``
+    (building a mask from Q/K on the CPU costs time) is drawn, preferring Q/K-free synthetic masks and a
+    density near 25%.
+    """
+    title = "Mask before and after reordering, one head (Fig. 14)"
+    need = ("cell_id", "cell_json", "stages", "seq_len_tokens", "method")
+    if missing := missing_columns(frame, need):
+        return note_figure(title, missing_note(missing))
+    cells = _cells(frame)
+    if cells.empty:
+        return note_figure(title, NO_CELLS)
+    if cell_id is not None:
+        chosen = cells[cells["cell_id"] == cell_id]
+        if chosen.empty:
+            return note_figure(title, f"no finished cell {cell_id!r} in the results")
+    else:
+        # a Q/K-free mask redraws at any length; one built from Q/K only up to max_seq_len_tokens (CPU time)
+        qk_free = [m for m in cells["method"].unique() if m in masks.available() and not masks.get(m).needs_qk]
+        synthetic = cells["method"].isin(qk_free)
+        chosen = cells[(cells["stages"] != "none") & (cells["method"] != DENSE)
+                       & (synthetic | (cells["seq_len_tokens"] <= max_seq_len_tokens))]
+        if {"num_q_blocks", "wave_size"} <= set(chosen):  # a mask of one wave has no first wave to show apart
+            chosen = chosen[chosen["num_q_blocks"] > chosen["wave_size"]]
+        if chosen.empty:
+            return note_figure(title, "no reordered cell of more than one wave to redraw (Q/K-built masks up to "
+                                      f"{max_seq_len_tokens} tokens; report --mask-cell ID draws any cell)")
+        # prefer Q/K-free masks, full WaveAlign, the longest sequence, then the density nearest the paper's 25%
+        chosen = chosen.assign(_synthetic=chosen["method"].isin(qk_free),
+                               _both=chosen["stages"] == "both",
+                               _near_quarter=-(chosen["density"] - 0.25).abs() if "density" in chosen else 0.0)
+        chosen = chosen.sort_values(["_synthetic", "_both", "seq_len_tokens", "_near_quarter"], ascending=False)
+    config = json.loads(chosen.iloc[0]["cell_json"])
+    try:
+        cell, head, after = _rebuild_and_reorder(config)
+    except Exception as exc:  # a record of older code may not rebuild with this one: say so, keep the report
+        return note_figure(title, f"cannot rebuild the mask of cell {config.get('cell_id')} with this code:\n"
+                                  f"{type(exc).__name__}: {str(exc)[:200]}")
+    return _draw_masks(cell, head, after, title)
+
+
+def _rebuild_and_reorder(config: dict):
+    """The cell's first head's mask, rebuilt with the sweep's own code, and the same head reordered."""
+    import dataclasses
+
+    from wavealign import reorder
+    from wavealign.pipeline import build_inputs, device_for
+    from wavealign.records import Cell
+
+    known = {f.name for f in dataclasses.fields(Cell)}
+    cell = Cell(**{k: v for k, v in config.items() if k in known})
+    if cell.model is not None:  # one head is all the figure shows: build only that head's Q/K
+        cell.heads, cell.num_heads = list(cell.heads[:1]), 1
+    cell.backend = "sim"  # Q/K/V for a kernel are not needed, only the mask (built on a GPU when one is visible)
+    mask, _ = build_inputs(cell, device_for(cell))
+    head = mask[:1]
+    cell.stages = cell.stages if cell.stages != "none" else "both"
+    order = reorder.plan(head, wave_size=cell.wave_size, stages=cell.stages, seed=cell.seed)
+    return cell, head.cpu(), reorder.permute_mask(head, order).cpu()
+
+
+def _draw_masks(cell, head, after, title: str) -> Figure:
+    stages = cell.stages
+    wave = min(cell.wave_size, head.shape[1])
+    fig, axes = panel_grid(2, 2, width=4.4, height=4.0)
+    for col, (name, m) in enumerate((("original order", head[0]), (f"after {STAGE_LABELS[stages]}", after[0]))):
+        union = int(m[:wave].any(0).sum())
+        axes[0][col].imshow(m.numpy(), cmap="Greys", interpolation="nearest", aspect="auto")
+        axes[0][col].set_title(f"{name}: {m.shape[0]}x{m.shape[1]} blocks", fontsize=9)
+        axes[1][col].imshow(m[:wave].numpy(), cmap="Greys", interpolation="nearest", aspect="auto")
+        axes[1][col].set_title(f"first wave ({wave} rows): K/V union {union} blocks", fontsize=9)
+        for ax in (axes[0][col], axes[1][col]):
+            ax.set_xlabel("K/V block")
+            ax.set_ylabel("launch slot (query block)")
+    fig.suptitle(f"{title}\n{cell.hardware}/{cell.method} {cell.seq_len_tokens} tokens, head 0 "
+                 f"(regenerated with wavealign.pipeline.build_inputs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+FIGURES: dict[str, Callable[[pd.DataFrame], Figure]] = {
+    "fig02_speedup_vs_bound": speedup_vs_bound,
+    "fig03_roofline": roofline,
+    "fig10_kernel_latency": kernel_latency,
+    "fig11_cache_behaviour": cache_behaviour,
+    "fig12_ablation": ablation,
+    "fig13_adaptive_skip": adaptive_skip,
+    "fig14_mask_pictures": mask_pictures,
+    "table2_reorderers": reorderer_comparison,
+}

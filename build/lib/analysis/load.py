@@ -1,0 +1,106 @@
+"""Read sweep results into one pandas DataFrame: from a run root's Parquet dataset, or from an MLflow
+experiment whose sweep parent runs point at their datasets.
+
+Rows keep the dataset schema's columns (``orchestrator.dataset.SCHEMA``), newest row per cell configuration
+(a cell re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once), plus
+the derived column ``seq_k`` (thousands of tokens); Nsight Compute figures are the dataset's flat ``ncu_*``
+columns.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pandas as pd
+
+from orchestrator import dataset
+from wavealign.records import Cell
+
+DEFAULT_RUN_ROOT = Path("wavealign-runs")
+SWEEP_KIND_TAG = "wavealign.kind"
+SWEEP_ID_TAG = "wavealign.sweep_id"
+
+
+def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
+         latest_only: bool = True) -> pd.DataFrame:
+    """Every result row of ``runs``: a run root folder, or the name of an MLflow experiment.
+
+    An experiment name is resolved through ``tracking_uri`` (default: ``MLFLOW_TRACKING_URI``, else the
+    sqlite store of ``./wavealign-runs``): each sweep parent run's dataset input names its results folder.
+    ``df.attrs`` records ``run_roots`` and ``tracking_uri`` for the report.
+    """
+    if is_run_root(runs):
+        roots, sweep_ids = [Path(runs)], None
+        uri = tracking_uri or _store_next_to(Path(runs))
+    else:
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _store_next_to(DEFAULT_RUN_ROOT)
+        if uri is None:
+            raise ValueError(f"runs={str(runs)!r} is neither a run root (a folder with results/) nor resolvable "
+                             f"as an MLflow experiment: no tracking_uri given and no {DEFAULT_RUN_ROOT}/mlflow.db")
+        roots, sweep_ids = experiment_run_roots(str(runs), uri)
+    frames = [dataset.read(root).to_pandas() for root in roots]
+    frame = pd.concat(frames, ignore_index=True) if frames else dataset.SCHEMA.empty_table().to_pandas()
+    if sweep_ids is not None:
+        frame = frame[frame["sweep_id"].isin(sweep_ids)]
+    if latest_only and len(frame):
+        frame = latest_per_configuration(frame)
+    frame = with_derived_columns(frame.reset_index(drop=True))
+    frame.attrs.update(run_roots=[str(r) for r in roots], tracking_uri=uri)
+    return frame
+
+
+def configuration_columns(frame: pd.DataFrame) -> list[str]:
+    """The columns that say what a cell measures: every ``records.Cell`` field but its ids (which also hash
+    the code's fingerprint), so one configuration measured by two code versions is one configuration."""
+    return [f.name for f in fields(Cell) if f.name not in ("cell_id", "group_id") and f.name in frame.columns]
+
+
+def latest_per_configuration(frame: pd.DataFrame) -> pd.DataFrame:
+    """The newest row (by ``recorded_at``) of each cell configuration."""
+    return frame.sort_values("recorded_at").drop_duplicates(configuration_columns(frame), keep="last")
+
+
+def is_run_root(path: str | Path) -> bool:
+    """A folder a sweep wrote to: it holds ``results/``, ``mlflow.db`` or ``sweeps/``."""
+    path = Path(path)
+    return path.is_dir() and any((path / name).exists() for name in ("results", "mlflow.db", "sweeps"))
+
+
+def _store_next_to(run_root: Path) -> str | None:
+    """The default sqlite tracking store of a run root, if it exists."""
+    db = run_root / "mlflow.db"
+    return f"sqlite:///{db.resolve()}" if db.is_file() else None
+
+
+def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path], set[str]]:
+    """Run roots and sweep ids of the sweep parent runs in ``experiment``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ValueError(f"runs={experiment!r}: no such folder, and no MLflow experiment of that name at "
+                         f"{tracking_uri}")
+    parents = client.search_runs([found.experiment_id], f"tags.`{SWEEP_KIND_TAG}` = 'sweep'", max_results=1000)
+    roots: list[Path] = []
+    for run in parents:
+        for dataset_input in run.inputs.dataset_inputs if run.inputs else []:
+            results = Path(unquote(urlparse(dataset_input.dataset.source).path))
+            if results.name == "results" and results.parent not in roots:
+                roots.append(results.parent)
+    if not roots and tracking_uri.startswith("sqlite:///"):  # sweeps stopped before logging their dataset
+        roots.append(Path(tracking_uri.removeprefix("sqlite:///")).parent)
+    return roots, {run.data.tags[SWEEP_ID_TAG] for run in parents if SWEEP_ID_TAG in run.data.tags}
+
+
+def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fill ``seq_k`` (the requested thousands of tokens) from the length run for rows written before cells
+    recorded it (dataset schema v1)."""
+    frame = frame.copy()
+    if "seq_len_tokens" in frame:
+        derived = frame["seq_len_tokens"] / 1000.0
+        frame["seq_k"] = frame["seq_k"].fillna(derived) if "seq_k" in frame else derived
+    return frame

@@ -1,0 +1,139 @@
+"""Shared drawing conventions: notes in panels that lack data, the "simulated" style, cell selection.
+
+Every figure draws only from the cells present; a panel without what it needs says so in words
+(``note``) instead of raising. Simulated cells (``simulated=True``) are drawn hatched/dashed and hollow,
+and their labels say "simulated".
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are written to files; never open a window
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from wavealign import reorder
+
+STAGE_LABELS = reorder.PAPER_LABELS
+# One colour per reorder variant in every figure, whatever else a panel holds; a stage set takes its variant's
+# colour (none = original, both = wavealign). Other labels get one of the rest, fixed by their name.
+NO_CELLS = "no finished cells in the results"  # what a figure or table without one says
+VARIANT_COLORS = {"original": "tab:blue", "spatial": "tab:orange", "temporal": "tab:green", "wavealign": "tab:red",
+                  "adaptive": "tab:purple"}
+_STAGE_VARIANT = {"none": "original", "spatial": "spatial", "temporal": "temporal", "both": "wavealign"}
+_OTHER_COLORS = ("tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
+SIMULATED_LABEL = "simulated"
+NOTE_COLOR = "0.35"
+
+
+def missing_columns(frame: pd.DataFrame, columns: Iterable[str]) -> list[str]:
+    """The ``columns`` that ``frame`` lacks."""
+    return [c for c in columns if c not in frame.columns]
+
+
+def done_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """Cells that finished (all rows when the frame has no ``status`` column)."""
+    return frame[frame["status"] == "done"] if "status" in frame.columns else frame
+
+
+def is_simulated(frame: pd.DataFrame) -> pd.Series:
+    """Per row: was it simulated (False where the column is absent)."""
+    if "simulated" not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    return frame["simulated"].fillna(False).astype(bool)
+
+
+def note(ax: Axes, text: str) -> None:
+    """Say in the panel why it has nothing to show."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=9, color=NOTE_COLOR,
+            wrap=True, bbox={"boxstyle": "round", "facecolor": "0.95", "edgecolor": "0.8"})
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def note_figure(title: str, text: str) -> Figure:
+    """A one-panel figure holding only a note (the whole figure lacks data)."""
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.set_title(title)
+    note(ax, text)
+    fig.tight_layout()
+    return fig
+
+
+def missing_note(columns: list[str]) -> str:
+    return f"no data: the results lack column(s) {', '.join(columns)}"
+
+
+def panel_grid(rows: int, cols: int, width: float = 4.6, height: float = 3.4) -> tuple[Figure, np.ndarray]:
+    """A rows x cols grid of axes, always 2-D."""
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    return fig, axes
+
+
+def label(text: str, simulated: bool) -> str:
+    return f"{text} ({SIMULATED_LABEL})" if simulated else text
+
+
+def line_style(simulated: bool) -> dict[str, Any]:
+    """Lines: solid and filled for measured cells, dashed and hollow for simulated ones."""
+    if simulated:
+        return {"linestyle": "--", "markerfacecolor": "none", "alpha": 0.8}
+    return {"linestyle": "-"}
+
+
+def variant_color(name: str) -> str:
+    """The fixed colour of a variant (``wavealign``), a stage set (``both``) or a variant label with backend
+    parameters after it (``wavealign head_order=sequential`` takes its own, name-fixed colour)."""
+    name = _STAGE_VARIANT.get(name, name)
+    if name in VARIANT_COLORS:
+        return VARIANT_COLORS[name]
+    return _OTHER_COLORS[zlib.crc32(name.encode()) % len(_OTHER_COLORS)]
+
+
+def bar_style(simulated: bool) -> dict[str, Any]:
+    """Bars: solid for measured cells, hatched and lighter for simulated ones."""
+    return {"hatch": "//", "alpha": 0.55, "edgecolor": "0.2"} if simulated else {"alpha": 0.95}
+
+
+def badge_simulated(ax: Axes) -> None:
+    """Mark a panel that shows simulated cells."""
+    ax.text(0.99, 0.99, SIMULATED_LABEL, ha="right", va="top", transform=ax.transAxes, fontsize=8,
+            color="tab:purple", fontstyle="italic")
+
+
+def geomean(values: Iterable[float]) -> float:
+    kept = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+    return math.exp(sum(math.log(v) for v in kept) / len(kept)) if kept else math.nan
+
+
+def l2_hit_column(frame: pd.DataFrame) -> str | None:
+    """Nsight Compute's L2 hit rate where measured, else the dataset's (simulated) one."""
+    for column in ("ncu_l2_hit_pct", "l2_hit_pct"):
+        if column in frame.columns and frame[column].notna().any():
+            return column
+    return None
+
+
+def hbm_read_column(frame: pd.DataFrame) -> str | None:
+    """Nsight Compute's DRAM read bytes where measured, else the dataset's (simulated) HBM read bytes."""
+    for column in ("ncu_dram_read_bytes", "hbm_read_bytes"):
+        if column in frame.columns and frame[column].notna().any():
+            return column
+    return None
+
+
+def relative_to_original(frame: pd.DataFrame, column: str) -> pd.Series:
+    """``column`` of each cell divided by that of the original-order cell of its group (NaN without one)."""
+    if frame.empty or missing_columns(frame, ("group_id", "stages", column)):
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    originals = frame[frame["stages"] == "none"].drop_duplicates("group_id").set_index("group_id")[column]
+    return frame[column] / frame["group_id"].map(originals)

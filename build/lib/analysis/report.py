@@ -1,0 +1,128 @@
+"""The sweep report: every figure as a PNG and one self-contained HTML page (figures embedded as base64,
+tables inline), so the page opens alone, e.g. as an MLflow artifact."""
+
+from __future__ import annotations
+
+import base64
+import html
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from analysis.figures import FIGURES
+from analysis.tables import TABLES
+
+FIGURE_DPI = 110
+
+
+@dataclass
+class ReportFiles:
+    """What ``write_report`` wrote."""
+
+    html: Path
+    figures: dict[str, Path] = field(default_factory=dict)
+    tables: dict[str, Path] = field(default_factory=dict)
+
+    def all_paths(self) -> list[Path]:
+        return [self.html, *self.figures.values(), *self.tables.values()]
+
+
+def write_figures(frame: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """Each of ``FIGURES`` as ``<out_dir>/<name>.png``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, draw in FIGURES.items():
+        fig = draw(frame)
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=FIGURE_DPI)
+        plt.close(fig)
+        written[name] = path
+    return written
+
+
+def _summary(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return "<p>No result rows.</p>"
+    parts = []
+    for column in ("status", "hardware", "backend", "method", "variant", "simulated"):
+        if column in frame:
+            counts = frame[column].astype(str).value_counts().sort_index()
+            parts.append(f"<b>{column}</b>: " + ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items()))
+    return "<p>" + "<br>".join(parts) + "</p>"
+
+
+def _failures(frame: pd.DataFrame) -> str:
+    if "status" not in frame or "error" not in frame:
+        return ""
+    failed = frame[frame["status"] != "done"]
+    if failed.empty:
+        return ""
+    columns = [c for c in ("status", "hardware", "backend", "method", "variant", "seq_len_tokens", "error")
+               if c in failed]
+    return "<h2>Cells that did not finish</h2>" + failed[columns].head(50).to_html(index=False, na_rep="")
+
+
+def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str, pd.DataFrame],
+                title: str) -> str:
+    """The report page: sources, cell counts, tables, then the figures embedded as base64 PNGs."""
+    sources = ", ".join(html.escape(str(r)) for r in frame.attrs.get("run_roots", [])) or "a results frame"
+    sweeps = sorted(frame["sweep_id"].dropna().unique()) if "sweep_id" in frame else []
+    body = [f"<h1>{html.escape(title)}</h1>",
+            f"<p>Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} from {sources}; "
+            f"sweeps: {', '.join(html.escape(s) for s in sweeps) or 'none'}. "
+            "Simulated cells are hatched, dashed or hollow and labelled &ldquo;simulated&rdquo;.</p>",
+            _summary(frame)]
+    for name, table in tables.items():
+        body.append(f"<h2>{html.escape(name)}</h2>")
+        body.append(table.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="–",
+                                  escape=True))
+    for name, path in figures.items():
+        encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+        body.append(f'<h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" src="data:image/png;base64,'
+                    f'{encoded}" style="max-width:100%">')
+    body.append(_failures(frame))
+    style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
+
+
+def write_report(frame: pd.DataFrame, out_dir: str | Path, title: str = "WaveAlign sweep report") -> ReportFiles:
+    """Write the figures (PNG), the tables (CSV) and ``report.html`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    figures = write_figures(frame, out_dir)
+    tables = {name: make(frame) for name, make in TABLES.items()}
+    table_paths = {}
+    for name, table in tables.items():
+        table_paths[name] = out_dir / f"{name}.csv"
+        table.to_csv(table_paths[name], index=False)
+    page = out_dir / "report.html"
+    page.write_text(render_html(frame, figures, tables, title))
+    return ReportFiles(html=page, figures=figures, tables=table_paths)
+
+
+def log_to_sweep_runs(files: ReportFiles, frame: pd.DataFrame, tracking_uri: str,
+                      artifact_path: str = "report") -> list[str]:
+    """Log the report's files as artifacts of each sweep parent run whose cells the frame holds; returns
+    the run ids logged to (none when the store has no parent run of those sweeps)."""
+    from mlflow.tracking import MlflowClient
+
+    from analysis.load import SWEEP_ID_TAG, SWEEP_KIND_TAG
+
+    sweep_ids = sorted(frame["sweep_id"].dropna().unique()) if "sweep_id" in frame else []
+    if not sweep_ids:
+        return []
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    logged = []
+    for sweep_id in sweep_ids:
+        runs = client.search_runs(experiments, f"tags.`{SWEEP_KIND_TAG}` = 'sweep' and "
+                                               f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}'", max_results=1)
+        for run in runs:
+            for path in files.all_paths():
+                client.log_artifact(run.info.run_id, str(path), artifact_path)
+            logged.append(run.info.run_id)
+    return logged

@@ -1,0 +1,1 @@
+"""Runnable entry points; each module is one ``wavealign <command>`` (see ``jobs/cli.py``)."""

@@ -1,0 +1,12 @@
+"""The WaveAlign paper's Table I (Wan2.1-14B, 364K tokens, H100, FA4): what each method's mask looks like in
+the original row order. The one copy the jobs compare against."""
+
+from __future__ import annotations
+
+# mean mask density of each method at the paper's settings (section VI-A)
+TABLE_I_DENSITY = {"minference": 0.183, "flexprefill": 0.294, "xattention": 0.288, "spargeattn": 0.283}
+# L2 hit rate (%) of the original order, from Nsight Compute
+TABLE_I_L2_HIT_PCT = {"minference": 21.7, "flexprefill": 14.7, "xattention": 17.9, "spargeattn": 17.4,
+                      "random": 10.6, "dense": 46.5}
+# the methods Table I measures, in its row order
+TABLE_I_METHODS = ("minference", "flexprefill", "xattention", "spargeattn")

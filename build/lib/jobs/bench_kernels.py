@@ -1,0 +1,50 @@
+"""Kernel benchmark: the sweep ``sweep=kernels`` (backends x controls x reorder variants x Wan2.1-14B lengths),
+then its kernel table.
+
+    wavealign bench-kernels [KEY=VALUE ...]     # Hydra overrides of the sweep, as `wavealign sweep` takes them
+    wavealign bench-kernels grid.backend=[flex,triton,fa4] grid.ncu=true run_root=DIR
+
+Every cell runs through the sweep's own path (``wavealign.pipeline.run_group`` on a Ray worker of the GPU type),
+so a figure here and the same cell in any sweep are one measurement. The table (kernel and reorder ms, net
+speedup over the same backend's original order and over flex's, effective TFLOP/s, the gap to the 1/rho bound
+against the backend's dense cell, and with ``grid.ncu=true`` L2 hit % and DRAM GB) is
+``analysis.tables.kernel_benchmark`` of the sweep's rows, written beside them as ``kernels.md`` / ``kernels.csv``.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from rich.console import Console
+
+
+def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    from analysis.load import load
+    from analysis.tables import kernel_benchmark, to_markdown
+    from orchestrator import config, sweep
+
+    console = Console(width=160)
+    try:
+        cfg = config.load(["sweep=kernels", *argv])
+        outcome = sweep.run(cfg, console)
+    except config.ConfigError as exc:
+        console.print(f"[red]wavealign bench-kernels: {exc}[/red]")
+        return 2
+    frame = load(cfg.run_root)
+    frame = frame[frame["sweep_id"] == outcome.sweep_id]
+    table = kernel_benchmark(frame)
+    folder = outcome.run_root / "sweeps" / outcome.sweep_id
+    table.to_csv(folder / "kernels.csv", index=False)
+    markdown = to_markdown(table)
+    (folder / "kernels.md").write_text(f"wavealign bench-kernels {shlex.join(argv)}\n\n{markdown}\n")
+    console.print(markdown)
+    console.print(f"kernel table: {folder / 'kernels.md'}")
+    return 130 if outcome.interrupted else (1 if outcome.counts.get("failed") else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

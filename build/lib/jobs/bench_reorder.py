@@ -1,0 +1,82 @@
+"""Time reorder.plan on a CPU or a GPU for one mask shape, with WaveAlign's Stage 1 or any reorderer; prints the
+median. A reorderer that needs no warm-up (a compiled host library) is timed from its first call."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import yaml
+
+from wavealign import reorder, reorderers, synthetic
+
+MASKS = {"random": synthetic.random_mask, "planted": synthetic.planted_mask}
+
+
+def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reorderer: str = "wavealign",
+              **params) -> list[float]:
+    """Wall-clock milliseconds of each of ``repeats`` plans (synchronised on CUDA), after one warm-up plan where the
+    reorderer needs one."""
+    sync = torch.cuda.synchronize if mask.is_cuda else (lambda: None)
+
+    def plan() -> None:
+        reorder.plan(mask, wave_size=wave_size, stages=stages, reorderer=reorderer, **params)
+
+    if reorderers.get(reorderer).needs_warmup:
+        plan()
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        plan()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="wavealign bench-reorder", description=__doc__)
+    parser.add_argument("--heads", type=int, default=40)
+    parser.add_argument("--blocks", type=int, default=2840, help="query = kv blocks per head (2840: 364K tokens)")
+    parser.add_argument("--density", type=float, default=0.25)
+    parser.add_argument("--stages", default="both", choices=reorder.STAGES)
+    parser.add_argument("--reorderer", default="wavealign", help=f"one of {reorderers.names()}")
+    parser.add_argument("--iters", type=int, default=10, help="Stage 1's subspace iterations (reorderer wavealign)")
+    parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="a reorderer parameter (repeatable), e.g. --param preset=default")
+    parser.add_argument("--mask", default="random", choices=sorted(MASKS), help="iid random, or planted prototypes")
+    parser.add_argument("--wave-size", type=int, default=132)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", type=Path, help="write the timings as JSON here")
+    args = parser.parse_args(argv)
+
+    if args.reorderer not in reorderers.names():
+        parser.error(f"--reorderer {args.reorderer!r}: expected one of {reorderers.names()}")
+    mask = MASKS[args.mask](args.heads, args.blocks, args.blocks, args.density, seed=0, device=args.device)
+    params = {"iters": args.iters} if args.reorderer == "wavealign" else {}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--param {item!r}: expected NAME=VALUE")
+        params[key] = yaml.safe_load(value)
+    times = time_plan(mask, args.stages, args.wave_size, args.repeats, args.reorderer, **params)
+    record = {
+        "heads": args.heads, "blocks": args.blocks, "density": args.density, "mask": args.mask,
+        "reorderer": args.reorderer, "stages": args.stages, "iters": args.iters, "device": args.device,
+        "params": params, "repeats": args.repeats, "plan_ms": times,
+        "median_ms": statistics.median(times), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "host": platform.node(), "processor": platform.processor() or platform.machine(),
+    }
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2))
+    print(f"reorder.plan {args.reorderer} {args.mask} {args.heads} heads x {args.blocks}x{args.blocks} @ "
+          f"{args.density:.0%}, stages={args.stages} on {args.device}: median {record['median_ms']:.1f} ms "
+          f"over {args.repeats} runs ({torch.get_num_threads()} threads)")
+    return 0

@@ -1,0 +1,206 @@
+"""Measure how the four sparse-attention methods' masks look on a synthetic video-DiT workload (Table I).
+
+For each chosen head of one layer it builds every method's block mask with the method's own defaults
+(``conf/method/*.yaml`` = the registry's params: XAttention tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and
+MInference tuned per head as they run), through ``masks.build_for_heads``, the call a sweep cell makes, so a
+cell of the same workload, layer, step and heads builds the same masks. It records density and adjacent-row
+Jaccard per (head, method), draws one head's mask per method (full and zoomed), writes rows.csv / rows.json /
+summary.json under --out and prints a markdown table. ``--set METHOD.KEY=VALUE`` overrides a method's param.
+
+GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 101 latent frames = 363600 tokens):
+    wavealign mask-fidelity --out docs/mask_fidelity --heads 8 --device cuda
+CPU, a small smoke run:
+    wavealign mask-fidelity --out /tmp/mf --model wan2.1-1.3b --frames 9 --resolution 480p --heads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from jobs._head_masks import add_workload_arguments
+from jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
+from jobs._paper import TABLE_I_METHODS as METHODS
+from jobs._records import write_csv
+from wavealign import hardware, kernels, masks, pipeline, workloads
+from wavealign.masks._draw import save_mask_png
+from wavealign.records import Cell
+
+
+@dataclass(frozen=True)
+class FidelityRow:
+    """One (head, method) mask of the run."""
+
+    model: str
+    layer: int
+    step: int
+    head: int
+    head_type: str
+    method: str
+    params: str
+    seq_len_tokens: int
+    num_blocks: int
+    block_size: int
+    density: float
+    adjacent_jaccard: float
+    nnz_cv: float
+    l2_hit_pct: float  # simulated, original order: the row's kernel on its hardware (Table I's column)
+    build_ms: float  # workload and mask, per-head tuning included (SpargeAttn, MInference)
+
+
+def _parse_heads(spec: str, num_heads: int) -> list[int]:
+    """``"8"`` -> 8 heads spread evenly over the layer; ``"0,5,17"`` -> exactly those heads."""
+    try:
+        if "," not in spec:
+            count = int(spec)
+            if not 1 <= count <= num_heads:
+                raise ValueError
+            return sorted({round(i * num_heads / count) for i in range(count)})
+        heads = [int(h) for h in spec.split(",")]
+    except ValueError:
+        raise ValueError(f"--heads must be a count in [1, {num_heads}] or a comma list of heads, got {spec!r}") \
+            from None
+    if min(heads) < 0 or max(heads) >= num_heads:
+        raise ValueError(f"--heads must lie in [0, {num_heads}), got {spec!r}")
+    return heads
+
+
+def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
+    """``["xattention.threshold=0.8", ...]`` -> {"xattention": {"threshold": 0.8}}; values are YAML scalars."""
+    out: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for item in items:
+        name, _, value = item.partition("=")
+        method, _, key = name.partition(".")
+        if not value or method not in out or key not in masks.get(method).params:
+            known = {m: sorted(masks.get(m).params) for m in methods}
+            raise ValueError(f"--set {item!r}: expected METHOD.KEY=VALUE with METHOD in {methods} and KEY one of "
+                             f"its params {known.get(method, known)}")
+        out[method][key] = yaml.safe_load(value)
+    return out
+
+
+def head_cells(args: argparse.Namespace, wl: workloads.Workload, heads: list[int], methods: list[str],
+               overrides: dict[str, dict[str, Any]]) -> list[Cell]:
+    """One simulated sweep cell per (head, method): what a sweep of this workload, layer, step and head runs."""
+    wave = kernels.get(args.kernel).wave_size(args.hardware)
+    return [Cell(cell_id=f"{method}-head{head}", group_id=f"{method}-head{head}", hardware=args.hardware,
+                 profile_hardware=args.hardware, backend="sim", method=method, variant="original", stages="none",
+                 skip_mode="force", workload=f"{args.model}-{args.resolution}", seq_len_tokens=wl.seq_len,
+                 num_heads=1, head_dim=wl.head_dim, block_size=args.block_size, wave_size=wave, seed=args.seed,
+                 model=args.model, resolution=args.resolution, frames=args.frames, heads=[head], layer=args.layer,
+                 step=args.step, method_params=overrides[method], backend_params={"kernel": args.kernel}, reps=1,
+                 warmup=0)
+            for head in heads for method in methods]
+
+
+def _summary(rows: list[FidelityRow]) -> list[dict]:
+    out = []
+    for method in dict.fromkeys(r.method for r in rows):
+        mine = [r for r in rows if r.method == method]
+        density = sum(r.density for r in mine) / len(mine)
+        out.append({"method": method, "heads": len(mine), "mean_density": density,
+                    "paper_density": PAPER_DENSITY.get(method),
+                    "mean_adjacent_jaccard": sum(r.adjacent_jaccard for r in mine) / len(mine),
+                    "mean_l2_hit_pct": sum(r.l2_hit_pct for r in mine) / len(mine),
+                    "mean_build_ms": sum(r.build_ms for r in mine) / len(mine)})
+    return out
+
+
+def _markdown(summary: list[dict], title: str) -> str:
+    lines = [f"**{title}**", "",
+             "| method | heads | density | paper | delta (pts) | adjacent Jaccard | L2 hit % (sim) |",
+             "|---|---|---|---|---|---|---|"]
+    for s in summary:
+        paper = s["paper_density"]
+        delta = f"{100 * (s['mean_density'] - paper):+.1f}" if paper is not None else "-"
+        lines.append(f"| {s['method']} | {s['heads']} | {s['mean_density']:.1%} | "
+                     f"{f'{paper:.1%}' if paper is not None else '-'} | {delta} | {s['mean_adjacent_jaccard']:.3f} | "
+                     f"{s['mean_l2_hit_pct']:.1f} |")
+    return "\n".join(lines)
+
+
+def _write_outputs(out: Path, rows: list[FidelityRow], command: str, seq_len: int, heads: list[int]) -> dict:
+    """Write rows.csv/rows.json/summary.json for the rows so far; return the summary."""
+    summary = _summary(rows)
+    write_csv(out / "rows.csv", FidelityRow, rows)
+    (out / "rows.json").write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    (out / "summary.json").write_text(json.dumps({"command": command, "seq_len_tokens": seq_len,
+                                                  "heads": heads, "heads_done": sorted({r.head for r in rows}),
+                                                  "summary": summary}, indent=1))
+    return summary
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="wavealign mask-fidelity", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default="wavealign-runs/mask-fidelity", help="output folder")
+    add_workload_arguments(parser, device=False)
+    parser.add_argument("--heads", default="8", help="a count (spread evenly) or a comma list of heads")
+    parser.add_argument("--layer", type=int, default=20)
+    parser.add_argument("--step", type=int, default=25, help="denoising step of the generator (0..49)")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--set", action="append", default=[], metavar="METHOD.KEY=VALUE",
+                        help="override one method param (default: the method's own, as conf/method/ has it)")
+    parser.add_argument("--picture-head", type=int, default=None, help="head drawn per method (default: first)")
+    parser.add_argument("--hardware", default="h100", choices=hardware.names(),
+                        help="the GPU simulated for the L2 hit, and whose wave the features use (Table I: h100)")
+    parser.add_argument("--kernel", default="fa4", help="the backend whose launch is simulated (Table I: fa4)")
+    args = parser.parse_args(argv)
+
+    wl = workloads.preset(args.model, args.frames, args.resolution)
+    heads = _parse_heads(args.heads, wl.heads)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = sorted(set(methods) - set(masks.available()))
+    if unknown:
+        raise ValueError(f"--methods must be among {masks.available()}, got unknown {unknown}")
+    if not kernels.get(args.kernel).supports(args.hardware):
+        raise ValueError(f"--kernel {args.kernel} does not run on --hardware {args.hardware}")
+    overrides = parse_overrides(args.set, methods)
+    picture_head = heads[0] if args.picture_head is None else args.picture_head
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "wavealign mask-fidelity " + shlex.join(argv)
+    print(f"{args.model} {args.frames} frames {args.resolution}: {wl.seq_len} tokens "
+          f"({wl.latent_frames} x {wl.grid_height} x {wl.grid_width}), {wl.num_blocks(args.block_size)} blocks of "
+          f"{args.block_size}; layer {args.layer}, step {args.step}, heads {heads}; {args.kernel} on "
+          f"{args.hardware} simulated", flush=True)
+
+    rows: list[FidelityRow] = []
+    types = {spec.head: spec.head_type for spec in workloads.head_specs(wl, heads, layer=args.layer,
+                                                                         step=args.step, seed=args.seed)}
+    for cell in head_cells(args, wl, heads, methods, overrides):
+        [r] = pipeline.run_group([cell])
+        if r.status != "done":
+            raise RuntimeError(f"{cell.method} failed on head {cell.heads[0]} of {args.model} at {wl.seq_len} "
+                               f"tokens: {r.error}")
+        head = cell.heads[0]
+        rows.append(FidelityRow(args.model, args.layer, args.step, head, types[head], cell.method,
+                                json.dumps(overrides[cell.method]), wl.seq_len, r.num_q_blocks, args.block_size,
+                                r.density, r.adjacent_jaccard, r.nnz_cv, r.l2_hit_pct, r.mask_ms))
+        print(f"  head {head:2d} {types[head]:9s} {cell.method:12s} density {r.density:6.1%}  jaccard "
+              f"{r.adjacent_jaccard:.3f}  L2 {r.l2_hit_pct:5.1f}%  build {r.mask_ms:8.1f} ms", flush=True)
+        if head == picture_head:
+            mask, _ = pipeline.build_inputs(cell, pipeline.device_for(cell))
+            frame_blocks = max(1, round(3 * wl.tokens_per_frame / args.block_size))
+            save_mask_png(mask[0].cpu(), out / f"mask_{cell.method}.png",
+                          f"{cell.method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {head} "
+                          f"({types[head]})", zoom_blocks=min(frame_blocks, mask.shape[-1]))
+        if cell.method == methods[-1]:
+            _write_outputs(out, rows, command, wl.seq_len, heads)  # a cut-short run keeps its heads
+
+    summary = _write_outputs(out, rows, command, wl.seq_len, heads)
+    print()
+    print(_markdown(summary, f"{args.model}, {wl.seq_len} tokens, layer {args.layer}, {len(heads)} heads "
+                             f"({command})"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

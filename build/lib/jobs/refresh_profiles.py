@@ -1,0 +1,264 @@
+"""Fit the adaptive-skip profile per hardware from a sweep, evaluate it held out, register it in MLflow.
+
+    wavealign refresh-profiles hardware=h200 runs=wavealign-runs
+    wavealign refresh-profiles hardware=[a40,h100] split=method            # one profile per hardware
+    wavealign refresh-profiles fetch=DIR [alias=current]                    # registry -> DIR for the runtime
+
+For each hardware: pair every mask's original-order cell with its forced WaveAlign cell (cells of that
+hardware only, and of its default backend where the results have some, or ``backend=[...]``), fit
+``wavealign.skip``'s log-linear models, evaluate them on held-out sequence lengths (or methods), log an
+MLflow run (params, metrics, evaluation table and plot, the profile), register the profile as
+``wavealign-skip-<hw>`` with alias ``current``, and install it where the runtime reads it
+(``wavealign/profiles/<hw>.yaml``, or ``profile_dir=``/``WAVEALIGN_PROFILE_DIR``).
+``fetch=DIR`` downloads every ``models:/wavealign-skip-<hw>@<alias>`` into DIR (packaged profiles where
+none is registered); run a sweep with ``WAVEALIGN_PROFILE_DIR=DIR`` to decide with them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "hardware": None,  # one id or [id, ...]; default: every hardware with paired cells in the results
+    "runs": "wavealign-runs",  # run root (or an MLflow experiment name, see analysis.load)
+    "tracking_uri": None,  # default: sqlite:///<runs>/mlflow.db
+    "experiment": "wavealign-skip",
+    "backend": None,  # [name, ...] of cells to fit from; default: the hardware's default backend if it has cells
+    "split": "seq_len",  # hold out by seq_len or by method
+    "include_simulated": False,
+    "register": True,
+    "alias": "current",
+    "install": True,
+    "profile_dir": None,  # default: where the runtime reads (wavealign.skip.profile_dir())
+    "out": None,  # local copy of the evaluation; default <runs>/skip-fits/<hw>-<utc time>/
+    "fetch": None,
+}
+BOOLEAN_KEYS = ("include_simulated", "register", "install")
+
+
+@dataclass
+class FitOutcome:
+    """One hardware's fit: where its profile went, its held-out metrics and MLflow ids."""
+
+    hardware: str
+    profile_path: Path | None
+    metrics: dict[str, float] = field(default_factory=dict)
+    run_id: str | None = None
+    model_version: int | None = None
+    out_dir: Path | None = None
+
+
+def parse_args(argv: list[str]) -> dict[str, Any]:
+    """``key=value`` arguments over ``DEFAULTS``; lists as ``[a,b]`` or ``a,b``; booleans true/false."""
+    args = dict(DEFAULTS)
+    for item in argv:
+        key, sep, value = item.partition("=")
+        if not sep or key not in DEFAULTS:
+            raise ValueError(f"argument {item!r}: expected key=value with key one of {sorted(DEFAULTS)}")
+        if key in BOOLEAN_KEYS:
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"{key}={value!r}: expected true or false")
+            args[key] = value.lower() == "true"
+        elif key in ("hardware", "backend"):
+            args[key] = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
+        else:
+            args[key] = value
+    if args["split"] not in ("seq_len", "method"):
+        raise ValueError(f"split={args['split']!r}: expected seq_len or method")
+    from wavealign import hardware as hardware_registry
+
+    for name in args["hardware"] or []:
+        hardware_registry.get(name)  # a ValueError naming the unknown id and the known ones
+    return args
+
+
+def _tracking_uri(args: dict[str, Any]) -> str:
+    from orchestrator import tracking
+
+    return args["tracking_uri"] or tracking.default_tracking_uri(args["runs"])
+
+
+def _code_version() -> dict[str, str | None]:
+    import wavealign
+    from wavealign import environment
+
+    return {"wavealign_version": wavealign.__version__, "git_sha": environment.git_sha()}
+
+
+def _experiment_id(client, name: str, runs: Path, tracking_uri: str) -> str:
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    local = not tracking_uri.startswith(("http://", "https://", "databricks"))
+    location = (runs / "mlartifacts").resolve().as_uri() if local else None
+    return client.create_experiment(name, artifact_location=location)
+
+
+def fit_backends(frame, hardware: str, args: dict[str, Any]) -> list[str] | None:
+    """The backends whose cells a fit uses: ``backend=``, else the hardware's default backend where the
+    results have cells of it (a profile decides for the kernel the hardware runs by default), else all."""
+    from wavealign import hardware as hardware_registry
+
+    if args["backend"]:
+        return list(args["backend"])
+    default = hardware_registry.get(hardware).default_backend
+    has_default = ((frame["hardware"] == hardware) & (frame["backend"] == default)).any()
+    return [default] if has_default else None
+
+
+def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict[str, float],
+                run_id: str) -> dict[str, Any]:
+    """Where a fitted profile came from: sweeps, cells, date, hardware, code versions, evaluation, MLflow."""
+    from analysis import profiles
+
+    runs = Path(args["runs"])
+    measured = frame.loc[frame["hardware"] == hardware, "git_sha"].dropna().unique() if "git_sha" in frame else []
+    return {
+        "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hardware": hardware,
+        "runs": str(runs.resolve()) if runs.is_dir() else str(runs),
+        "sweeps": sorted(str(s) for s in pairs["sweep_id"].dropna().unique()) if "sweep_id" in pairs else [],
+        "cells": len(pairs), "include_simulated": args["include_simulated"],
+        "backends": sorted(pairs["backend"].dropna().unique().tolist()) if "backend" in pairs else [],
+        "model": "log-linear (analysis.skipfit)", **_code_version(), "measured_git_shas": sorted(measured),
+        "evaluation": {"split": args["split"], **{k: round(float(v), 6) for k, v in metrics.items()}},
+        "mlflow": {"tracking_uri": args["_tracking_uri"], "run_id": run_id,
+                   "registered_model": profiles.model_name(hardware) if args["register"] else None},
+    }
+
+
+def _write_evaluation(out_dir: Path, evaluation, hardware: str) -> None:
+    import matplotlib.pyplot as plt
+
+    from analysis import skipfit
+
+    evaluation.table.to_csv(out_dir / "evaluation.csv", index=False)
+    fig = skipfit.evaluation_figure(evaluation, hardware)
+    fig.savefig(out_dir / "evaluation.png", dpi=110)
+    plt.close(fig)
+
+
+def _log_fit(client, run_id: str, out_dir: Path, profile, metrics: dict[str, float], args: dict[str, Any]) -> None:
+    """Params, metrics, the evaluation table and plot, and the profile (``profile/``) on the fit's run."""
+    from mlflow.entities import Metric, Param
+
+    from analysis import profiles, skipfit
+    from wavealign import skip
+
+    now = int(time.time() * 1000)
+    params = {"hardware": profile.hardware, "split": args["split"], "include_simulated": args["include_simulated"],
+              "ridge": skipfit.RIDGE, "features": ",".join(skip.MODEL_FEATURES), "cells": profile.provenance["cells"],
+              "sweeps": ",".join(profile.provenance["sweeps"])[:5000], "profile_version": profile.version,
+              "backends": ",".join(profile.provenance["backends"])}
+    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()],
+                     metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items() if v == v])  # v == v: not NaN
+    client.log_artifact(run_id, str(out_dir / "evaluation.csv"))
+    client.log_artifact(run_id, str(out_dir / "evaluation.png"))
+    client.log_artifacts(run_id, str(out_dir / profiles.PROFILE_ARTIFACT_DIR), profiles.PROFILE_ARTIFACT_DIR)
+
+
+def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: str | None) -> FitOutcome:
+    """Fit, evaluate, record, register and install one hardware's profile."""
+    from analysis import profiles, skipfit
+    from wavealign import skip
+
+    pairs = skipfit.paired_cells(frame, hardware, args["include_simulated"], fit_backends(frame, hardware, args))
+    if len(pairs) < 2:
+        hint = ("" if args["include_simulated"]
+                else " (simulated cells count only with include_simulated=true)")
+        raise ValueError(f"hardware={hardware}: {len(pairs)} paired (original, forced WaveAlign) cells in "
+                         f"{args['runs']}; need >= 2{hint}")
+    evaluation = skipfit.evaluate(pairs, hardware, split=args["split"])
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out_dir = Path(args["out"] or Path(args["runs"]) / "skip-fits" / f"{hardware}-{stamp}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    run_id = client.create_run(experiment_id, run_name=f"skip-fit-{hardware}-{stamp}",
+                               tags={"wavealign.kind": "skip-fit", "wavealign.hardware": hardware}).info.run_id
+    outcome = FitOutcome(hardware=hardware, profile_path=None, metrics=evaluation.metrics, run_id=run_id,
+                         out_dir=out_dir)
+    try:
+        # the registry version this fit will become, written into the profile it registers
+        version = str(profiles.next_version(client, hardware)) if args["register"] else f"unregistered-{stamp}"
+        provenance = _provenance(frame, pairs, hardware, args, evaluation.metrics, run_id)
+        profile = skipfit.fit_profile(pairs, hardware, provenance, version)
+        profile.save(out_dir / profiles.PROFILE_ARTIFACT_DIR / f"{hardware}.yaml")
+        _write_evaluation(out_dir, evaluation, hardware)
+        _log_fit(client, run_id, out_dir, profile, evaluation.metrics, args)
+        if args["register"]:
+            outcome.model_version = profiles.register(client, run_id, hardware, args["alias"])
+    except Exception:
+        client.set_terminated(run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, "FINISHED")
+    if args["install"]:
+        folder = Path(args["profile_dir"]) if args["profile_dir"] else skip.profile_dir()
+        outcome.profile_path = profile.save(folder / f"{hardware}.yaml")
+    return outcome
+
+
+def _fetch(args: dict[str, Any]) -> int:
+    from analysis import profiles
+
+    uri = _tracking_uri(args)
+    sources = profiles.materialise(args["fetch"], uri, args["alias"])
+    for hardware, source in sorted(sources.items()):
+        print(f"{hardware}: {source}")
+    print(f"profiles in {Path(args['fetch']).resolve()}; use them with WAVEALIGN_PROFILE_DIR={args['fetch']}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        return 0
+    try:
+        args = parse_args(argv)
+    except ValueError as exc:
+        print(f"wavealign refresh-profiles: {exc}", file=sys.stderr)
+        return 2
+    if args["fetch"]:
+        return _fetch(args)
+    import analysis
+    from analysis import skipfit
+    from wavealign import hardware as hardware_registry
+
+    frame = analysis.load(args["runs"], tracking_uri=args["tracking_uri"])
+    known = set(hardware_registry.names())
+    hardware = args["hardware"] or sorted(h for h in frame["hardware"].dropna().unique() if h in known and len(
+        skipfit.paired_cells(frame, h, args["include_simulated"], fit_backends(frame, h, args))) >= 2)
+    if not hardware:
+        print(f"wavealign refresh-profiles: no hardware in {args['runs']} has paired original/WaveAlign cells",
+              file=sys.stderr)
+        return 2
+    from mlflow.tracking import MlflowClient
+
+    uri = args["_tracking_uri"] = _tracking_uri(args)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiment_id = _experiment_id(client, args["experiment"], Path(args["runs"]), uri)
+    failures = 0
+    for hw in hardware:
+        try:
+            outcome = fit_one(frame, hw, args, client, experiment_id)
+        except ValueError as exc:
+            print(f"wavealign refresh-profiles: {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        m = outcome.metrics
+        print(f"{hw}: {int(m['cells'])} held-out cells, accuracy {m['accuracy']:.1%}, regret {m['regret_pct']:.2f}% "
+              f"of oracle time, total time {abs(m['vs_best_fixed_pct']):.2f}% "
+              f"{'below' if m['vs_best_fixed_pct'] < 0 else 'above'} the better fixed policy "
+              f"({'goal met' if m['goal_met'] else 'goal NOT met'})")
+        if outcome.model_version is not None:
+            print(f"  registered {outcome.hardware} as wavealign-skip-{hw} version {outcome.model_version} "
+                  f"@{args['alias']} (run {outcome.run_id})")
+        if outcome.profile_path is not None:
+            print(f"  installed {outcome.profile_path}")
+        print(f"  evaluation: {outcome.out_dir}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,76 @@
+"""Write the sweep report: the paper's figures as PNGs and one self-contained HTML page, logged to MLflow.
+
+    wavealign report                                   # ./wavealign-runs -> ./wavealign-runs/report/
+    wavealign report --runs DIR --out DIR
+    wavealign report --experiment wavealign --tracking-uri sqlite:///wavealign-runs/mlflow.db
+    wavealign report --runs DIR --mask-cell ID [--mask-cell ID ...]   # also Fig. 14 of these cells, any length
+
+The report draws only from the cells present, with a note where a panel lacks data; simulated cells are
+drawn hatched/dashed and labelled "simulated". Its files are logged as artifacts (``report/``) of the
+MLflow parent run of every sweep it covers, in the tracking store next to the run root (or --tracking-uri).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wavealign report", description=(__doc__ or "").split("\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--runs", type=Path, help="run root holding results/ (default ./wavealign-runs)")
+    source.add_argument("--experiment", help="MLflow experiment whose sweeps to report")
+    parser.add_argument("--tracking-uri", help="MLflow store (default: sqlite mlflow.db in the run root)")
+    parser.add_argument("--out", type=Path, help="output folder (default <run root>/report)")
+    parser.add_argument("--no-mlflow", action="store_true", help="do not log the report to MLflow")
+    parser.add_argument("--mask-cell", action="append", default=[], metavar="CELL_ID",
+                        help="also draw Fig. 14 for this cell (its first head, rebuilt on a GPU when one is visible) "
+                             "as fig14_<method>_<cell id>.png; repeatable")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    import analysis
+    from analysis.figures import mask_pictures
+    from analysis.load import DEFAULT_RUN_ROOT
+    from analysis.report import log_to_sweep_runs
+
+    runs = args.experiment or args.runs or DEFAULT_RUN_ROOT
+    if args.runs is not None and not args.runs.is_dir():
+        print(f"wavealign report: --runs {args.runs} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        frame = analysis.load(runs, tracking_uri=args.tracking_uri)
+    except ValueError as exc:
+        print(f"wavealign report: {exc}", file=sys.stderr)
+        return 2
+    roots = frame.attrs.get("run_roots") or [str(DEFAULT_RUN_ROOT)]
+    out = args.out or Path(roots[0]) / "report"
+    files = analysis.write_report(frame, out)
+    print(f"{len(frame)} cells -> {len(files.figures)} figures, {len(files.tables)} tables")
+    for cell_id in args.mask_cell:
+        chosen = frame[frame["cell_id"] == cell_id]
+        if chosen.empty:
+            print(f"wavealign report: --mask-cell {cell_id} is not a cell of these results", file=sys.stderr)
+            return 2
+        path = out / f"fig14_{chosen.iloc[0]['method']}_{cell_id}.png"
+        mask_pictures(frame, cell_id=cell_id).savefig(path, dpi=110)
+        print(f"Fig. 14 of {cell_id}: {path}")
+    print(f"report: {files.html.resolve()}")
+    uri = frame.attrs.get("tracking_uri")
+    if args.no_mlflow or uri is None:
+        print("not logged to MLflow" + ("" if args.no_mlflow else " (no tracking store found; --tracking-uri)"))
+        return 0
+    logged = log_to_sweep_runs(files, frame, uri)
+    if logged:
+        print(f"logged as artifacts report/ of sweep run(s) {', '.join(logged)} in {uri}")
+    else:
+        print(f"no sweep parent run of these results in {uri}; the report is only on disk")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,294 @@
+"""Compare the L2/HBM simulator with Nsight Compute measurements: L2 hit MAE, DRAM ratio, rankings.
+
+    wavealign validate-sim RESULTS --out DIR [--hardware h200] [--l2-partitions 1|2] [--row-jitter X]
+
+``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.ncu=true``) or a
+table of one row per measured launch (CSV, JSON list or JSON lines) with the columns ``backend, stages,
+mask_kind, seq_len, heads, block_size, head_dim, density, seed, l2_hit_pct, dram_read_bytes, kernel_ms`` and
+optionally ``mask_file`` (a ``wavealign.sim.packed`` .npz, for method masks), ``mask_density`` (the density asked
+of the generator), ``nnz_spread``, ``prototypes``, ``noise``, ``wave_size`` and ``plan_seed``.
+
+Each measured cell becomes the same cell on backend ``sim`` (``kernel`` = the measured backend), run through
+``wavealign.pipeline.run_group``: the sweep's own mask, reorder and simulator path. Writes ``validation.csv`` and
+``validation.md`` to DIR.
+
+Goals (issue 6): L2 hit MAE <= 5 points; DRAM bytes within +-15%; the variants' ranking preserved in every
+group (a group is one mask and backend, its rows the stages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime
+import inspect
+import itertools
+import json
+import math
+import platform
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jobs._records import write_csv
+from wavealign import hardware, masks, pipeline, reorder
+from wavealign.records import Cell
+
+REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
+            "l2_hit_pct", "dram_read_bytes", "kernel_ms")
+# legacy tables name the stages by the sweep's variant names
+VARIANT_STAGES = {"original": "none", "spatial": "spatial", "temporal": "temporal", "wavealign": "both"}
+STAGES = reorder.STAGES
+L2_MAE_GOAL_PTS = 5.0
+DRAM_RATIO_GOAL = 0.15
+# generator arguments a legacy row may carry, by mask kind (the method's own params)
+_GENERATOR_COLUMNS = {"random": (), "random-fixed-nnz": ("nnz_spread",), "planted": ("prototypes", "noise")}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What Nsight Compute measured of one launch, and the cell that launch ran."""
+
+    cell: Cell
+    label: str  # how the tables name its mask (mask kind or method)
+    l2_hit_pct: float
+    dram_read_bytes: float
+    kernel_ms: float
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """A measured cell beside its prediction."""
+
+    backend: str
+    mask_kind: str
+    seq_len: int
+    heads: int
+    density: float
+    seed: int
+    stages: str
+    l2_hit_pct_measured: float
+    l2_hit_pct_predicted: float
+    l2_hit_abs_err_pts: float
+    dram_read_bytes_measured: float
+    dram_read_bytes_predicted: float
+    dram_ratio: float  # predicted / measured
+    kernel_ms_measured: float
+    kernel_ms_predicted: float
+
+
+def _table_rows(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text()
+    if path.suffix == ".csv":
+        rows = list(csv.DictReader(text.splitlines()))
+    elif text.lstrip().startswith("["):
+        rows = json.loads(text)
+    else:
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if not rows:
+        raise ValueError(f"measurements {path} hold no rows")
+    return rows
+
+
+def _number(row: dict[str, Any], key: str, kind: type = float) -> Any:
+    value = row.get(key)
+    return None if value in (None, "") else kind(float(value))
+
+
+def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
+    """The measured cells of a legacy NCU table (see the module docstring)."""
+    measured = []
+    for i, row in enumerate(_table_rows(path)):
+        missing = [c for c in REQUIRED if row.get(c) in (None, "")]
+        if missing:
+            raise ValueError(f"measurements {path} row {i} lacks columns {missing}; expected {list(REQUIRED)}")
+        stages = VARIANT_STAGES.get(row["stages"], row["stages"])
+        if stages not in STAGES:
+            raise ValueError(f"row {i}: stages must be one of {STAGES} or {list(VARIANT_STAGES)}, "
+                             f"got {row['stages']!r}")
+        kind = row["mask_kind"]
+        if row.get("mask_file"):
+            method, params = "file", {"path": row["mask_file"]}
+        elif kind in _GENERATOR_COLUMNS:
+            density = _number(row, "mask_density") or mask_density or _number(row, "density")
+            # a table's masks came from the generator with its own defaults (bench-kernels), not the method's
+            generator = inspect.signature(masks.get(kind).from_shape).parameters
+            params = {k: p.default for k, p in generator.items()
+                      if k in masks.get(kind).params and p.default is not inspect.Parameter.empty}
+            params.update({k: _number(row, k) for k in _GENERATOR_COLUMNS[kind] if _number(row, k) is not None})
+            params.update(density=density, seed=_number(row, "seed", int))
+            method = kind
+        else:
+            raise ValueError(f"row {i}: mask_kind {kind!r} is none of {sorted(_GENERATOR_COLUMNS)}, so it needs a "
+                             "mask_file column (a wavealign.sim.packed .npz)")
+        kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
+        seq_len, block_size = _number(row, "seq_len", int), _number(row, "block_size", int)
+        group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"
+        cell = Cell(cell_id=f"row{i}", group_id=group, hardware=hw, profile_hardware=hw, backend=kernel,
+                    method=method, variant=stages, stages=stages, skip_mode="force", workload="table",
+                    seq_len_tokens=seq_len, num_heads=_number(row, "heads", int),
+                    head_dim=_number(row, "head_dim", int), block_size=block_size,
+                    wave_size=_number(row, "wave_size", int) or 0, seed=_number(row, "plan_seed", int) or 0,
+                    method_params=params)
+        measured.append(Measured(cell, kind, float(row["l2_hit_pct"]), float(row["dram_read_bytes"]),
+                                 float(row["kernel_ms"])))
+    return measured
+
+
+def from_run_root(run_root: Path) -> list[Measured]:
+    """The measured cells of a sweep: done GPU rows with Nsight Compute counters, newest per cell."""
+    from analysis.load import load
+
+    frame = load(run_root)
+    names = {f.name for f in dataclasses.fields(Cell)}
+    measured = []
+    for _, row in frame.iterrows():
+        if row["status"] != "done" or row["simulated"] or math.isnan(row["ncu_l2_hit_pct"] or math.nan):
+            continue
+        config = json.loads(row["cell_json"])
+        cell = Cell(**{k: v for k, v in config.items() if k in names})
+        cell = dataclasses.replace(cell, stages=row["stages_applied"], skip_mode="force")
+        measured.append(Measured(cell, cell.method, float(row["ncu_l2_hit_pct"]), float(row["ncu_dram_read_bytes"]),
+                                 float(row["ncu_kernel_ms"])))
+    if not measured:
+        raise ValueError(f"{run_root} holds no done GPU cell with Nsight Compute counters (run a sweep with "
+                         "grid.ncu=true)")
+    return measured
+
+
+def as_simulated(m: Measured, l2_partitions: int | None, row_jitter: float) -> Cell:
+    """The measured cell on backend ``sim``, modelling the backend that ran it."""
+    options = {"kernel": m.cell.backend, "l2_partitions": l2_partitions, "row_jitter": row_jitter}
+    return dataclasses.replace(m.cell, backend="sim", backend_params=options, ncu=False, reps=1, warmup=0)
+
+
+def validate(measured: list[Measured], l2_partitions: int | None = None,
+             row_jitter: float = 0.0) -> list[ValidationRow]:
+    """Simulate every measured cell through the pipeline (one mask per group) and pair it with its measurement."""
+    from wavealign import kernels
+
+    rows = []
+    key = lambda m: m.cell.group_id  # noqa: E731
+    for _, group in itertools.groupby(sorted(measured, key=key), key=key):
+        group = list(group)
+        cells = []
+        for m in group:
+            cell = as_simulated(m, l2_partitions, row_jitter)
+            if not cell.wave_size:
+                cell = dataclasses.replace(cell, wave_size=kernels.get(m.cell.backend).wave_size(cell.profile_hardware))
+            cells.append(cell)
+        for m, r in zip(group, pipeline.run_group(cells), strict=True):
+            if r.status != "done":
+                raise RuntimeError(f"simulating {m.cell.cell_id} failed: {r.error}\n{r.traceback}")
+            dram = r.hbm_read_bytes
+            rows.append(ValidationRow(
+                backend=m.cell.backend, mask_kind=m.label, seq_len=m.cell.seq_len_tokens, heads=m.cell.num_heads,
+                density=r.density, seed=int(m.cell.method_params.get("seed", m.cell.seed) or 0),
+                stages=m.cell.stages, l2_hit_pct_measured=m.l2_hit_pct, l2_hit_pct_predicted=r.l2_hit_pct,
+                l2_hit_abs_err_pts=abs(r.l2_hit_pct - m.l2_hit_pct), dram_read_bytes_measured=m.dram_read_bytes,
+                dram_read_bytes_predicted=dram,
+                dram_ratio=dram / m.dram_read_bytes if m.dram_read_bytes else math.nan,
+                kernel_ms_measured=m.kernel_ms, kernel_ms_predicted=r.kernel_ms_median))
+    return rows
+
+
+def ranking_preserved(measured: list[float], predicted: list[float], tol: float) -> bool:
+    """Every pair the measurement separates by more than ``tol`` is ordered the same way by the prediction."""
+    for (m1, p1), (m2, p2) in itertools.combinations(zip(measured, predicted, strict=True), 2):
+        if abs(m1 - m2) > tol and (m1 - m2) * (p1 - p2) <= 0:
+            return False
+    return True
+
+
+def summarize(rows: list[ValidationRow], rank_tol_pts: float = 1.0) -> dict:
+    """MAE of L2 hit, DRAM ratio spread, and per-group ranking verdicts (L2 hit, and DRAM bytes)."""
+    key = lambda r: (r.backend, r.mask_kind, r.seq_len, r.heads, r.density, r.seed)  # noqa: E731
+    groups = {}
+    for k, members in itertools.groupby(sorted(rows, key=key), key=key):
+        members = list(members)
+        groups["/".join(map(str, k))] = {
+            "l2_rank_preserved": ranking_preserved([m.l2_hit_pct_measured for m in members],
+                                                   [m.l2_hit_pct_predicted for m in members], rank_tol_pts),
+            "dram_rank_preserved": ranking_preserved(
+                [m.dram_read_bytes_measured for m in members], [m.dram_read_bytes_predicted for m in members],
+                0.01 * max(m.dram_read_bytes_measured for m in members)),
+        }
+    ratios = [r.dram_ratio for r in rows]
+    within = sum(abs(x - 1.0) <= DRAM_RATIO_GOAL for x in ratios)
+    mae = sum(r.l2_hit_abs_err_pts for r in rows) / len(rows)
+    return {
+        "cells": len(rows),
+        "l2_hit_mae_pts": mae,
+        "l2_hit_mae_goal_met": mae <= L2_MAE_GOAL_PTS,
+        "dram_ratio_min": min(ratios), "dram_ratio_max": max(ratios),
+        "dram_within_15pct": f"{within}/{len(rows)}",
+        "dram_goal_met": within == len(rows),
+        "groups": groups,
+        "ranking_goal_met": all(g["l2_rank_preserved"] for g in groups.values()),
+    }
+
+
+def write_report(rows: list[ValidationRow], summary: dict, out: Path, command: str, settings: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(out / "validation.csv", ValidationRow, rows)
+    lines = [
+        "# Simulator vs Nsight Compute", "",
+        f"- command: `{command}`",
+        f"- date: {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}; machine: {platform.node()} "
+        f"({platform.processor() or platform.machine()})",
+        f"- simulator settings: {settings}", "",
+        f"**L2 hit MAE: {summary['l2_hit_mae_pts']:.2f} points** (goal <= {L2_MAE_GOAL_PTS:g}: "
+        f"{'met' if summary['l2_hit_mae_goal_met'] else 'missed'}); "
+        f"**DRAM predicted/measured: {summary['dram_ratio_min']:.3f}-{summary['dram_ratio_max']:.3f}**, "
+        f"{summary['dram_within_15pct']} within +-15% ({'met' if summary['dram_goal_met'] else 'missed'}); "
+        f"**rankings preserved: {'all groups' if summary['ranking_goal_met'] else 'not in every group'}**.", "",
+        "| backend | mask | seq_len | heads | density | seed | stages | L2 hit % meas | L2 hit % pred | err pts "
+        "| DRAM GB meas | DRAM GB pred | ratio | ms meas | ms pred |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {r.backend} | {r.mask_kind} | {r.seq_len} | {r.heads} | {r.density:g} | {r.seed} | {r.stages} "
+              f"| {r.l2_hit_pct_measured:.1f} | {r.l2_hit_pct_predicted:.1f} | {r.l2_hit_abs_err_pts:.1f} "
+              f"| {r.dram_read_bytes_measured / 1e9:.2f} | {r.dram_read_bytes_predicted / 1e9:.2f} "
+              f"| {r.dram_ratio:.3f} | {r.kernel_ms_measured:.3f} | {r.kernel_ms_predicted:.3f} |" for r in rows]
+    lines += ["", "| group (backend/mask/seq_len/heads/density/seed) | L2 ranking kept | DRAM ranking kept |",
+              "|---|---|---|"]
+    lines += [f"| {g} | {v['l2_rank_preserved']} | {v['dram_rank_preserved']} |"
+              for g, v in summary["groups"].items()]
+    (out / "validation.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="wavealign validate-sim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("measurements", type=Path,
+                        help="a sweep's run_root (Parquet with NCU counters), or an NCU table: .csv, .json or .jsonl")
+    parser.add_argument("--out", type=Path, required=True, help="directory for validation.csv/.md")
+    parser.add_argument("--hardware", default="h200", choices=hardware.names(),
+                        help="the GPU a table's rows were measured on (a sweep's rows name their own)")
+    parser.add_argument("--l2-partitions", type=int, default=None, choices=(1, 2),
+                        help="default: the GPU's (wavealign.hardware: l2_partitions)")
+    parser.add_argument("--row-jitter", type=float, default=0.0)
+    parser.add_argument("--rank-tol-pts", type=float, default=1.0,
+                        help="measured L2 hit differences at most this large do not constrain the ranking")
+    parser.add_argument("--mask-density", type=float, default=None,
+                        help="density a table's masks were generated at, for tables that record only the realised "
+                             "one (bench-kernels generated at 0.25)")
+    args = parser.parse_args(argv)
+    if not args.measurements.exists():
+        parser.error(f"measurements {args.measurements} does not exist")
+    measured = (from_run_root(args.measurements) if args.measurements.is_dir()
+                else from_table(args.measurements, args.hardware, args.mask_density))
+    rows = validate(measured, args.l2_partitions, args.row_jitter)
+    summary = summarize(rows, args.rank_tol_pts)
+    partitions = args.l2_partitions or hardware.get(args.hardware).l2_partitions
+    settings = f"hardware={args.hardware} l2_partitions={partitions} row_jitter={args.row_jitter}"
+    write_report(rows, summary, args.out, "wavealign validate-sim " + shlex.join(argv), settings)
+    print(json.dumps({k: v for k, v in summary.items() if k != "groups"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,136 @@
+"""Ray: connect (embedded local Ray, ``auto`` or ``ray://``), see which GPU types the cluster has, and keep
+one long-lived worker actor per GPU (holding it exclusively, so two cells never time on one GPU at once
+and compiled kernels stay warm) plus a pool of CPU actors for ``cpu`` and simulated cells.
+
+GPU types are matched by Ray's node label ``ray.io/accelerator-type``, which Ray sets from the device name
+(A40, H100, H200, ...), or, for a node Ray does not label, by ``accelerator-type`` set by hand with
+``ray start --labels accelerator-type=H100`` (Ray reserves the ``ray.io/`` prefix for itself).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from wavealign import hardware as hardware_registry
+from wavealign.records import CPU, Cell
+from wavealign.registry import PLUGINS_ENV
+
+ACCELERATOR_LABEL = "ray.io/accelerator-type"
+USER_ACCELERATOR_LABEL = "accelerator-type"
+LABEL_KEYS = (ACCELERATOR_LABEL, USER_ACCELERATOR_LABEL)  # Ray's label wins where a node has both
+# what the workers of a cluster are not sent of the checkout (runtime_env working_dir; .gitignore'd files neither)
+SHIP_EXCLUDES = (".git", ".venv", "benchmarks", "docs", "deploy", "wavealign-runs", ".devsite", ".fa4", ".vendor",
+                 ".devold", "*.egg-info", "**/__pycache__")
+
+
+def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None,
+            object_store_mb: int | None = None) -> None:
+    """Join ``address`` (``auto``, ``ray://host:port``, ``host:port``) or start an embedded local Ray."""
+    if ray.is_initialized():
+        return
+    # the user's own import path and the plugin modules the sweep names (wavealign.registry imports them on every
+    # worker)
+    env_vars = {k: os.environ[k] for k in ("PYTHONPATH", PLUGINS_ENV) if os.environ.get(k)}
+    if address:
+        # a cluster's nodes may not have this checkout: Ray ships it to every worker (packages and conf/;
+        # results, caches and bundles stay home) and puts it first on their import path
+        runtime_env = {"working_dir": _repo_root(), "excludes": list(SHIP_EXCLUDES), "env_vars": env_vars}
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
+        return
+    # this machine's own workers import the checkout in place: nothing to ship
+    env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [_repo_root(), env_vars.get("PYTHONPATH")]))
+    runtime_env = {"env_vars": env_vars}
+    # "local": always a fresh embedded instance, never a stale or foreign cluster found on this machine
+    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env,
+             include_dashboard=False,
+             object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
+             log_to_driver=False, logging_level="WARNING")
+
+
+def _repo_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What the cluster offers: GPUs per accelerator type and CPUs, over alive nodes."""
+
+    gpus_by_label: dict[tuple[str, str], int]  # (label key, accelerator type) -> GPUs
+    untyped_gpus: int
+    cpus: int
+
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        out: Counter = Counter()
+        for (_, kind), count in self.gpus_by_label.items():
+            out[kind] += count
+        return dict(out)
+
+    def gpus_for(self, hardware: str) -> int:
+        return self.gpus_by_type.get(hardware_registry.get(hardware).ray_accelerator_type, 0)
+
+    def selectors_for(self, hardware: str) -> list[tuple[dict[str, str], int]]:
+        """Label selectors reaching every GPU of ``hardware``'s type, with the GPUs each reaches."""
+        accel = hardware_registry.get(hardware).ray_accelerator_type
+        return [({key: kind}, count) for (key, kind), count in sorted(self.gpus_by_label.items())
+                if kind == accel and count]
+
+
+def inventory() -> Inventory:
+    gpus: Counter = Counter()
+    untyped, cpus = 0, 0
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        resources, labels = node.get("Resources", {}), node.get("Labels") or {}
+        cpus += int(resources.get("CPU", 0))
+        count = int(resources.get("GPU", 0))
+        key = next((k for k in LABEL_KEYS if labels.get(k)), None)
+        if key:
+            gpus[(key, labels[key])] += count
+        else:
+            untyped += count
+    return Inventory(gpus_by_label=dict(gpus), untyped_gpus=untyped, cpus=cpus)
+
+
+class CellRunner:
+    """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep.
+    A plain class, so that tests can subclass it (e.g. to inject a worker death)."""
+
+    def where(self) -> dict[str, Any]:
+        ctx = ray.get_runtime_context()
+        return {"ray_node_id": ctx.get_node_id(), "worker_pid": os.getpid()}
+
+    def run(self, cells: list[Cell]) -> list[dict[str, Any]]:
+        from wavealign import pipeline
+
+        started = time.time()
+        results = pipeline.run_group(cells)
+        finished = time.time()
+        where = self.where()
+        return [{"result": r, "started_at": started, "finished_at": finished, **where} for r in results]
+
+
+CellWorker = ray.remote(CellRunner)
+
+
+def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory) -> list[Any]:
+    """Up to ``count`` actors for ``hardware``: one whole GPU of that type each (never more than the
+    cluster has), or one CPU each for ``cpu``."""
+    # a dead worker is always restarted (max_restarts is a lifetime count: a long sweep would otherwise lose
+    # the type's only worker after a few deaths); each group is retried at most max_retries times
+    restart = {"max_restarts": -1, "max_task_retries": max_retries}
+    if hardware == CPU:
+        return [CellWorker.options(num_cpus=1, **restart).remote() for _ in range(count)]
+    workers: list[Any] = []
+    for selector, gpus in inv.selectors_for(hardware):
+        take = min(gpus, count - len(workers))
+        workers += [CellWorker.options(num_cpus=1, num_gpus=1, label_selector=selector, **restart).remote()
+                    for _ in range(take)]
+    return workers

@@ -1,0 +1,528 @@
+"""The sweep's structured config (Hydra 1.3): schema dataclasses, composition from ``conf/``, validation.
+
+``load(overrides)`` composes ``conf/config.yaml`` with Hydra-style overrides
+(``sweep=paper_h100 grid.seq_k=[148,364] ray.address=auto``) against the dataclasses below, so a typo'd
+key fails at composition (one added with ``+`` fails in ``check_keys``); ``validate`` then checks every name
+against the project's registries, every method and backend parameter against its YAML, and every number against
+its range, before anything runs. Errors are ``ConfigError`` naming the offender.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+import itertools
+import math
+import os
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from wavealign import hardware as hardware_registry
+from wavealign import kernels, masks, registry, reorder, reorderers
+from wavealign.records import CPU
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+SKIP_MODES = ("force", "policy")
+
+
+class ConfigError(ValueError):
+    """A sweep config that cannot run; the message names the key, the value and what was expected."""
+
+
+@dataclass
+class VariantConfig:
+    """A reorder variant: which WaveAlign stages, and whether the skip policy may veto them."""
+
+    stages: str = "both"
+    skip: str = "force"  # "force" applies ``stages``; "policy" lets wavealign.skip fall back to "none"
+
+
+@dataclass
+class GridConfig:
+    """One cartesian grid of cells. Lists are axes; ``*_params`` map a name to its own parameter axes."""
+
+    hardware: list[str] = field(default_factory=lambda: [CPU])  # GPU ids, or "cpu" for CPU workers
+    backend: list[str] = field(default_factory=lambda: ["reference"])
+    method: list[str] = field(default_factory=lambda: ["planted"])
+    workload: list[str] = field(default_factory=lambda: ["shape-2h"])
+    seq_k: list[float] = field(default_factory=lambda: [4.0])  # thousands of tokens (nearest valid shape)
+    variant: list[str] = field(default_factory=lambda: ["original", "wavealign"])
+    # the spatial step of every variant that has one (stages spatial or both): WaveAlign's Stage 1 or a Table II
+    # baseline (wavealign.reorderers); variants without one run once, whatever this lists
+    reorderer: list[str] = field(default_factory=lambda: ["wavealign"])
+    wave_size: list[Any] = field(default_factory=lambda: [None])  # None: the hardware's wave for the backend
+    seed: list[int] = field(default_factory=lambda: [0])
+    # e.g. {xattention: {threshold: [0.8, 0.9]}}: each listed value is an axis (a scalar is one value)
+    method_params: dict[str, Any] = field(default_factory=dict)
+    backend_params: dict[str, Any] = field(default_factory=dict)
+    reorderer_params: dict[str, Any] = field(default_factory=dict)
+    block_size: Any = None  # None: the hardware's default block size
+    cpu_profile: str = "h100"  # GPU description whose wave size and skip profile "cpu" cells plan for
+    reps: int = 5
+    warmup: int = 1
+    ncu: bool = False  # GPU cells also profile one launch under Nsight Compute (ncu_* columns)
+
+
+@dataclass
+class RayConfig:
+    """Where cells run: an embedded local Ray (address None), ``auto``, or ``ray://host:port``."""
+
+    address: Any = None
+    num_cpus: Any = None  # embedded Ray only; None = this machine's
+    num_gpus: Any = None
+    object_store_mb: Any = None
+    max_retries: int = 2  # a worker that dies mid-cell is restarted and the cell retried this often
+    wait_for_nodes: bool = False  # keep cells for absent GPU types waiting instead of unschedulable
+    wait_timeout_s: float = 3600.0
+    # a worker not up this long after it is started (or back after dying) is dropped: Ray may never place it
+    worker_start_timeout_s: float = 300.0
+
+
+@dataclass
+class MlflowConfig:
+    """MLflow tracking; the default store is ``<run_root>/mlflow.db`` (sqlite)."""
+
+    enabled: bool = True
+    tracking_uri: Any = None
+    experiment: str = "wavealign"
+
+
+@dataclass
+class SweepConfig:
+    """The whole sweep: ``grid`` plus any ``extra_grids``, where results go, and how to run."""
+
+    name: str = "custom"
+    run_root: str = "wavealign-runs"
+    grid: GridConfig = field(default_factory=GridConfig)
+    extra_grids: dict[str, GridConfig] = field(default_factory=dict)
+    variants: dict[str, VariantConfig] = field(default_factory=dict)
+    ray: RayConfig = field(default_factory=RayConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    resume: bool = True  # skip cells already done in the dataset
+    force: bool = False  # re-run them anyway
+    dry_run: bool = False
+    progress: bool = True
+    batch_cells: int = 32  # at most this many cells per Parquet file / MLflow batch (each finished group is written)
+    # your own backends and mask methods: importable modules that register them (on the driver and every worker),
+    # and config roots holding their backend/ and method/ YAMLs (searched after conf/)
+    plugins: list[str] = field(default_factory=list)
+    conf_dirs: list[str] = field(default_factory=list)
+    only_cells: list[str] = field(default_factory=list)  # run just these cell ids of the grid (a row's repro command)
+    # a larger sweep is refused (and --dry-run only counts it): enumerating millions of cells takes minutes
+    max_cells: int = 100_000
+    overrides: list[str] = field(default_factory=list)  # filled by ``load``: the overrides composed, for repro commands
+
+
+@dataclass
+class NamedConfig:
+    """The form of ``conf/method``, ``conf/backend``, ``conf/reorderer`` and ``conf/hardware`` entries."""
+
+    name: str = "?"
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class WorkloadConfig:
+    """``conf/workload/<name>.yaml``: a model preset (Q/K/V from wavealign.workloads), a captured file, or a bare
+    shape."""
+
+    name: str = "?"
+    model: Any = None  # a wavealign.workloads preset id; None = bare shape with random Q/K/V
+    # a wavealign-qkv/1 file (`wavealign capture`): its Q/K/V and length; heads picks some of its heads, model is
+    # read from the file, and the grid's seq_k must be one value (the file fixes the length)
+    captured: Any = None
+    resolution: Any = None
+    heads: list[int] = field(default_factory=lambda: [0])  # preset heads to take
+    num_heads: int = 1  # bare shapes
+    head_dim: int = 128
+    layer: int = 0
+    step: int = 0  # the synthetic generator's denoising step
+
+
+def register_schema() -> None:
+    """File the schema in Hydra's ConfigStore as ``sweep_schema`` (``conf/config.yaml``'s first default)."""
+    ConfigStore.instance().store(name="sweep_schema", node=SweepConfig)
+
+
+def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictConfig:
+    """Compose ``conf/config.yaml`` with ``overrides``, import its plugins and validate it; raises ``ConfigError``."""
+    register_schema()
+    overrides = list(overrides or [])
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name="wavealign-sweep"):
+            cfg = compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"config: {_message(exc)}") from None
+    cfg.overrides = [o for o in overrides if not o.startswith(("only_cells=", "force="))]
+    load_plugins(cfg)
+    validate(cfg, conf_dir)
+    return cfg
+
+
+def load_plugins(cfg: DictConfig) -> None:
+    """Import the modules ``cfg.plugins`` names, here and (through ``WAVEALIGN_PLUGINS``) on every worker."""
+    if not cfg.plugins:
+        return
+    known = registry.plugin_modules()
+    os.environ[registry.PLUGINS_ENV] = ",".join([*known, *(p for p in cfg.plugins if p not in known)])
+    try:
+        registry.import_plugins()
+    except ImportError as exc:
+        raise ConfigError(f"plugins={list(cfg.plugins)}: {exc}") from None
+
+
+def search_dirs(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> list[Path]:
+    """Where ``group_entry`` looks: ``conf_dir``, then the sweep's ``conf_dirs``."""
+    return [Path(conf_dir), *(Path(d) for d in cfg.conf_dirs)]
+
+
+def _message(exc: BaseException) -> str:
+    """Hydra's and OmegaConf's message without their trailing full-key/object-type context lines."""
+    text = str(exc) if exc.__cause__ is None else f"{exc.__cause__}\n{exc}"
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith("To append to your config")]
+    kept = [ln for ln in lines if not ln.startswith(("full_key:", "object_type=", "reference_type="))]
+    return " ".join(kept) or type(exc).__name__
+
+
+def group_entry(group: str, name: str, dirs: Sequence[Path] = (CONF_DIR,)) -> DictConfig:
+    """Read ``<dir>/<group>/<name>.yaml`` from the first of ``dirs`` that has it, against its schema (unknown
+    keys are an error)."""
+    found = [Path(d) / group / f"{name}.yaml" for d in dirs if (Path(d) / group / f"{name}.yaml").is_file()]
+    if not found:
+        known = sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
+        raise ConfigError(f"{group} {name!r} has no conf/{group}/{name}.yaml (searched {[str(d) for d in dirs]}); "
+                          f"expected one of {known}")
+    path = found[0]
+    schema = WorkloadConfig if group == "workload" else NamedConfig
+    try:
+        entry = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"conf/{group}/{name}.yaml: {_message(exc)}") from None
+    if entry.name != name:
+        raise ConfigError(f"conf/{group}/{name}.yaml declares name {entry.name!r}; expected {name!r}")
+    return entry
+
+
+def method_names() -> list[str]:
+    """Mask methods a cell may name: the ``wavealign.masks`` registry."""
+    return masks.available()
+
+
+def backend_names() -> list[str]:
+    """Backends a cell may name: the ``wavealign.kernels`` registry."""
+    return kernels.names()
+
+
+def reorderer_names() -> list[str]:
+    """Reorderers a cell may name: the ``wavealign.reorderers`` registry."""
+    return reorderers.names()
+
+
+def grids(cfg: DictConfig) -> dict[str, DictConfig]:
+    """The sweep's grids by name: ``grid`` and each of ``extra_grids``."""
+    return {"grid": cfg.grid, **{f"extra_grids.{k}": v for k, v in cfg.extra_grids.items()}}
+
+
+def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
+    """Check every key against the schema, names against the registries and numbers against their ranges; raise
+    ``ConfigError``."""
+    check_keys(cfg)
+    for name, variant in cfg.variants.items():
+        if variant.stages not in reorder.STAGES:
+            raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {reorder.STAGES}")
+        if variant.skip not in SKIP_MODES:
+            raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {SKIP_MODES}")
+    for key in ("batch_cells", "max_cells"):
+        if cfg[key] < 1:
+            raise ConfigError(f"{key}={cfg[key]}; expected >= 1")
+    if cfg.ray.max_retries < 0:
+        raise ConfigError(f"ray.max_retries={cfg.ray.max_retries}; expected >= 0")
+    for key, least in (("num_cpus", 1), ("num_gpus", 0), ("object_store_mb", 1)):
+        value = cfg.ray[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise ConfigError(f"ray.{key}={value!r}; expected null or an integer >= {least}")
+    for key in ("wait_timeout_s", "worker_start_timeout_s"):
+        if not cfg.ray[key] > 0:  # nan too; inf waits for ever
+            raise ConfigError(f"ray.{key}={cfg.ray[key]}; expected > 0")
+    for where, grid in grids(cfg).items():
+        _validate_grid(where, grid, cfg, search_dirs(cfg, conf_dir))
+
+
+def check_keys(cfg: DictConfig) -> None:
+    """Every key of a composed config is a field of the schema. Hydra's ``+key=value`` adds keys even to a struct
+    config, so a typo such as ``+grid.seeds=[0,1]`` composes; this catches it. Of the maps, ``extra_grids`` and
+    ``variants`` hold schema entries whose keys are checked here; ``*_params`` are checked by ``param_axes``."""
+    _check_keys(cfg, SweepConfig, "")
+
+
+def _check_keys(node: DictConfig, schema: type, prefix: str) -> None:
+    fields = typing.get_type_hints(schema)
+    for key in node:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            expected = f"did you mean {prefix}{close[0]}?" if close else f"expected one of {sorted(fields)}"
+            value = OmegaConf.to_container(node)[key]  # type: ignore[index]
+            raise ConfigError(f"{prefix}{key}={value!r} is not a sweep config key; {expected}")
+        kind = fields[key]
+        if dataclasses.is_dataclass(kind):
+            _check_keys(node[key], kind, f"{prefix}{key}.")
+        elif typing.get_origin(kind) is dict and dataclasses.is_dataclass(entry := typing.get_args(kind)[1]):
+            for name in node[key]:
+                _check_keys(node[key][name], entry, f"{prefix}{key}.{name}.")
+
+
+# GridConfig's list fields: the axes whose product is the grid, so an empty one means no cells
+AXES = tuple(k for k, kind in typing.get_type_hints(GridConfig).items() if typing.get_origin(kind) is list)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A range of numbers, open or closed at each end; written ``(0, 1]``."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+    def __str__(self) -> str:
+        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+FRACTION = Interval(0.0, 1.0, low_open=True)  # wavealign.masks._common.check_fraction's range
+# Method parameters whose range follows from their name, in any method that has them (a plugin's too): the ranges
+# the mask builders check when a cell runs, checked here before anything runs instead of failing every cell.
+# null (a builder's "none", e.g. minference's budget) is not range-checked.
+METHOD_PARAM_RANGES: dict[str, Interval] = {
+    "density": FRACTION,  # wavealign.synthetic: planted, random, random-fixed-nnz
+    "threshold": FRACTION,  # xattention
+    "gamma": FRACTION,  # flexprefill
+    "tau": Interval(0.0, 1.0),  # flexprefill
+    "cdfthreshd": FRACTION,  # spargeattn
+    "l1_bound": FRACTION,  # spargeattn
+    "simthreshd1": Interval(-1.0, 1.0),  # spargeattn: a cosine
+    "budget": FRACTION,  # minference: a density cap
+    "recall_target": Interval(0.0, 1.0),  # minference
+    "noise": Interval(0.0, 0.5, high_open=True),  # planted: the share of entries flipped
+    "nnz_spread": Interval(0.0, 1.0, high_open=True),  # random-fixed-nnz
+}
+
+
+def param_axes(kind: str, name: str, grid: DictConfig, where: str,
+               dirs: Sequence[Path] = (CONF_DIR,)) -> dict[str, list[Any]]:
+    """The parameter axes of ``kind`` (method, backend or reorderer) ``name`` in a grid: ``conf/<kind>/<name>.yaml``'s
+    params (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list is an axis, a scalar one value).
+    Only parameters the YAML declares may be given (none declared: none, unless the backend passes any option
+    through); no axis may be empty, numbers must be finite, ``METHOD_PARAM_RANGES`` holds, and a reorderer's own
+    checks pass."""
+    base: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
+    prefix = f"{where}.{kind}_params.{name}"
+    given = grid[f"{kind}_params"].get(name)
+    if given is not None and not isinstance(given, DictConfig):
+        raise ConfigError(f"{prefix}={given!r}; expected a map of parameter names to values")
+    override: dict[str, Any] = OmegaConf.to_container(given) if given is not None else {}  # type: ignore[assignment]
+    if base or not (kind == "backend" and _passes_any_option(name)):
+        for key, value in override.items():
+            if key not in base:
+                raise ConfigError(f"{prefix}.{key}={value!r} is not a parameter of {kind} {name!r}; "
+                                  f"{_declared(kind, name, base, str(key))}")
+    axes = {**{k: [v] for k, v in base.items()},
+            **{k: v if isinstance(v, list) else [v] for k, v in override.items()}}
+    for key, values in axes.items():
+        path = f"{prefix}.{key}" if key in override else f"conf/{kind}/{name}.yaml params.{key}"
+        if not values:
+            raise ConfigError(f"{path}=[] is empty; expected at least one value (a list is an axis: an empty one "
+                              "makes no cells)")
+        bounds = METHOD_PARAM_RANGES.get(key) if kind == "method" else None
+        for value in values:
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{path} has {value!r}; expected a finite number")
+            if bounds is not None and value is not None and value not in bounds:
+                raise ConfigError(f"{path} has {value!r}; expected a number in {bounds}")
+            if kind == "reorderer":
+                try:
+                    reorderers.get(name).resolve({key: value})
+                except ValueError as exc:
+                    raise ConfigError(f"{path} has {value!r}: {exc}") from None
+    return axes
+
+
+def _passes_any_option(backend: str) -> bool:
+    """Whether the backend's planner takes any option (``**options``, e.g. FlexAttention's kernel_options), which
+    its YAML, declaring none, cannot list."""
+    parameters = inspect.signature(kernels.get(backend).plan).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _declared(kind: str, name: str, base: dict[str, Any], key: str) -> str:
+    if not base:
+        return f"expected none: conf/{kind}/{name}.yaml declares no params"
+    close = difflib.get_close_matches(key, list(base), n=1)
+    return f"expected one of {sorted(base)}" + (f"; did you mean {close[0]}?" if close else "")
+
+
+def param_combinations(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """{a: [1, 2], b: [3]} -> [{a: 1, b: 3}, {a: 2, b: 3}]."""
+    keys = sorted(axes)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(axes[k] for k in keys))]
+
+
+def axis_product(axes: dict[str, list[Any]]) -> int:
+    """How many combinations ``param_combinations`` gives, without making them."""
+    return math.prod(len(values) for values in axes.values())
+
+
+def modelled_backend(where: str, backend: kernels.Backend, options: dict[str, Any]) -> kernels.Backend:
+    """The backend ``backend`` runs or models with ``options``; a simulator naming no real backend is an error."""
+    if backend.models_option is None:
+        return backend
+    option = backend.models_option
+    try:
+        modelled = backend.modelled(options)
+    except (KeyError, ValueError):
+        raise ConfigError(f"{where}.backend_params.{backend.name}.{option}={options.get(option)!r}; expected one of "
+                          f"{[n for n in kernels.names() if kernels.get(n).execution is not None]}") from None
+    if modelled.execution is None:
+        raise ConfigError(f"{where}.backend_params.{backend.name}.{option}={modelled.name!r} has no execution facts "
+                          "to model; expected a backend that runs on a GPU")
+    return modelled
+
+
+def placement_reason(hw: str, backend: kernels.Backend, options: dict[str, Any]) -> str | None:
+    """Why ``backend`` with ``options`` cannot run on (or model) ``hw``, or None if it can."""
+    if hw == CPU:
+        if backend.simulated:
+            return f"backend {backend.name} simulates a GPU type; hardware cpu has none"
+        return f"backend {backend.name} needs a GPU; hardware cpu" if backend.needs_gpu else None
+    modelled = backend.modelled(options)
+    if not modelled.supports(hw):
+        what = f"backend {backend.name}" if modelled is backend else f"{backend.name} of {modelled.name}"
+        return f"{what} does not run on {hw} (supports {list(modelled.supported_hardware)})"
+    return None
+
+
+def _check_names(where: str, values, known: list[str]) -> None:
+    for value in values:
+        if value not in known:
+            raise ConfigError(f"{where} has unknown {where.rsplit('.', 1)[-1]} {value!r}; expected one of {known}")
+
+
+def _check_placement(where: str, grid: DictConfig, name: str, axes: dict[str, list[Any]]) -> None:
+    """A backend a grid names must run on (or model) one of the grid's hardware with one of its option sets;
+    the combinations that cannot are filtered when the grid expands."""
+    backend = kernels.get(name)
+    reasons: dict[str, None] = {}  # in order, once each
+    for options in param_combinations(axes):
+        modelled_backend(where, backend, options)
+        for hw in grid.hardware:
+            reason = placement_reason(hw, backend, options)
+            if reason is None:
+                return
+            reasons[reason] = None
+    raise ConfigError(f"{where}.backend {name!r} cannot run on any of {where}.hardware {list(grid.hardware)}: "
+                      f"{'; '.join(reasons)}")
+
+
+def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Path]) -> None:
+    for axis in AXES:
+        if len(grid[axis]) == 0:
+            raise ConfigError(f"{where}.{axis}=[] is empty; expected at least one value (each list is an axis of the "
+                              "grid: an empty one makes no cells)")
+    gpu_ids = hardware_registry.names()
+    _check_names(f"{where}.hardware", grid.hardware, [*gpu_ids, CPU])
+    _check_names(f"{where}.backend", grid.backend, backend_names())
+    _check_names(f"{where}.method", grid.method, method_names())
+    _check_names(f"{where}.variant", grid.variant, sorted(cfg.variants))
+    _check_names(f"{where}.reorderer", grid.reorderer, reorderer_names())
+    if grid.cpu_profile not in gpu_ids:
+        raise ConfigError(f"{where}.cpu_profile={grid.cpu_profile!r}; expected one of {gpu_ids}")
+    for hw in grid.hardware:
+        if hw != CPU:
+            group_entry("hardware", hw, dirs)
+    for name in grid.workload:
+        wl = group_entry("workload", name, dirs)
+        _validate_workload(wl)
+        if wl.captured is not None and len(grid.seq_k) != 1:
+            raise ConfigError(f"{where}.seq_k={list(grid.seq_k)} with workload {name!r}, captured at a fixed length; "
+                              "expected one value (the file sets the length)")
+    for k in grid.seq_k:
+        if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
+            raise ConfigError(f"{where}.seq_k has {k!r}; expected positive, finite thousands of tokens")
+    for w in grid.wave_size:
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+            raise ConfigError(f"{where}.wave_size has {w!r}; expected a positive integer or null")
+    if grid.block_size is not None and (not isinstance(grid.block_size, int) or grid.block_size < 1):
+        raise ConfigError(f"{where}.block_size={grid.block_size!r}; expected a positive integer or null")
+    for key in ("reps", "warmup"):
+        if grid[key] < (1 if key == "reps" else 0):
+            raise ConfigError(f"{where}.{key}={grid[key]}; expected >= {1 if key == 'reps' else 0}")
+    for method in grid.method:
+        param_axes("method", method, grid, where, dirs)
+    for backend in grid.backend:
+        _check_placement(where, grid, backend, param_axes("backend", backend, grid, where, dirs))
+    for name in grid.reorderer:
+        param_axes("reorderer", name, grid, where, dirs)
+    # after placement: a sweep's leftover parameters of a backend the command line replaced are the lesser news
+    for kind in ("method", "backend", "reorderer"):
+        names = list(grid[kind])
+        for name in grid[f"{kind}_params"]:
+            if name not in names:
+                raise ConfigError(f"{where}.{kind}_params.{name}: {kind} {name!r} is not in {where}.{kind} {names}; "
+                                  f"expected parameters of a {kind} the grid runs (drop these with "
+                                  f"~{where}.{kind}_params.{name})")
+
+
+def _validate_workload(wl: DictConfig) -> None:
+    where = f"conf/workload/{wl.name}.yaml"
+    if wl.captured is not None:
+        from wavealign.workloads import read_header
+
+        try:
+            header = read_header(wl.captured)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: captured={wl.captured!r}: {exc}") from None
+        if wl.model is not None:
+            raise ConfigError(f"{where}: model={wl.model!r} with captured; expected no model (the file names it: "
+                              f"{header.model!r})")
+        if len(wl.heads) == 0 or min(wl.heads) < 0 or max(wl.heads) >= header.shape[1]:
+            raise ConfigError(f"{where}: heads {list(wl.heads)}; expected indices in [0, {header.shape[1]}) of "
+                              f"{wl.captured}")
+        return
+    if wl.model is not None:
+        from wavealign import workloads
+
+        if wl.model not in workloads.models():
+            raise ConfigError(f"{where}: model {wl.model!r}; expected one of {workloads.models()}")
+        if len(wl.heads) == 0 or min(wl.heads) < 0 or max(wl.heads) >= workloads.MODELS[wl.model].heads:
+            raise ConfigError(f"{where}: heads {list(wl.heads)}; expected indices in "
+                              f"[0, {workloads.MODELS[wl.model].heads}) of {wl.model}")
+    for key in ("num_heads", "head_dim"):
+        if wl[key] < 1:
+            raise ConfigError(f"{where}: {key}={wl[key]}; expected >= 1")
+    if wl.layer < 0:
+        raise ConfigError(f"{where}: layer={wl.layer}; expected >= 0")
+    if wl.model is not None and wl.layer >= workloads.MODELS[wl.model].layers:
+        raise ConfigError(f"{where}: layer={wl.layer}; expected < {workloads.MODELS[wl.model].layers}, the layers "
+                          f"of {wl.model}")
+    from wavealign.workloads import default_config
+
+    steps = default_config().num_steps
+    if not 0 <= wl.step < steps:
+        raise ConfigError(f"{where}: step={wl.step}; expected a denoising step in [0, {steps})")

@@ -1,0 +1,214 @@
+"""The Ray part of a sweep: group the pending cells per placement, start one worker pool per GPU type (and
+CPU workers), and keep every worker busy with one group at a time, recording each group as it finishes.
+
+Cells for GPU types the cluster lacks are recorded ``unschedulable`` (or wait, with
+``ray.wait_for_nodes=true``); a cell that raises is recorded ``failed`` with its traceback; a worker that
+dies is restarted and its cells retried ``ray.max_retries`` times, after which they are ``failed`` and the
+restarted worker takes the next group. A worker not up within ``ray.worker_start_timeout_s`` is dropped (the
+cells of a type left with none are ``failed``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any
+
+from omegaconf import DictConfig
+from rich.console import Console
+
+from orchestrator.progress import SweepProgress
+from orchestrator.record import Recorder
+from wavealign.pipeline import placement
+from wavealign.records import CPU, ORIGINAL_VARIANT, Cell
+
+
+def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[list[Cell]]], set[str]]:
+    """Pending cells grouped per placement, and the ids of baselines added to them.
+
+    A group resumed without its ``original`` cell (done earlier) gets that cell back as a baseline that runs
+    but is not recorded again, so every speedup still comes from cells timed back to back.
+    """
+    groups: dict[str, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.group_id, []).append(cell)
+    originals = {c.group_id: c for c in grid_cells if c.variant == ORIGINAL_VARIANT}
+    baselines: set[str] = set()
+    queues: dict[str, deque[list[Cell]]] = {}
+    for group_id, group in groups.items():
+        original = originals.get(group_id)
+        if original is not None and all(c.variant != ORIGINAL_VARIANT for c in group):
+            group.insert(0, original)
+            baselines.add(original.cell_id)
+        queues.setdefault(placement(group[0]), deque()).append(group)
+    return queues, baselines
+
+
+def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder: Recorder,
+                progress: SweepProgress, console: Console) -> dict[str, list[Any]]:
+    """One actor per GPU of each needed type (cells of absent types become unschedulable), then CPU actors
+    on the CPUs the GPU actors leave."""
+    from orchestrator import cluster
+
+    inv = cluster.inventory()
+    deadline = time.monotonic() + cfg.ray.wait_timeout_s
+    missing = [hw for hw in queues if hw != CPU and inv.gpus_for(hw) == 0]
+    while missing and cfg.ray.wait_for_nodes and time.monotonic() < deadline:
+        console.print(f"waiting for nodes with GPU types {missing} (ray.wait_for_nodes=true)")
+        time.sleep(5.0)
+        inv = cluster.inventory()
+        missing = [hw for hw in queues if hw != CPU and inv.gpus_for(hw) == 0]
+    workers: dict[str, list[Any]] = {}
+    for hw in list(queues):
+        if hw == CPU:
+            continue
+        if hw in missing:
+            reason = (f"no alive Ray node has a GPU labelled {' or '.join(cluster.LABEL_KEYS)}="
+                      f"{cluster.hardware_registry.get(hw).ray_accelerator_type} (cluster GPUs by type: "
+                      f"{inv.gpus_by_type or 'none'}, unlabelled: {inv.untyped_gpus})")
+            for group in queues.pop(hw):
+                for cell in group:
+                    recorder.add(cell, None, status="unschedulable", error=reason)
+                progress.add(hw, unschedulable=len(recorder.recordable(group)))
+            continue
+        workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv)
+    if CPU in queues:
+        spare = inv.cpus - sum(len(ws) for ws in workers.values())
+        workers[CPU] = cluster.start_workers(CPU, max(1, min(spare, len(queues[CPU]))), cfg.ray.max_retries, inv)
+    return workers
+
+
+def await_workers(workers: dict[str, list[Any]], timeout_s: float,
+                  console: Console) -> tuple[dict[str, list[Any]], dict[str, list[dict[str, Any]]]]:
+    """The workers that answer ``where`` within ``timeout_s``, per placement (one left with none is left out),
+    and their answers. The others are killed: a worker Ray cannot place would hold the sweep forever."""
+    import ray
+
+    calls = [(key, worker, worker.where.remote()) for key, ws in workers.items() for worker in ws]
+    ready = set(ray.wait([ref for _, _, ref in calls], num_returns=len(calls), timeout=timeout_s)[0])
+    up: dict[str, list[Any]] = {}
+    where: dict[str, list[dict[str, Any]]] = {}
+    for key, worker, ref in calls:
+        try:
+            answer = ray.get(ref) if ref in ready else None
+        except ray.exceptions.RayError as exc:
+            answer = None
+            console.print(f"[yellow]a {key} worker failed to start: {exc}[/yellow]")
+        if answer is None:
+            ray.kill(worker)
+        else:
+            up.setdefault(key, []).append(worker)
+            where.setdefault(key, []).append(answer)
+    for key, ws in workers.items():
+        if len(up.get(key, [])) < len(ws):
+            console.print(f"[yellow]{len(ws) - len(up.get(key, []))} of {len(ws)} {key} workers not up within "
+                          f"ray.worker_start_timeout_s={timeout_s:g}; going on without them[/yellow]")
+    return up, where
+
+
+def fail_unstarted(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]], recorder: Recorder,
+                   progress: SweepProgress, timeout_s: float) -> None:
+    """Record ``failed`` the queued cells of each placement left with no worker after start-up."""
+    for key in [k for k in queues if k not in workers]:
+        _fail_all(queues.pop(key), recorder, progress, key,
+                  f"no {key} worker started within ray.worker_start_timeout_s={timeout_s:g} (Ray could not place "
+                  f"one: its GPUs held by other work or its nodes gone; or it failed to start)")
+
+
+def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]], recorder: Recorder,
+             progress: SweepProgress, probe_timeout_s: float, console: Console) -> bool:
+    """Keep every worker busy with one group at a time until the queues drain; True if interrupted.
+
+    A worker that died on a group (Ray's retries spent) is asked ``where`` once: Ray restarts it, and it takes
+    the next group if it answers within ``probe_timeout_s``; otherwise it is dropped.
+    """
+    import ray
+
+    idle = {k: list(ws) for k, ws in workers.items()}
+    inflight: dict[Any, tuple[str, Any, list[Cell]]] = {}
+    probes: dict[Any, tuple[str, Any, float]] = {}  # where() of a worker that died -> placement, worker, deadline
+    try:
+        while any(queues.values()) or inflight:
+            for key, queue in queues.items():
+                while queue and idle[key]:
+                    actor, group = idle[key].pop(), queue.popleft()
+                    inflight[actor.run.remote(group)] = (key, actor, group)
+                    progress.add(key, running=len(recorder.recordable(group)))
+                coming = any(k == key for k, _, _ in (*inflight.values(), *probes.values()))
+                if queue and not idle[key] and not coming:
+                    _fail_all(queue, recorder, progress, key, "every worker of this type died")
+            if not inflight and not probes:
+                continue
+            ready, _ = ray.wait([*inflight, *probes], num_returns=1, timeout=1.0)
+            for ref in ready:
+                if ref in probes:
+                    key, actor, _ = probes.pop(ref)
+                    _readmit(ref, actor, key, idle, console)
+                    continue
+                key, actor, group = inflight.pop(ref)
+                progress.add(key, running=-len(recorder.recordable(group)))
+                if _collect(ref, actor, group, key, idle, recorder, progress):
+                    probes[actor.where.remote()] = (key, actor, time.monotonic() + probe_timeout_s)
+                recorder.flush()  # a group's rows reach Parquet as soon as it finishes: a killed driver loses none
+            _drop_expired(probes, probe_timeout_s, console)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def _collect(ref, actor, group: list[Cell], key: str, idle: dict[str, list[Any]], recorder: Recorder,
+             progress: SweepProgress) -> bool:
+    """Record ``group``'s results and return its worker to ``idle``; True if instead the worker died on it
+    (Ray's ``ray.max_retries`` spent), to be probed before it takes another group."""
+    import ray
+
+    try:
+        outputs = ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        died = isinstance(exc, ray.exceptions.RayActorError)
+        for cell in group:
+            recorder.add(cell, None, status="failed",
+                         error=f"worker died: {exc}" if died else f"{type(exc).__name__}: {exc}")
+        progress.add(key, failed=len(recorder.recordable(group)))
+        if not died:
+            idle[key].append(actor)
+        return died
+    idle[key].append(actor)
+    for cell, out in zip(group, outputs, strict=True):
+        result = out.pop("result")
+        if recorder.add(cell, result, **out) is not None:
+            progress.add(key, **{"done" if result.status == "done" else "failed": 1})
+    return False
+
+
+def _readmit(ref, actor, key: str, idle: dict[str, list[Any]], console: Console) -> None:
+    """Return a worker that died to ``idle`` if its ``where`` answered (Ray restarted it); else drop it."""
+    import ray
+
+    try:
+        ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        console.print(f"[yellow]dropped a {key} worker: it died and Ray cannot restart it ({exc})[/yellow]")
+        return
+    idle[key].append(actor)
+
+
+def _drop_expired(probes: dict[Any, tuple[str, Any, float]], timeout_s: float, console: Console) -> None:
+    """Kill and forget the workers that died and are not back by their deadline (Ray cannot place them again)."""
+    import ray
+
+    now = time.monotonic()
+    for ref, (key, actor, deadline) in list(probes.items()):
+        if now > deadline:
+            del probes[ref]
+            ray.kill(actor)
+            console.print(f"[yellow]dropped a {key} worker: it died and was not back within "
+                          f"ray.worker_start_timeout_s={timeout_s:g}[/yellow]")
+
+
+def _fail_all(queue: deque[list[Cell]], recorder: Recorder, progress: SweepProgress, key: str, reason: str) -> None:
+    while queue:
+        group = queue.popleft()
+        for cell in group:
+            recorder.add(cell, None, status="failed", error=reason)
+        progress.add(key, failed=len(recorder.recordable(group)))

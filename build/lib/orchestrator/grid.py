@@ -1,0 +1,203 @@
+"""Grid expansion: a validated sweep config -> resolved ``pipeline.Cell``s with stable ids.
+
+Combinations that cannot run (a backend that does not support a GPU type, a Q/K method on a bare
+shape, ...) are not silently dropped: each is counted under its reason in ``Grid.filtered``. A backend
+named in a grid that can run nowhere in it is a config error instead (``config.validate``), naming the pair.
+``count_cells`` sizes a sweep from its axes without making a cell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from orchestrator.config import (
+    CONF_DIR,
+    axis_product,
+    grids,
+    group_entry,
+    modelled_backend,
+    param_axes,
+    param_combinations,
+    placement_reason,
+    search_dirs,
+)
+from wavealign import fingerprint, kernels, masks
+from wavealign import hardware as hardware_registry
+from wavealign.records import CPU, NO_REORDERER, Cell
+
+# Bumped when the meaning of a cell's fields changes; part of every cell id.
+CELL_SCHEMA = 3  # 2: cells carry the requested seq_k; 3: and their reorderer
+
+
+@dataclass
+class Grid:
+    """The cells of a sweep, and what was filtered out, by reason."""
+
+    cells: list[Cell]
+    filtered: Counter = field(default_factory=Counter)
+
+    def by_hardware(self) -> Counter:
+        return Counter(c.hardware for c in self.cells)
+
+
+def stable_hash(payload: dict[str, Any]) -> str:
+    """16 hex digits of sha256 over canonical JSON: stable across processes and machines."""
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cell_identity(cell: Cell) -> dict[str, Any]:
+    """What a cell id hashes: its resolved config (ids excluded), the code's fingerprint and the hardware type."""
+    fields = asdict(cell)
+    fields.pop("cell_id")
+    fields.pop("group_id")
+    return {"cell": fields, "code_version": fingerprint.code_version(), "cell_schema": CELL_SCHEMA,
+            "hardware": cell.hardware}
+
+
+def expand(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> Grid:
+    """Every valid cell of every grid of ``cfg`` (duplicates across grids appear once)."""
+    grid = Grid(cells=[])
+    seen: set[str] = set()
+    dirs = search_dirs(cfg, conf_dir)
+    for where, g in grids(cfg).items():
+        sub = _expand_one(where, g, cfg, dirs)
+        grid.filtered.update(sub.filtered)
+        for cell in sub.cells:
+            if cell.cell_id not in seen:
+                seen.add(cell.cell_id)
+                grid.cells.append(cell)
+    return grid
+
+
+def count_cells(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> int:
+    """How many cells ``expand`` would make, from the axes' lengths, making none (a cell that two grids both
+    name counts twice): a sweep too large to enumerate is refused by its count."""
+    dirs = search_dirs(cfg, conf_dir)
+    return sum(block.size for where, g in grids(cfg).items() for block in _blocks(where, g, cfg, dirs)
+               if block.filtered is None)
+
+
+@dataclass(frozen=True)
+class _Block:
+    """The cells of a grid that share hardware, backend options, workload and method; they vary seq_k, the
+    method's parameters, wave size, seed and launch order (variant and reorderer). ``filtered`` says why none of
+    them can run, if so."""
+
+    hardware: str
+    backend: str
+    backend_params: dict[str, Any]
+    workload: str
+    method: str
+    method_axes: dict[str, list[Any]]
+    size: int
+    filtered: str | None
+
+
+@dataclass(frozen=True)
+class _Order:
+    """One launch order a grid asks of every mask: a variant, and the reorderer (with params) of its spatial stage."""
+
+    variant: str
+    reorderer: str
+    reorderer_params: dict[str, Any]
+
+
+def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> list[_Order]:
+    """Each variant with each of the grid's reorderers and their parameter combinations; a variant without a
+    spatial stage once, with ``NO_REORDERER`` (its order depends on none)."""
+    orders = []
+    for variant in g.variant:
+        if cfg.variants[variant].stages in ("spatial", "both"):
+            orders += [_Order(variant, name, params) for name in g.reorderer
+                       for params in param_combinations(param_axes("reorderer", name, g, where, dirs))]
+        else:
+            orders.append(_Order(variant, NO_REORDERER, {}))
+    return orders
+
+
+def _blocks(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Iterator[_Block]:
+    workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
+    method_axes = {m: param_axes("method", m, g, where, dirs) for m in g.method}
+    per_method = len(g.seq_k) * len(g.wave_size) * len(g.seed) * len(_orders(where, g, cfg, dirs))
+    for hw, backend_name in itertools.product(g.hardware, g.backend):
+        backend = kernels.get(backend_name)
+        for backend_params in param_combinations(param_axes("backend", backend_name, g, where, dirs)):
+            placement = placement_reason(hw, backend, backend_params)
+            for wl_name, method in itertools.product(g.workload, g.method):
+                reason = placement
+                wl = workloads_cfg[wl_name]
+                if reason is None and wl.model is None and wl.captured is None and masks.get(method).needs_qk:
+                    reason = f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"
+                yield _Block(hw, backend_name, backend_params, wl_name, method, method_axes[method],
+                             axis_product(method_axes[method]) * per_method, reason)
+
+
+def _shape(wl: DictConfig, seq_k: float) -> tuple[int, int | None]:
+    """(tokens, frames) nearest to ``seq_k`` thousand tokens: whole latent frames for a model preset."""
+    if wl.model is None:
+        return max(1, round(seq_k * 1000)), None
+    from wavealign import workloads
+
+    spec = workloads.MODELS[wl.model]
+    per_frame = workloads.preset(wl.model, frames=1, resolution=wl.resolution).tokens_per_frame
+    latent = max(1, round(seq_k * 1000 / per_frame))
+    frames = 1 + (latent - 1) * spec.vae_stride[0] * spec.patch[0]
+    return workloads.preset(wl.model, frames=frames, resolution=wl.resolution).seq_len, frames
+
+
+def _workload_fields(wl: DictConfig, seq_k: float) -> dict[str, Any]:
+    """A cell's workload fields: its shape, heads and origin, from a captured file, a model preset or a bare shape."""
+    if wl.captured is not None:
+        from wavealign.workloads import read_header
+
+        path = Path(wl.captured).resolve()
+        header = read_header(path)
+        return dict(seq_len_tokens=header.shape[2], seq_k=header.shape[2] / 1000, num_heads=len(wl.heads),
+                    head_dim=header.shape[3], model=header.model, resolution=None, frames=None, heads=list(wl.heads),
+                    layer=header.layer, step=header.step, captured=str(path))
+    tokens, frames = _shape(wl, seq_k)
+    preset = wl.model is not None
+    return dict(seq_len_tokens=tokens, seq_k=seq_k, num_heads=len(wl.heads) if preset else int(wl.num_heads),
+                head_dim=int(wl.head_dim), model=wl.model, resolution=wl.resolution, frames=frames,
+                heads=list(wl.heads) if preset else [], layer=int(wl.layer), step=int(wl.step))
+
+
+def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
+    """The cells of one grid; ``config.validate`` has made sure each of its backends runs somewhere in it."""
+    out = Grid(cells=[])
+    workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
+    orders = _orders(where, g, cfg, dirs)
+    for block in _blocks(where, g, cfg, dirs):
+        if block.filtered is not None:
+            out.filtered[block.filtered] += block.size
+            continue
+        hw, wl = block.hardware, workloads_cfg[block.workload]
+        profile = g.cpu_profile if hw == CPU else hw
+        hw_spec = hardware_registry.get(profile)
+        modelled = modelled_backend(where, kernels.get(block.backend), block.backend_params)
+        block_size = int(g.block_size or hw_spec.default_block_size)
+        for seq_k, method_params, wave, seed in itertools.product(g.seq_k, param_combinations(block.method_axes),
+                                                                  g.wave_size, g.seed):
+            base = dict(
+                hardware=hw, profile_hardware=profile, backend=block.backend, method=block.method,
+                workload=block.workload, block_size=block_size, wave_size=int(wave or modelled.wave_size(hw_spec)),
+                seed=int(seed), method_params=method_params, backend_params=block.backend_params, reps=int(g.reps),
+                warmup=int(g.warmup), ncu=bool(g.ncu), **_workload_fields(wl, float(seq_k)))
+            group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
+            for order in orders:
+                v = cfg.variants[order.variant]
+                cell = Cell(cell_id="", group_id=group_id, variant=order.variant, stages=v.stages, skip_mode=v.skip,
+                            reorderer=order.reorderer, reorderer_params=order.reorderer_params, **base)
+                cell.cell_id = stable_hash(cell_identity(cell))
+                out.cells.append(cell)
+    return out

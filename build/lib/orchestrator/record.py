@@ -1,0 +1,174 @@
+"""Recording a sweep's rows: each batch to Parquet first (the record of truth), then the same rows to MLflow;
+one JSON per run of the sweep with its counts and wall times; the end of the sweep's MLflow parent run; and
+``sync``, which logs to MLflow what Parquet holds and MLflow lacks."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+from omegaconf import DictConfig
+
+from orchestrator import dataset, tracking
+from orchestrator.plan import SweepPlan
+from wavealign.records import CPU, Cell
+
+_RUN_RECORD_PREFIX = "run-"  # sweeps/<sweep_id>/run-<UTC time>.json: one per run of the sweep
+
+
+@dataclass
+class SweepOutcome:
+    """The result of ``run``: counts, the rows recorded now, and where they are."""
+
+    sweep_id: str
+    run_root: Path
+    tracking_uri: str | None
+    experiment_id: str | None = None  # the MLflow experiment's id, for the UI's address
+    counts: Counter = field(default_factory=Counter)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+    terminated_by: str | None = None  # "SIGTERM" when a signal, not Ctrl-C, stopped the sweep
+    mlflow_down_reason: str | None = None
+    skipped_done: int = 0
+    workers: int = 0
+    # wall seconds: starting Ray and the workers (imports, actor start), then dispatching and recording
+    # to Parquet, then waiting for MLflow's logging thread to catch up
+    startup_s: float = 0.0
+    dispatch_s: float = 0.0
+    mlflow_drain_s: float = 0.0
+
+
+def repro_command(cfg: DictConfig, cell: Cell) -> str:
+    """The command that re-runs just ``cell``: the sweep's own overrides, that cell only, forced."""
+    return "wavealign sweep " + shlex.join([*cfg.overrides, f"only_cells=[{cell.cell_id}]", "force=true"])
+
+
+class Recorder:
+    """Buffers rows; each flush writes one Parquet batch, then logs the same rows to MLflow."""
+
+    def __init__(self, cfg: DictConfig, plan: SweepPlan, tracker: tracking.Tracker | None,
+                 parent_run_id: str | None) -> None:
+        self.cfg, self.plan = cfg, plan
+        self.mlflow = tracking.BackgroundLogger(tracker, parent_run_id) if tracker is not None else None
+        self.buffer: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = []
+        self.baselines: set[str] = set()  # cell ids run only as a resumed group's reference (see dispatch.queues)
+
+    def recordable(self, group: list[Cell]) -> list[Cell]:
+        """The cells of ``group`` this sweep records (not the baselines re-run for a resumed group)."""
+        return [c for c in group if c.cell_id not in self.baselines]
+
+    def add(self, cell: Cell, result, **extra: Any) -> dict[str, Any] | None:
+        """Buffer ``cell``'s row; a baseline's result is not recorded again (None)."""
+        if cell.cell_id in self.baselines:
+            return None
+        status = extra.pop("status", None)
+        error = extra.pop("error", None)
+        row = dataset.make_row(cell, result, sweep_id=self.plan.sweep_id, sweep_name=self.cfg.name, status=status,
+                               error=error, extra={**extra, "repro_command": repro_command(self.cfg, cell)})
+        self.buffer.append(row)
+        self.rows.append(row)
+        if len(self.buffer) >= self.cfg.batch_cells:
+            self.flush()
+        return row
+
+    def flush(self) -> None:
+        if not self.buffer:
+            return
+        dataset.write(self.cfg.run_root, self.buffer)  # Parquet first: the record of truth; kept on failure
+        batch, self.buffer = self.buffer, []
+        if self.mlflow is not None:
+            self.mlflow.submit(batch)
+
+    def close(self) -> None:
+        """Write what is buffered and wait for MLflow to log everything submitted."""
+        self.flush()
+        if self.mlflow is not None:
+            self.mlflow.close()
+
+
+def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_workers: int) -> float | None:
+    """Share of the GPU workers' dispatch time spent in timed kernel launches ((warm-up + reps) x median);
+    mask building, reorder planning and first-call compilation count as not busy."""
+    if not gpu_workers or dispatch_s <= 0:
+        return None
+    busy_s = sum((r["warmup"] + r["reps"]) * r["kernel_ms_median"] / 1e3 for r in rows
+                 if r["status"] == "done" and r["timer"] == "cuda_events")
+    return busy_s / (dispatch_s * gpu_workers)
+
+
+def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, list[Any]]) -> None:
+    """One JSON per run of the sweep: counts and wall times, for the overhead and GPU-busy figures (and the
+    metrics of the sweep's MLflow parent run)."""
+    gpu_workers = sum(len(ws) for key, ws in workers.items() if key != CPU)
+    record = {"sweep_id": outcome.sweep_id, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "counts": dict(outcome.counts), "skipped_done": outcome.skipped_done, "interrupted": outcome.interrupted,
+              "workers": {key: len(ws) for key, ws in workers.items()}, "startup_s": outcome.startup_s,
+              "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
+              "kernel_busy_fraction": kernel_busy_fraction(outcome.rows, outcome.dispatch_s, gpu_workers)}
+    path = sweep_dir / f"{_RUN_RECORD_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
+    path.write_text(json.dumps(record, indent=2, default=str))
+
+
+def latest_run_record(sweep_dir: Path) -> dict[str, Any] | None:
+    """The run record of the sweep's latest run that got to write one (names sort by time), or None."""
+    paths = sorted(sweep_dir.glob(f"{_RUN_RECORD_PREFIX}*.json"))
+    return json.loads(paths[-1].read_text()) if paths else None
+
+
+def ended_status(run_record: dict[str, Any] | None) -> str:
+    """The MLflow status a sweep's parent run ends with, from its latest run record: FINISHED when that run
+    went to the end (failed cells are counted in its metrics), KILLED when it was interrupted (Ctrl-C, SIGTERM)
+    or no run wrote a record (a driver killed outright). A driver that raised ends it FAILED itself."""
+    return "FINISHED" if run_record is not None and not run_record["interrupted"] else "KILLED"
+
+
+def end_parent_run(tracker: tracking.Tracker, parent_run_id: str | None, run_root: Path, sweep_id: str,
+                   sweep_rows: list[dict[str, Any]] | None = None) -> None:
+    """Log the sweep's metrics (``tracking.sweep_metrics``: its rows in the dataset and its latest run record)
+    to its parent run and end it (``ended_status``)."""
+    if parent_run_id is None or not tracker.available:
+        return
+    if sweep_rows is None:
+        sweep_rows = dataset.read(run_root, filter=ds.field("sweep_id") == sweep_id).to_pylist()
+    record = latest_run_record(run_root / "sweeps" / sweep_id)
+    tracker.finish(parent_run_id, ended_status(record), tracking.sweep_metrics(sweep_rows, record))
+
+
+def sync(run_root: str | Path, tracker: tracking.Tracker) -> dict[str, int]:
+    """Log every dataset row MLflow lacks, per sweep; returns rows logged per sweep id.
+
+    Each sweep's parent run also gets the dataset input (``Tracker.log_dataset``, which ``report --experiment``
+    follows to the rows) when rows were logged to it or it has none, and is left ended: one still RUNNING (MLflow
+    went down, or the driver was killed, before the sweep ended it) is ended as ``end_parent_run`` ends it."""
+    run_root = Path(run_root)
+    table = dataset.read(run_root)
+    logged: dict[str, int] = {}
+    if table.num_rows == 0 or not tracker.available:
+        return logged
+    by_sweep: dict[str, list[dict[str, Any]]] = {}
+    for row in table.to_pylist():
+        by_sweep.setdefault(row["sweep_id"], []).append(row)
+    for sweep_id, sweep_rows in by_sweep.items():
+        sweep_dir = run_root / "sweeps" / sweep_id
+        parent = tracker.parent_run(sweep_id, sweep_rows[0]["sweep_name"] or "sweep", sweep_dir / "config.yaml")
+        have = tracker.logged_result_ids(sweep_id)
+        if parent is None or have is None:
+            break
+        missing = [r for r in sweep_rows if r["result_id"] not in have]
+        logged[sweep_id] = tracker.log_rows(parent, missing)
+        run = tracker.get_run(parent)
+        if run is None:
+            break
+        if logged[sweep_id] or not tracking.has_dataset(run, run_root):
+            tracker.log_dataset(parent, run_root, sweep_dir / "summary.txt")
+        if run.info.status == "RUNNING":
+            end_parent_run(tracker, parent, run_root, sweep_id, sweep_rows)
+    return logged
+

@@ -1,0 +1,47 @@
+"""The end of a sweep: the table of the latest row of every cell of the grid (also written to ``summary.txt``),
+this run's counts, where the results are, and what to do next (log to MLflow later, resume, read the failures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+from rich.console import Console
+
+from orchestrator import dataset, tracking
+from orchestrator.plan import SweepPlan
+from orchestrator.progress import summary_table
+from orchestrator.record import SweepOutcome
+
+
+def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path) -> None:
+    ids = {c.cell_id for c in plan.grid.cells}
+    latest: dict[str, dict[str, Any]] = {}
+    for row in dataset.read(cfg.run_root).to_pylist():
+        if row["cell_id"] in ids and (row["cell_id"] not in latest
+                                      or row["recorded_at"] >= latest[row["cell_id"]]["recorded_at"]):
+            latest[row["cell_id"]] = row
+    table = summary_table(list(latest.values()), f"sweep {cfg.name} ({plan.sweep_id})")
+    console.print(table)
+    with path.open("w") as fh:
+        Console(file=fh, width=200).print(table)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
+    console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
+    console.print(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")
+    console.print(f"next: wavealign report --runs {cfg.run_root}  (the paper's figures and tables as PNGs and one "
+                  "HTML page)", soft_wrap=True)
+    if outcome.tracking_uri:
+        console.print(f"MLflow UI: {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id)}", soft_wrap=True)
+    if outcome.mlflow_down_reason:
+        console.print(f"[yellow]MLflow went unreachable ({outcome.mlflow_down_reason}); the rows are in Parquet. "
+                      f"Log them later: wavealign sync-mlflow run_root={cfg.run_root}[/yellow]")
+    if outcome.interrupted:
+        console.print("[yellow]interrupted: finished cells are recorded; run the same command again to resume "
+                      "(resume=true skips them)[/yellow]")
+    failed = [r for r in outcome.rows if r["status"] == "failed"]
+    for row in failed[:5]:
+        console.print(f"[red]failed[/red] {row['cell_id']} {row['hardware']}/{row['backend']}/{row['method']}/"
+                      f"{row['variant']}: {row['error']}")
+    if len(failed) > 5:
+        console.print(f"... and {len(failed) - 5} more failed cells (see the 'error' and 'traceback' columns)")

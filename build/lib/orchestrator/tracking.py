@@ -1,0 +1,331 @@
+"""MLflow recording, from the driver only: a parent run per sweep, a child run per dataset row.
+
+Parquet is the record of truth; MLflow is a view of it. Every child run carries the row's ``result_id``,
+and ``orchestrator.record.sync`` logs whatever rows MLflow lacks (after an unreachable server, or a driver killed
+between the Parquet write and the MLflow calls), so runs and rows match one to one. A child run is complete once
+its ``wavealign.logged`` tag is set, in the same ``log_batch`` call as its params and metrics.
+
+A sweep's parent run carries its grids and variants as params (``grid.backend`` = ``["reference"]``), and, when
+the sweep ends, its cell counts, wall times and median speedups as metrics; it is RUNNING while a driver runs the
+sweep (reopened on resume) and FINISHED, KILLED or FAILED after.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import queue
+import statistics
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+# fail fast on an unreachable server instead of MLflow's minutes of retries; the sweep goes on without it
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+import pyarrow as pa
+from mlflow.entities import Dataset, DatasetInput, Metric, Param, Run, RunTag
+from mlflow.tracking import MlflowClient
+from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
+from omegaconf import OmegaConf
+
+from orchestrator import dataset
+from wavealign.records import ORIGINAL_VARIANT, order_name
+
+TAG = "wavealign."
+_IDS = ("cell_id", "group_id", "result_id", "sweep_id")
+# Generated from the dataset schema (itself generated from wavealign.records): a cell's config is its params;
+# ids and every other text or yes/no column its tags (the traceback stays in Parquet); numbers its metrics.
+PARAM_COLUMNS = tuple(c for c in dataset.CELL_COLUMNS if c not in _IDS)
+TAG_COLUMNS = (*_IDS, "worker_pid", *(f.name for f in dataset.SCHEMA
+                        if (pa.types.is_string(f.type) or pa.types.is_boolean(f.type))
+                        and f.name not in (*_IDS, *PARAM_COLUMNS, "traceback", "cell_json", "sweep_name")))
+_MAX_VALUE_CHARS = 5000  # under MLflow's limits on param (6000) and tag (8000) values
+# the config sections that say what a sweep measures, logged as the parent run's params
+SWEEP_PARAM_SECTIONS = ("grid", "extra_grids", "variants")
+# MLflow 3's UI opens an experiment on its GenAI pages; this query opens its runs table ("Model training")
+UI_RUNS_QUERY = "workflowType=machine_learning"
+MLFLOW_UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+
+_log = logging.getLogger(__name__)
+# MLflow's sqlite layer logs every database error with its traceback before raising it; the Tracker reports each
+# failure itself (one line naming the cause), so those would only repeat it
+logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+def default_tracking_uri(run_root: str | Path) -> str:
+    return f"sqlite:///{Path(run_root).resolve() / 'mlflow.db'}"
+
+
+def ui_hint(tracking_uri: str, experiment_id: str | None) -> str:
+    """How to open this store's runs table in the MLflow UI: a server's address, or the ``mlflow ui`` command
+    for a local store and then the address it serves."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {experiment_address(tracking_uri, experiment_id)}"
+    return (f"mlflow ui --backend-store-uri {tracking_uri}\n"
+            f"  then open {experiment_address(MLFLOW_UI_ADDRESS, experiment_id)}")
+
+
+def experiment_address(server: str, experiment_id: str | None) -> str:
+    """The UI page of ``experiment_id``'s runs table on ``server`` (the server itself without an experiment)."""
+    if experiment_id is None:
+        return server
+    return f"{server.rstrip('/')}/#/experiments/{experiment_id}?{UI_RUNS_QUERY}"
+
+
+class Tracker:
+    """An MLflow client that turns itself off, with a reason, at the first failure: the sweep goes on."""
+
+    def __init__(self, tracking_uri: str, experiment: str, artifact_root: Path | None = None) -> None:
+        self.tracking_uri = tracking_uri
+        self.experiment_name = experiment
+        self.down_reason: str | None = None
+        self.client: MlflowClient | None = None
+        self.experiment_id = self._guard(lambda: self._connect(artifact_root))
+
+    @property
+    def available(self) -> bool:
+        return self.down_reason is None
+
+    def _guard(self, action):
+        if not self.available:
+            return None
+        try:
+            return action()
+        except Exception as exc:  # any failure of the tracking service: record it, keep the sweep going
+            self.down_reason = self._cause(exc)
+            # Parquet keeps every row either way: one line on the console, the traceback at debug level (it tells
+            # an outage from a bug in our logging)
+            _log.warning("MLflow logging stopped for this sweep (%s); sync-mlflow can catch up later",
+                         self.down_reason)
+            _log.debug("MLflow failure", exc_info=True)
+            return None
+
+    def _cause(self, exc: Exception) -> str:
+        """What went wrong, in words: a local sqlite store that vanished or turned read-only says so."""
+        if self.tracking_uri.startswith("sqlite:///"):
+            path = Path(self.tracking_uri.removeprefix("sqlite:///"))
+            if self.client is not None and not path.exists():
+                return f"the store {path} no longer exists (deleted while the sweep ran)"
+            if path.exists() and not os.access(path, os.W_OK):
+                return f"the store {path} is read-only"
+        text = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+    def _connect(self, artifact_root: Path | None) -> str:
+        """The client and the experiment's id (created, with its artifacts under ``artifact_root`` for a
+        local store, if it does not exist)."""
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        found = self.client.get_experiment_by_name(self.experiment_name)
+        if found is not None:
+            return found.experiment_id
+        local = not self.tracking_uri.startswith(("http://", "https://", "databricks"))
+        location = artifact_root.resolve().as_uri() if (artifact_root and local) else None
+        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+
+    def parent_run(self, sweep_id: str, sweep_name: str, config_path: Path | None = None) -> str | None:
+        """The sweep's parent run (found again on resume; its status unchanged), with the resolved config as
+        an artifact and its grids and variants as params (``sweep_params``)."""
+        def find_or_create() -> str:
+            runs = self.client.search_runs(
+                [self.experiment_id], f"tags.`{TAG}sweep_id` = '{sweep_id}' and tags.`{TAG}kind` = 'sweep'",
+                max_results=1)
+            if runs:
+                run_id, has_params = runs[0].info.run_id, bool(runs[0].data.params)
+            else:
+                run = self.client.create_run(self.experiment_id, run_name=f"{sweep_name}-{sweep_id[:8]}",
+                                             tags={f"{TAG}kind": "sweep", f"{TAG}sweep_id": sweep_id,
+                                                   f"{TAG}sweep_name": sweep_name})
+                run_id, has_params = run.info.run_id, False
+                if config_path is not None and config_path.is_file():
+                    self.client.log_artifact(run_id, str(config_path))
+            if not has_params and config_path is not None and config_path.is_file():
+                params = [Param(k, v) for k, v in sweep_params(OmegaConf.to_container(OmegaConf.load(config_path)))]
+                for start in range(0, len(params), MAX_PARAMS_TAGS_PER_BATCH):
+                    self.client.log_batch(run_id, params=params[start:start + MAX_PARAMS_TAGS_PER_BATCH])
+            return run_id
+        return self._guard(find_or_create)
+
+    def reopen(self, parent_run_id: str | None) -> None:
+        """Mark the parent run RUNNING again: a driver runs (or resumes) its sweep."""
+        if parent_run_id is not None:
+            self._guard(lambda: self.client.update_run(parent_run_id, status="RUNNING"))
+
+    def finish(self, parent_run_id: str | None, status: str, metrics: dict[str, float] | None = None) -> None:
+        """Log the sweep's ``metrics`` to its parent run and end it with ``status`` (FINISHED, KILLED, FAILED)."""
+        def end() -> None:
+            if metrics:
+                now_ms = int(time.time() * 1000)
+                self.client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now_ms, 0)
+                                                              for k, v in sorted(metrics.items())])
+            self.client.set_terminated(parent_run_id, status)
+        if parent_run_id is not None:
+            self._guard(end)
+
+    def get_run(self, run_id: str | None) -> Run | None:
+        if run_id is None:
+            return None
+        return self._guard(lambda: self.client.get_run(run_id))
+
+    def logged_result_ids(self, sweep_id: str) -> set[str] | None:
+        """``result_id`` of every complete child run of ``sweep_id``; incomplete ones are deleted."""
+        def collect() -> set[str]:
+            found, token = set(), None
+            while True:
+                page = self.client.search_runs(
+                    [self.experiment_id], f"tags.`{TAG}sweep_id` = '{sweep_id}' and tags.`{TAG}kind` = 'cell'",
+                    max_results=1000, page_token=token)
+                for run in page:
+                    if run.data.tags.get(f"{TAG}logged") == "1":
+                        found.add(run.data.tags[f"{TAG}result_id"])
+                    else:  # created, then the driver died before its log_batch: log it again
+                        self.client.delete_run(run.info.run_id)
+                token = page.token
+                if not token:
+                    return found
+        return self._guard(collect)
+
+    def log_rows(self, parent_run_id: str | None, rows: Iterable[dict[str, Any]]) -> int:
+        """One child run per row: create it, then one ``log_batch`` of params, metrics and tags."""
+        def log() -> int:
+            count = 0
+            for row in rows:
+                self._log_row(parent_run_id, row)
+                count += 1
+            return count
+        if parent_run_id is None:
+            return 0
+        return self._guard(log) or 0
+
+    def _log_row(self, parent_run_id: str, row: dict[str, Any]) -> None:
+        started = row.get("started_at") or row.get("recorded_at")
+        start_ms = int(_epoch_s(started) * 1000) if started is not None else None
+        run = self.client.create_run(
+            self.experiment_id, start_time=start_ms,
+            run_name=f"{row['hardware']}/{row['backend']}/{row['method']}/"
+                     f"{order_name(row['variant'], row.get('reorderer'))}/{row['cell_id'][:8]}",
+            tags={"mlflow.parentRunId": parent_run_id, f"{TAG}kind": "cell",
+                  f"{TAG}sweep_id": row["sweep_id"], f"{TAG}result_id": row["result_id"]})
+        params = [Param(k, _text(row[k])) for k in PARAM_COLUMNS if row.get(k) is not None]
+        metrics = [Metric(k, float(v), start_ms or 0, 0) for k, v in _metrics(row)]
+        tags = [RunTag(f"{TAG}{k}", _text(row[k])) for k in TAG_COLUMNS if row.get(k) is not None]
+        tags.append(RunTag(f"{TAG}logged", "1"))
+        self.client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
+        finished = row.get("finished_at")
+        self.client.set_terminated(run.info.run_id, "FINISHED" if row["status"] == "done" else "FAILED",
+                                   end_time=int(_epoch_s(finished) * 1000) if finished is not None else None)
+
+    def log_dataset(self, parent_run_id: str | None, run_root: Path, summary_path: Path | None = None) -> None:
+        """Attach the Parquet dataset (as an MLflow dataset input) and the summary table to the parent run."""
+        def attach() -> None:
+            folder = dataset.results_dir(run_root).resolve()
+            files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.parquet"))
+            digest = hashlib.sha256("\n".join(files).encode()).hexdigest()[:32]
+            entity = Dataset(name="wavealign-results", digest=digest, source_type="local",
+                             source=_results_uri(run_root),
+                             schema=dataset.SCHEMA.to_string(show_schema_metadata=False)[:6000])
+            self.client.log_inputs(parent_run_id, datasets=[DatasetInput(dataset=entity, tags=[])])
+            if summary_path is not None and summary_path.is_file():
+                self.client.log_artifact(parent_run_id, str(summary_path))
+        if parent_run_id is not None:
+            self._guard(attach)
+
+
+def has_dataset(run: Run, run_root: Path) -> bool:
+    """Whether ``run`` has ``run_root``'s results folder as a dataset input (``log_dataset``): what
+    ``analysis.load`` follows from an experiment to its rows."""
+    source = _results_uri(run_root)
+    return any(d.dataset.source == source for d in (run.inputs.dataset_inputs if run.inputs else []))
+
+
+class BackgroundLogger:
+    """Logs row batches on one driver thread, so workers are not kept waiting on MLflow (a child run costs
+    a few store round trips); ``close`` waits until everything submitted is logged."""
+
+    def __init__(self, tracker: Tracker, parent_run_id: str | None) -> None:
+        self.tracker, self.parent_run_id = tracker, parent_run_id
+        self._queue: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="wavealign-mlflow", daemon=True)
+        self._thread.start()
+
+    def submit(self, rows: list[dict[str, Any]]) -> None:
+        self._queue.put(list(rows))
+
+    def _drain(self) -> None:
+        while (rows := self._queue.get()) is not None:
+            self.tracker.log_rows(self.parent_run_id, rows)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
+def _results_uri(run_root: Path) -> str:
+    return dataset.results_dir(run_root).resolve().as_uri()
+
+
+def _epoch_s(value: Any) -> float:
+    return value.timestamp() if hasattr(value, "timestamp") else float(value)
+
+
+def _text(value: Any) -> str:
+    return str(value)[:_MAX_VALUE_CHARS]
+
+
+def _metrics(row: dict[str, Any]) -> list[tuple[str, float]]:
+    out = []
+    for field in dataset.SCHEMA:
+        value = row.get(field.name)
+        numeric = pa.types.is_floating(field.type) or pa.types.is_integer(field.type)
+        numeric = numeric and field.name not in (*PARAM_COLUMNS, *TAG_COLUMNS, "schema_version")
+        if numeric and value is not None and not (isinstance(value, float) and math.isnan(value)):
+            out.append((field.name, float(value)))
+    return out
+
+
+def sweep_params(config: dict[str, Any]) -> list[tuple[str, str]]:
+    """The grids and variants of a resolved sweep config (``SWEEP_PARAM_SECTIONS``) as flat params:
+    ``grid.backend`` = ``["reference"]``, ``grid.method_params.xattention.threshold`` = ``[0.8, 0.9]``; text as
+    itself, everything else as JSON (an empty map as ``{}``), cut to ``_MAX_VALUE_CHARS``; a key longer than
+    MLflow takes is left out (the whole config is the run's ``config.yaml`` artifact)."""
+    params: list[tuple[str, str]] = []
+
+    def flatten(key: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for name, item in value.items():
+                flatten(f"{key}.{name}", item)
+        elif len(key) <= MAX_ENTITY_KEY_LENGTH:
+            params.append((key, _text(value if isinstance(value, str) else json.dumps(value))))
+
+    for section in SWEEP_PARAM_SECTIONS:
+        if section in config:
+            flatten(section, config[section])
+    return params
+
+
+def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] | None) -> dict[str, float]:
+    """A sweep parent run's metrics: ``cells_<status>`` over the newest row of each of the sweep's cells; the
+    medians of ``speedup_vs_original`` and ``net_speedup_vs_original`` over its done cells of a variant other
+    than the original; and the wall times and GPU-busy share of its latest run (``run_record``, as
+    ``orchestrator.record.write_run_record`` writes it)."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in sweep_rows:
+        if row["cell_id"] not in latest or row["recorded_at"] >= latest[row["cell_id"]]["recorded_at"]:
+            latest[row["cell_id"]] = row
+    metrics: dict[str, float] = {f"cells_{status}": sum(r["status"] == status for r in latest.values())
+                                 for status in dataset.STATUSES}
+    reordered = [r for r in latest.values() if r["status"] == "done" and r["variant"] != ORIGINAL_VARIANT]
+    for column in ("speedup_vs_original", "net_speedup_vs_original"):
+        values = [r[column] for r in reordered if r.get(column) is not None and math.isfinite(r[column])]
+        if values:
+            metrics[f"{column}_median"] = statistics.median(values)
+    for key in ("startup_s", "dispatch_s", "mlflow_drain_s", "kernel_busy_fraction"):
+        if run_record is not None and run_record.get(key) is not None:
+            metrics[key] = run_record[key]
+    return metrics

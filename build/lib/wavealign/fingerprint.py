@@ -1,0 +1,53 @@
+"""A fingerprint of the library's code, part of every cell and sweep id: a resumed sweep re-measures the cells
+whose code changed, instead of keeping rows measured by older kernels or reorder code.
+
+It hashes every ``.py`` file under ``wavealign/`` (kernels, reorder, masks, pipeline, ...), with comments,
+blank lines and trailing spaces dropped, so editing comments does not invalidate results but any statement or
+docstring change does. Text, not an AST dump, so the same code hashes alike on every Python version. The
+``.yaml`` data the code runs on (the calibrated workload generator, skip profiles) is hashed the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import tokenize
+from pathlib import Path
+
+import wavealign
+
+PACKAGE_DIR = Path(wavealign.__file__).resolve().parent
+
+
+def _normalized(source: str) -> str:
+    """``source`` without comments, trailing spaces and blank lines."""
+    lines = source.splitlines()
+    comments = [t.start for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+    for row, col in reversed(comments):
+        lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(line.rstrip() for line in lines if line.strip())
+
+
+def _yaml_normalized(text: str) -> str:
+    """YAML without whole-line comments, trailing spaces and blank lines."""
+    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+def source_digest(root: Path = PACKAGE_DIR) -> str:
+    """12 hex digits of sha256 over the normalized ``.py`` and ``.yaml`` files under ``root``, by relative path."""
+    digest = hashlib.sha256()
+    paths = [*root.rglob("*.py"), *root.rglob("*.yaml")]
+    for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
+        if "__pycache__" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update((_normalized(text) if path.suffix == ".py" else _yaml_normalized(text)).encode() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """``<package version>+<source digest>``, e.g. ``0.1.0+3f2a9c1d0b7e``."""
+    return f"{wavealign.__version__}+{source_digest()}"

@@ -1,0 +1,129 @@
+"""One block-sparse attention call the way a sweep cell runs it, for model code: build the method's mask from the
+live Q/K, let the skip policy decide (or force) the reorder, plan the backend's launch, run it; the output comes
+back in the original row order, bitwise equal to running without the reorder.
+
+    attend = BlockSparseAttention(method="xattention", backend="fa4", reorder="adaptive", hardware="h200")
+    out = attend(q, k, v)            # (B, H, N, D), self-attention; N need not be a multiple of block_size
+    attend.calls[-1]                 # what the last call did: density, reordered or not and why, plan times
+
+Every argument is checked when the object is made, before any GPU work.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from wavealign import hardware as hardware_registry
+from wavealign import kernels, masks, reorder, reorderers, skip
+from wavealign.blockmask import check_int
+from wavealign.kernels import LaunchShape
+
+REORDER_MODES = ("always", "never", "adaptive")
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """What one call did, per batch element: the mask's density, whether the rows were reordered and why, and
+    what building the mask and planning the order cost (host wall time, synchronised on CUDA)."""
+
+    tokens: int
+    heads: int
+    density: float
+    reordered: bool
+    reason: str
+    mask_ms: float
+    reorder_ms: float
+
+
+@dataclass
+class BlockSparseAttention:
+    """Self-attention with a dynamic block-sparse ``method`` mask on ``backend``, rows reordered per ``reorder``:
+    "always", "never", or "adaptive" (the skip profile of ``hardware`` decides per call).
+
+    ``hardware`` (a ``wavealign.hardware`` id) defaults to the GPU this process sees; ``wave_size`` to the backend's
+    wave on it. ``reorderer`` picks the spatial step (``wavealign.reorderers``), followed by Stage 2."""
+
+    method: str = "xattention"
+    backend: str = "fa4"
+    reorder: str = "adaptive"
+    block_size: int = 128
+    hardware: str | None = None
+    wave_size: int | None = None
+    reorderer: str = "wavealign"
+    method_params: dict[str, Any] = field(default_factory=dict)
+    calls: list[CallRecord] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        masks.get(self.method)._params(self.method_params)  # unknown method or parameter: a ValueError naming it
+        backend = kernels.get(self.backend)
+        if backend.simulated:
+            raise ValueError(f"backend {self.backend!r} simulates a GPU and computes no attention; expected one of "
+                             f"{[n for n in kernels.names() if not kernels.get(n).simulated]}")
+        if self.reorder not in REORDER_MODES:
+            raise ValueError(f"reorder must be one of {REORDER_MODES}, got {self.reorder!r}")
+        self.block_size = check_int("block_size", self.block_size, lo=1)
+        reorderers.get(self.reorderer)
+        if self.hardware is None:
+            detected = hardware_registry.detect()
+            self.hardware = None if detected is None else detected.name
+        if self.hardware is not None:
+            self.hardware = hardware_registry.get(self.hardware).name
+        if self.wave_size is None:
+            if self.hardware is None:
+                raise ValueError("wave_size=None needs a GPU to take the backend's wave from; this process sees none "
+                                 "(or an unknown one): pass hardware='h200' (any wavealign.hardware id) or wave_size")
+            self.wave_size = backend.wave_size(self.hardware)
+        self.wave_size = check_int("wave_size", self.wave_size, lo=1, hi=reorder.MAX_WAVE_SIZE)
+        if self.reorder == "adaptive":
+            if self.hardware is None:
+                raise ValueError("reorder='adaptive' needs hardware= (a wavealign.hardware id with a skip profile)")
+            skip.load_profile(self.hardware)  # a ValueError naming the hardware when there is none
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Attention of q over k, v, all (B, H, N, D); one mask and one order per batch element."""
+        kernels.check_qkv_tensors(q=q, k=k, v=v)
+        if q.dim() != 4 or q.shape != k.shape or k.shape != v.shape:
+            raise ValueError(f"q, k, v must be (B, H, N, D) of one shape (self-attention), got {tuple(q.shape)}, "
+                             f"{tuple(k.shape)}, {tuple(v.shape)}")
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        return torch.cat([self._one(q[b:b + 1], k[b:b + 1], v[b:b + 1]) for b in range(q.shape[0])])
+
+    def _one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        start = _now(q.device)
+        mask = masks.build(self.method, q, k, v, self.block_size, **self.method_params)
+        mask = mask.reshape(-1, *mask.shape[-2:])
+        mask_ms = (_now(q.device) - start) * 1e3
+        order, reason, reorder_ms = self._order(mask, q.shape[-1], q.device)
+        shape = LaunchShape.of(q, k, self.block_size, v=v, hardware=self.hardware, wave_size=self.wave_size)
+        out = kernels.get(self.backend).plan(mask, order, shape).run(q, k, v)
+        self.calls.append(CallRecord(tokens=q.shape[2], heads=q.shape[1], density=float(mask.float().mean()),
+                                     reordered=order is not None, reason=reason, mask_ms=mask_ms,
+                                     reorder_ms=reorder_ms))
+        return out
+
+    def _order(self, mask: torch.Tensor, head_dim: int,
+               device: torch.device) -> tuple[reorder.RowOrder | None, str, float]:
+        if self.reorder == "never":
+            return None, "reorder='never'", 0.0
+        reason = "reorder='always'"
+        if self.reorder == "adaptive":
+            feats = skip.features(mask, self.hardware, block_size=self.block_size, head_dim=head_dim,
+                                  wave_size=self.wave_size)
+            decision = skip.SkipPolicy(skip.load_profile(self.hardware)).decide(feats)
+            if not decision.reorder:
+                return None, decision.reason, 0.0
+            reason = decision.reason
+        start = _now(device)
+        order = reorder.plan(mask, wave_size=self.wave_size, stages="both", reorderer=self.reorderer)
+        return order, reason, (_now(device) - start) * 1e3
+
+
+def _now(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+

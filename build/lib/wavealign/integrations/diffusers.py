@@ -1,0 +1,208 @@
+"""WaveAlign in a diffusers Wan transformer: block-sparse, reordered self-attention on every ``attn1``
+(``apply``), or the live Q/K/V of chosen layers and steps written to files a sweep reads (``capture``).
+
+    from wavealign.integrations import diffusers as wa
+    installed = wa.apply(pipe.transformer, method="xattention", backend="fa4", reorder="adaptive")
+    video = pipe(prompt, ...)            # self-attention now runs mask -> skip -> reorder -> kernel -> restore
+    installed.attention.calls            # per call: density, reordered or not and why, mask and plan ms
+    installed.remove()                   # the stock processors back
+
+How it hooks in: diffusers' Wan processor computes Q/K/V (projections, RMSNorm, RoPE) and hands them to its
+module's ``dispatch_attention_fn``. The installed processor is the stock ``WanAttnProcessor`` with that one call
+routed, for the duration of its own call, to ``BlockSparseAttention``; everything around attention stays
+diffusers' own code. A call with an attention mask, or whose K/V length differs from Q's (cross-attention, the
+image context of I2V), goes to the stock function. Cross-attention processors (``attn2``) are not touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from wavealign.integrations.attention import BlockSparseAttention
+from wavealign.workloads.captured import save_captured
+
+SELF_ATTENTION = ".attn1.processor"  # Wan blocks name self-attention attn1 and cross-attention attn2
+
+
+def _wan_module() -> Any:
+    try:
+        from diffusers.models.transformers import transformer_wan
+    except ImportError as exc:
+        raise ImportError("wavealign.integrations.diffusers needs diffusers: pip install 'wavealign[diffusers]'") \
+            from exc
+    return transformer_wan
+
+
+@contextlib.contextmanager
+def _dispatch_routed(route: Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]) -> Iterator[None]:
+    """Within the block, Wan's processors call ``route(stock)`` instead of ``dispatch_attention_fn`` (``stock``)."""
+    wan = _wan_module()
+    stock = wan.dispatch_attention_fn
+    wan.dispatch_attention_fn = route(stock)
+    try:
+        yield
+    finally:
+        wan.dispatch_attention_fn = stock
+
+
+# a processor's handler sees one self-attention call's q, k, v as (B, H, N, D) and returns its output in that
+# layout, or None to let diffusers' own attention compute it
+Handler = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], "torch.Tensor | None"]
+
+
+def processor_class() -> type:
+    """``WanAttnProcessor`` whose self-attention calls go to a handler (WaveAlign's attention, or a capture)."""
+    wan = _wan_module()
+
+    class WaveAlignWanAttnProcessor(wan.WanAttnProcessor):
+        """The stock Wan processor with its self-attention calls handed to ``handler``."""
+
+        def __init__(self, handler: Handler) -> None:
+            super().__init__()
+            self.handler = handler
+
+        def __call__(self, attn: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            with _dispatch_routed(lambda stock: functools.partial(self._attend, stock)):
+                return super().__call__(attn, hidden_states, *args, **kwargs)
+
+        def _attend(self, stock: Callable[..., torch.Tensor], query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attn_mask: Any = None, **kwargs: Any) -> torch.Tensor:
+            if attn_mask is None and key.shape[1] == query.shape[1]:
+                # diffusers passes (B, S, H, D); the kernels take (B, H, S, D)
+                out = self.handler(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
+                if out is not None:
+                    return out.transpose(1, 2)
+            return stock(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    return WaveAlignWanAttnProcessor
+
+
+@dataclass
+class Installed:
+    """WaveAlign installed on a transformer: ``attention`` (its calls recorded), the layers it runs in, and
+    ``remove()`` to put the original processors back (also on leaving a ``with`` block)."""
+
+    transformer: Any
+    attention: BlockSparseAttention
+    layers: list[str]
+    _original: dict[str, Any]
+
+    def remove(self) -> None:
+        self.transformer.set_attn_processor(dict(self._original))  # set_attn_processor empties the dict it gets
+
+    def __enter__(self) -> Installed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", reorder: str = "adaptive", *,
+          block_size: int = 128, hardware: str | None = None, wave_size: int | None = None,
+          reorderer: str = "wavealign", **method_params: Any) -> Installed:
+    """Install WaveAlign on every self-attention layer (``attn1``) of a diffusers Wan ``transformer``.
+
+    ``method`` and ``method_params`` pick the mask (``wavealign.masks``), ``backend`` the kernel
+    (``wavealign.kernels``), ``reorder`` "always", "never" or "adaptive" (the skip profile of ``hardware`` decides
+    per call). Arguments are checked here, before any forward pass."""
+    original, layers = _self_attention_layers(transformer)
+    attention = BlockSparseAttention(method=method, backend=backend, reorder=reorder, block_size=block_size,
+                                     hardware=hardware, wave_size=wave_size, reorderer=reorderer,
+                                     method_params=dict(method_params))
+    processor = processor_class()(attention)
+    transformer.set_attn_processor({name: processor if name in layers else proc for name, proc in original.items()})
+    return Installed(transformer=transformer, attention=attention, layers=layers, _original=original)
+
+
+def _self_attention_layers(transformer: Any) -> tuple[dict[str, Any], list[str]]:
+    """The transformer's processors and, of those, the self-attention ones (in block order); errors name what is
+    wrong with ``transformer``."""
+    if not hasattr(transformer, "attn_processors") or not hasattr(transformer, "set_attn_processor"):
+        raise ValueError(f"transformer must be a diffusers model with attention processors (e.g. "
+                         f"WanTransformer3DModel), got {type(transformer).__name__}")
+    original = dict(transformer.attn_processors)
+    layers = [name for name in original if name.endswith(SELF_ATTENTION)]
+    if not layers:
+        raise ValueError(f"transformer {type(transformer).__name__} has no self-attention processors named "
+                         f"'*{SELF_ATTENTION}'; its processors are {sorted(original)[:4]}...")
+    return original, layers
+
+
+@dataclass
+class Capture:
+    """Q/K/V of self-attention ``layers`` at denoising ``steps``, written while installed as ``wavealign-qkv/1``
+    files (``wavealign.workloads.captured``) in ``out_dir``: one per (layer, step), the first forward of a step (the
+    conditional one under classifier-free guidance). ``remove()`` (or leaving a ``with`` block) uninstalls it."""
+
+    transformer: Any
+    out_dir: Path
+    layers: list[int]
+    steps: list[int]
+    model: str
+    files: list[Path] = field(default_factory=list)
+    step: int = -1  # the denoising step of the current forward: counts distinct timesteps
+    _timestep: torch.Tensor | None = None
+    _grid: tuple[int, int, int] = (0, 0, 0)
+    _original: dict[str, Any] = field(default_factory=dict)
+    _hook: Any = None
+
+    def _on_forward(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        """Before each transformer forward: the step (a new timestep starts one) and the latent token grid."""
+        latents = kwargs.get("hidden_states", args[0] if args else None)
+        timestep = kwargs.get("timestep", args[1] if len(args) > 1 else None)
+        timestep = torch.as_tensor(timestep).detach().cpu()
+        if self._timestep is None or not torch.equal(timestep, self._timestep):
+            self.step, self._timestep = self.step + 1, timestep
+        patch = module.config.patch_size
+        self._grid = tuple(int(n) // int(p) for n, p in zip(latents.shape[2:], patch, strict=True))
+
+    def handler(self, layer: int) -> Handler:
+        """What the processor of ``layer`` does with a call: write it when its (layer, step) is wanted, then let
+        diffusers compute attention as usual."""
+        def record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+            path = self.out_dir / f"{self.model}-layer{layer:02d}-step{self.step:03d}.safetensors"
+            if layer in self.layers and self.step in self.steps and path not in self.files:
+                save_captured(path, q, k, v, model=self.model, layer=layer, step=self.step, grid=self._grid)
+                self.files.append(path)
+            return None
+        return record
+
+    def remove(self) -> None:
+        self.transformer.set_attn_processor(dict(self._original))
+        self._hook.remove()
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def capture(transformer: Any, out_dir: str | Path, *, layers: list[int], steps: list[int],
+            model: str = "wan2.1-14b") -> Capture:
+    """Install a capture of self-attention ``layers`` (block indices) at denoising ``steps`` (0 = the first) on a
+    diffusers Wan ``transformer``; run the pipeline, then read ``Capture.files``."""
+    original, names = _self_attention_layers(transformer)
+    count = len(names)
+    if not layers or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in layers):
+        raise ValueError(f"layers must be a non-empty list of block indices in [0, {count}), got {layers!r}")
+    if not steps or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in steps):
+        raise ValueError(f"steps must be a non-empty list of denoising steps >= 0, got {steps!r}")
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must name the model the tensors come from, got {model!r}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    recorder = Capture(transformer=transformer, out_dir=out_dir, layers=sorted(set(layers)),
+                       steps=sorted(set(steps)), model=model, _original=original)
+    make = processor_class()
+    transformer.set_attn_processor({name: make(recorder.handler(names.index(name))) if name in names else proc
+                                    for name, proc in original.items()})
+    recorder._hook = transformer.register_forward_pre_hook(recorder._on_forward, with_kwargs=True)
+    return recorder

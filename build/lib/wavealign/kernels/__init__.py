@@ -1,0 +1,238 @@
+"""Attention backends behind one plan/run interface, keyed by name (mirrored by ``conf/backend/``).
+
+    launch = kernels.get("fa4").plan(mask, order, LaunchShape.of(q, k, block_size=128))  # once per mask
+    out = launch.run(q, k, v)                                                          # many times
+
+``mask`` is a bool block mask (H, MB, NB) or (B, H, MB, NB) (or its kv-index form); ``order`` a
+``reorder.RowOrder`` or None. A launch runs query blocks in ``order.perm`` launch order and returns the
+output in the original order, so a reorder never changes the result. Planning (format conversion,
+scheduling metadata, the permuted mask) happens once, in ``plan``; ``run`` is what a user's step pays.
+
+A backend module declares every fact the rest of the project needs about it, and nothing else lists them:
+the GPUs it runs on and its resident CTAs per SM on each (hence its wave), how its rows walk their K/V
+lists, the kernel names Nsight Compute should profile, and the execution facts the L2 simulator models.
+Adding a backend is one module that calls ``register`` plus ``conf/backend/<name>.yaml``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Protocol
+
+import torch
+
+from wavealign import hardware as hardware_registry
+from wavealign.blockmask import check_int
+from wavealign.registry import Registry
+
+KV_WALKS = ("forward", "reverse")
+HEAD_ORDERS = ("sequential", "parallel")
+
+
+def check_qkv_tensors(**tensors: Any) -> None:
+    """Attention inputs (``q=..., k=..., v=...``) must be floating tensors of one dtype on one device: an
+    integer q would run in integer arithmetic (the reference rounds every output to 0), and a kernel reads
+    all three with one dtype from one device."""
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a floating torch.Tensor, got {type(t).__name__}")
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must have a floating dtype (bfloat16, float16 or float32), got {t.dtype}")
+    names = "/".join(tensors)
+    if len({t.dtype for t in tensors.values()}) > 1:
+        got = ", ".join(f"{name} {t.dtype}" for name, t in tensors.items())
+        raise ValueError(f"{names} must share one dtype, got {got}")
+    if len({t.device for t in tensors.values()}) > 1:
+        got = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
+        raise ValueError(f"{names} must be on one device, got {got}")
+
+
+@dataclass(frozen=True)
+class LaunchShape:
+    """What a launch is planned for: Q/K/V sizes, the mask's block size, and where it runs.
+
+    ``hardware`` (a ``wavealign.hardware`` id) and ``wave_size`` matter to backends that model a GPU (the
+    simulator); kernels read the device and dtype.
+    """
+
+    batch: int
+    heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    block_size: int
+    dtype: torch.dtype = torch.bfloat16
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    hardware: str | None = None
+    wave_size: int | None = None
+
+    @classmethod
+    def of(cls, q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, v: torch.Tensor | None = None,
+           **target: Any) -> LaunchShape:
+        """The shape of q (B, H, N, D) against k (B, H, N_kv, D) (and v, checked with them when given);
+        ``target`` sets hardware / wave_size."""
+        check_qkv_tensors(q=q, k=k, **({} if v is None else {"v": v}))
+        block_size = check_int("block_size", block_size, lo=1)
+        if q.dim() != 4 or k.dim() != 4:
+            raise ValueError(f"q and k must be (B, H, N, D), got {tuple(q.shape)} and {tuple(k.shape)}")
+        if q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share B, H and D")
+        return cls(batch=q.shape[0], heads=q.shape[1], q_len=q.shape[2], kv_len=k.shape[2], head_dim=q.shape[3],
+                   block_size=block_size, dtype=q.dtype, device=q.device, **target)
+
+    @property
+    def q_blocks(self) -> int:
+        return -(-self.q_len // self.block_size)
+
+    @property
+    def kv_blocks(self) -> int:
+        return -(-self.kv_len // self.block_size)
+
+    def check_qkv(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Fail when q/k/v are not the tensors this launch was planned for."""
+        check_qkv_tensors(q=q, k=k, v=v)
+        want_q = (self.batch, self.heads, self.q_len, self.head_dim)
+        want_kv = (self.batch, self.heads, self.kv_len, self.head_dim)
+        if tuple(q.shape) != want_q or tuple(k.shape) != want_kv or tuple(v.shape) != want_kv:
+            raise ValueError(f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} differ from the planned "
+                             f"q {want_q} and k/v {want_kv}")
+
+
+class Launch(Protocol):
+    """A planned launch: ``run`` computes attention of q/k/v (B, H, N, D) under the planned mask and order."""
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class ExecutionFacts:
+    """How a backend runs a block mask, as the L2 simulator (``wavealign.sim``) models it."""
+
+    # one query tile per CTA; one K/V tile per inner-loop step (the mask's block size in a sweep)
+    block_m: int
+    block_n: int
+    # fraction of the SM's dense bf16 peak the inner MMA loop reaches (round figures: FA3/FA4 ~75% of the
+    # H100 peak dense, Triton-based kernels ~50-60%), to be calibrated by ``wavealign validate-sim``
+    mma_efficiency: float
+    # per K/V block cost outside the MMAs: index load, softmax bookkeeping, pipeline bubble
+    block_overhead_s: float
+    # the order in which one query row walks its K/V list (FA4 walks it from the last block down)
+    kv_walk: str = "forward"
+    # "sequential": every query block of head 0 launches before head 1 (FA4's SingleTileScheduler, the
+    # FlexAttention and Triton grids, FlashInfer's work list); "parallel": slot p of every head before p + 1
+    head_order: str = "sequential"
+    element_bytes: int = 2  # bf16 Q/K/V
+
+    def __post_init__(self) -> None:
+        if self.kv_walk not in KV_WALKS:
+            raise ValueError(f"kv_walk={self.kv_walk!r}; expected one of {KV_WALKS}")
+        if self.head_order not in HEAD_ORDERS:
+            raise ValueError(f"head_order={self.head_order!r}; expected one of {HEAD_ORDERS}")
+
+    def kv_block_bytes(self, head_dim: int) -> int:
+        """Bytes one inner step reads: a K tile and a V tile of ``block_n`` tokens."""
+        return 2 * self.block_n * head_dim * self.element_bytes
+
+    def q_block_bytes(self, head_dim: int) -> int:
+        """Bytes of one query tile, read once per row."""
+        return self.block_m * head_dim * self.element_bytes
+
+    def with_block_size(self, block_size: int | None) -> ExecutionFacts:
+        """These facts with tiles of the mask's block size (unchanged for None)."""
+        if block_size is None:
+            return self
+        block_size = check_int("block_size", block_size, lo=1)
+        return replace(self, block_m=block_size, block_n=block_size)
+
+
+def _always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One attention implementation, its planner and the facts the sweep and the simulator need about it."""
+
+    name: str
+    plan: Callable[..., Launch]  # plan(mask, order, shape, **options) -> Launch
+    description: str
+    # resident CTAs per SM on each GPU it supports (Nsight Compute's occupancy limit), hence its wave
+    ctas_per_sm: Mapping[str, int]
+    # how it runs a block mask, for the simulator (None for a backend nothing can model, the simulator itself)
+    execution: ExecutionFacts | None = None
+    # a regular expression matching its attention kernels' names under Nsight Compute ("" profiles every kernel)
+    ncu_kernels: str = ""
+    is_available: Callable[[], bool] = _always
+    # True when the kernel reads order.perm itself (no gather of Q, no scatter of O)
+    in_kernel_permutation: bool = False
+    # True for a backend that predicts a GPU's figures instead of computing attention (``sim``); its option
+    # ``models_option`` names the backend it models, whose wave and supported GPUs are then the cell's
+    simulated: bool = False
+    models_option: str | None = None
+    # True when it needs a GPU to run (the sweep does not place it on CPU workers)
+    needs_gpu: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ctas_per_sm", MappingProxyType(dict(self.ctas_per_sm)))
+        unknown = sorted(set(self.ctas_per_sm) - set(hardware_registry.names()))
+        if unknown:
+            raise ValueError(f"backend {self.name!r}: ctas_per_sm names unknown hardware {unknown}; expected ids "
+                             f"from {hardware_registry.names()}")
+
+    @property
+    def supported_hardware(self) -> tuple[str, ...]:
+        """The GPU ids it runs on: those it declares CTAs per SM for."""
+        return tuple(sorted(self.ctas_per_sm))
+
+    def supports(self, hardware: str) -> bool:
+        """Whether this backend can run on (or model) the GPU type ``hardware`` (an id such as ``"a40"``)."""
+        return hardware in self.ctas_per_sm
+
+    def modelled(self, options: Mapping[str, Any]) -> Backend:
+        """The backend whose execution a launch with ``options`` runs or models: itself, or the one named by
+        its ``models_option``."""
+        if self.models_option is None:
+            return self
+        return get(options[self.models_option])
+
+    def wave_size(self, hardware: str | hardware_registry.Hardware) -> int:
+        """Rows that run at once on ``hardware``: its SMs x this backend's resident CTAs per SM (the paper's wave)."""
+        hw = hardware_registry.get(hardware)
+        if hw.name not in self.ctas_per_sm:
+            raise ValueError(f"backend {self.name!r} declares no CTAs per SM for hardware {hw.name!r}; it runs on "
+                             f"{list(self.supported_hardware)}")
+        return hw.sm_count * self.ctas_per_sm[hw.name]
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128,
+                 **options: Any) -> torch.Tensor:
+        """Plan and run once (a mask used for one step); plan yourself to run one mask many times."""
+        return self.plan(mask, order, LaunchShape.of(q, k, block_size, v=v), **options).run(q, k, v)
+
+
+REGISTRY: Registry[Backend] = Registry("backend", __name__)
+
+
+def register(backend: Backend) -> Backend:
+    """File a backend under its name; called once by the backend's own module."""
+    return REGISTRY.register(backend.name)(backend)
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name``; a ValueError lists the known names otherwise."""
+    return REGISTRY.get(name)
+
+
+def names() -> list[str]:
+    """Every registered backend, usable here or not."""
+    return REGISTRY.names()
+
+
+def available() -> list[str]:
+    """The backends that can run on this machine (e.g. GPU-only ones are absent without CUDA)."""
+    return [n for n in REGISTRY.names() if REGISTRY.get(n).is_available()]
+
+
+ALL_HARDWARE: Mapping[str, int] = MappingProxyType({name: 1 for name in hardware_registry.names()})
+"""``ctas_per_sm`` of a backend whose occupancy is not a fact of the GPU (the CPU reference, dense SDPA)."""

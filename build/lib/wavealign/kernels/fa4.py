@@ -1,0 +1,108 @@
+"""Backend ``fa4``: FlashAttention-4's block-sparse forward (flash-attn-4, CuTe DSL) on Hopper and Blackwell.
+
+Written against flash-attn-4==4.0.0b36 (its API changes between betas, so the version is pinned and
+checked). Q/K/V go in as (B, S, H, D) views of our (B, H, N, D) tensors; the mask goes in as
+``BlockSparseTensorsTorch`` with every selected block in the *full* lists (``full_block_cnt`` /
+``full_block_idx``), empty partial lists, and ``block_size=(block_size, block_size)`` stated explicitly.
+
+Launch order: FA4's SM90 non-causal path uses ``SingleTileScheduler`` with grid (query block, head,
+batch), so query blocks run fastest and heads one after another; a row walks its K/V list from the
+last entry down (``kv_walk="reverse"``). WaveAlign is applied from outside, the reference way: gather
+the query blocks (``block_gather``, whole blocks) and the mask rows into launch order, run, scatter the
+output back.
+
+On Blackwell FA4 runs two 128-row Q tiles per CTA, so there the query block must be a multiple of 256.
+Compiled kernels are cached in-process per configuration; across processes set
+``FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1`` (and ``FLASH_ATTENTION_CUTE_DSL_CACHE_DIR``) before import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from wavealign import block_gather, blockmask, reorder
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
+from wavealign.kernels.sparse_formats import (
+    BlockLists,
+    KernelRequirement,
+    full_block_lists,
+    permute_block_lists,
+)
+
+FA4_VERSION = "4.0.0b36"
+REQUIREMENT = KernelRequirement(backend="fa4", distribution="flash-attn-4", version=FA4_VERSION,
+                                min_capability=(9, 0), extra="fa4")
+
+def _flash_attn():
+    """FA4's entry point and block-sparse container, after checking GPU, package and version."""
+    REQUIREMENT.check()
+    from flash_attn.cute import flash_attn_func
+    from flash_attn.cute.block_sparsity import BlockSparseTensorsTorch
+
+    return flash_attn_func, BlockSparseTensorsTorch
+
+
+def launch_lists(mask: blockmask.MaskLike, order: reorder.RowOrder | None, batch: int = 1) -> BlockLists:
+    """The full-block lists FA4 runs, (``batch``, H, MB[, K]) on the mask's device: the mask's rows, in
+    ``order``'s launch order when one is given."""
+    lists = full_block_lists(blockmask.as_dense(mask))
+    if order is not None:
+        lists = permute_block_lists(lists, order)
+    # one list per batch element, laid out plainly rather than broadcast with a zero stride
+    count, index = lists
+    return BlockLists(count.expand(batch, *count.shape[1:]).contiguous(),
+                      index.expand(batch, *index.shape[1:]).contiguous())
+
+
+@dataclass(frozen=True)
+class FA4Launch:
+    """FA4's block-sparse tensors for the mask's rows in launch order; ``run`` gathers Q's blocks into that
+    order, runs FA4 and scatters the output back."""
+
+    shape: LaunchShape
+    sparse: Any  # flash_attn.cute.block_sparsity.BlockSparseTensorsTorch
+    order: reorder.RowOrder | None
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        self.shape.check_qkv(q, k, v)
+        flash_attn_func, _ = _flash_attn()
+        if self.order is not None:
+            q = block_gather.gather_blocks(q, self.order, self.shape.block_size)
+        out, _ = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                 block_sparse_tensors=self.sparse)
+        out = out.transpose(1, 2)
+        if self.order is None:
+            return out
+        return block_gather.scatter_blocks(out, self.order, self.shape.block_size, self.shape.q_len)
+
+
+def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape) -> FA4Launch:
+    """Block-sparse attention through FA4; rows with no block give zeros, a ragged last block is allowed."""
+    _, BlockSparseTensorsTorch = _flash_attn()
+    dense = blockmask.as_dense(mask).to(shape.device)
+    expected = (shape.heads, shape.q_blocks, shape.kv_blocks)
+    if tuple(dense.shape[-3:]) != expected or (dense.dim() == 4 and dense.shape[0] not in (1, shape.batch)):
+        raise ValueError(f"mask has shape {tuple(dense.shape)}, but the planned q/k need (B, H, MB, NB) = "
+                         f"{(shape.batch, *expected)}")
+    count, index = launch_lists(dense, order, shape.batch)
+    sparse = BlockSparseTensorsTorch(mask_block_cnt=torch.zeros_like(count), mask_block_idx=index,
+                                     full_block_cnt=count, full_block_idx=index,
+                                     block_size=(shape.block_size, shape.block_size))
+    return FA4Launch(shape, sparse, order)
+
+
+register(Backend(
+    name="fa4",
+    plan=plan,
+    description=f"FlashAttention-4 (flash-attn-4=={FA4_VERSION}, CuTe DSL) block-sparse forward, full blocks only; "
+                "WaveAlign by gather/scatter",
+    # ncu on the H200: 168 regs -> 1 CTA/SM (benchmarks/results/fa4-flashinfer/h200-ncu-364k); the paper's
+    # Sec. V for the H100 (128x128 tiles, wave 132)
+    ctas_per_sm={"h100": 1, "h200": 1, "b200": 1},
+    execution=ExecutionFacts(128, 128, mma_efficiency=0.75, block_overhead_s=20e-9, kv_walk="reverse"),
+    ncu_kernels=r"FlashAttentionForward|flash_fwd",
+    is_available=REQUIREMENT.is_met,
+))

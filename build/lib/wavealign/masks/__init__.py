@@ -1,0 +1,121 @@
+"""Dynamic block-sparse attention masks, one module per method, keyed by name (mirrored by ``conf/method/``).
+
+    m = build("xattention", q, k, v, block_size=128, threshold=0.9)   # bool (B, H, MB, NB)
+    get("xattention").params                                          # {"threshold": 0.9, "stride": 8, ...}
+
+q, k, v are (B, H, N, D); MB = NB = ceil(N / block_size). Methods work one head at a time and in chunks of
+query rows, so 364K tokens fit on a GPU and 32K on a CPU. ``python -m wavealign.masks.<name>`` draws one.
+
+A method that ignores Q/K (the controls ``random``, ``random-fixed-nnz``, ``planted``, ``dense``) registers
+``from_shape(heads, q_blocks, kv_blocks, *, device, **params)`` instead, so a cell that only simulates its
+mask never materialises Q/K; ``build`` on Q/K then draws the mask for q's shape.
+
+Methods tuned per head (SpargeAttn, MInference) declare ``model``, ``layer`` and ``heads`` among their params
+(``IDENTITY_PARAMS``) to key their per-head configs; ``build_for_heads`` fills them from the workload, so a
+sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from wavealign.registry import Registry
+
+
+@dataclass(frozen=True)
+class MaskMethod:
+    """A mask method: ``build(q, k, v, block_size, **params)`` and its tunable params with their defaults;
+    ``from_shape`` for a method that needs no Q/K."""
+
+    name: str
+    build: Callable[..., torch.Tensor]
+    params: MappingProxyType
+    description: str
+    from_shape: Callable[..., torch.Tensor] | None = None
+
+    @property
+    def needs_qk(self) -> bool:
+        return self.from_shape is None
+
+    def _params(self, params: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            raise ValueError(f"{self.name} has no parameter(s) {unknown}; expected some of {sorted(self.params)}")
+        return {**self.params, **params}
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
+                 **params: Any) -> torch.Tensor:
+        return self.build(q, k, v, block_size=block_size, **self._params(params))
+
+    def for_shape(self, heads: int, q_blocks: int, kv_blocks: int, device: torch.device | str = "cpu",
+                  **params: Any) -> torch.Tensor:
+        """The (heads, q_blocks, kv_blocks) mask of a method that needs no Q/K."""
+        if self.from_shape is None:
+            raise ValueError(f"method {self.name!r} builds its mask from Q/K; call it on q, k, v")
+        return self.from_shape(heads, q_blocks, kv_blocks, device=device, **self._params(params))
+
+
+REGISTRY: Registry[MaskMethod] = Registry("mask method", __name__)
+
+
+def _on_qkv_shape(from_shape: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """A ``build`` that draws ``from_shape``'s mask for q's (B, H, N) and k's N."""
+
+    def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, **params) -> torch.Tensor:
+        from wavealign.masks._common import check_qkv, num_blocks
+
+        check_qkv(q, k, v, block_size, finite=False)  # the values are never read
+        b, h, n, _ = q.shape
+        mb, nb = num_blocks(n, block_size), num_blocks(k.shape[2], block_size)
+        return from_shape(b * h, mb, nb, device=q.device, **params).view(b, h, mb, nb)
+
+    return build
+
+
+def register(name: str, build: Callable[..., torch.Tensor] | None, params: dict[str, Any], description: str,
+             from_shape: Callable[..., torch.Tensor] | None = None) -> MaskMethod:
+    """File a method under ``name``; called once by the method's own module. A method that needs no Q/K
+    gives ``from_shape`` and no ``build``."""
+    if (build is None) == (from_shape is None):
+        raise ValueError(f"method {name!r} must give exactly one of build (from Q/K) or from_shape")
+    method = MaskMethod(name, build or _on_qkv_shape(from_shape), MappingProxyType(dict(params)), description,
+                        from_shape)
+    if (build or from_shape).__module__ == "__main__":
+        # ``python -m wavealign.masks.<name>``: the registry imports the module again under its real name
+        return method
+    return REGISTRY.register(name)(method)
+
+
+def get(name: str) -> MaskMethod:
+    """The method called ``name``; a ValueError lists the known names otherwise."""
+    return REGISTRY.get(name)
+
+
+def available() -> list[str]:
+    """Every registered method name, sorted."""
+    return REGISTRY.names()
+
+
+def build(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
+          **params: Any) -> torch.Tensor:
+    """The bool block mask (B, H, MB, NB) of method ``name`` on q, k, v (B, H, N, D)."""
+    return get(name)(q, k, v, block_size=block_size, **params)
+
+
+# the workload identity a per-head tuned method declares among its params
+IDENTITY_PARAMS = ("model", "layer", "heads")
+
+
+def build_for_heads(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *,
+                    model: str | None, layer: int, heads: list[int], **params: Any) -> torch.Tensor:
+    """``build`` on heads ``heads`` of ``layer`` of ``model``: the identity goes to methods that declare it
+    (to key per-head tuned configs); ``params`` override the method's defaults."""
+    declared = get(name).params
+    identity = {"model": model or "", "layer": int(layer), "heads": list(heads)}
+    return build(name, q, k, v, block_size,
+                 **{**{key: val for key, val in identity.items() if key in declared}, **params})

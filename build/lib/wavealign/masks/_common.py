@@ -1,0 +1,177 @@
+"""Shared pieces of the mask methods: input checks, block pooling, head-by-head and chunked evaluation,
+and the dense-reference measures (attention mass recall, output error) that the autotuners use."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from wavealign.blockmask import check_int
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, *, finite: bool = True) -> None:
+    """q, k, v must be floating (B, H, N, D) of one shape on one device; block_size a positive integer; with
+    ``finite`` (methods that score Q/K) every value finite: a NaN or Inf would poison every score it meets,
+    and the mask would come out quietly wrong."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4 or not t.is_floating_point() or t.numel() == 0:
+            shape = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a non-empty floating tensor (B, H, N, D), got {shape}")
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k, v must have one shape (B, H, N, D), got {tuple(q.shape)}, {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")
+    if not q.device == k.device == v.device:
+        raise ValueError(f"q, k, v must be on one device, got q on {q.device}, k on {k.device}, v on {v.device}")
+    check_int("block_size", block_size, lo=1)
+    if finite:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not all_finite(t):
+                raise ValueError(f"{name} must hold only finite values, got NaN or Inf in {name} of shape "
+                                 f"{tuple(t.shape)}")
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether (B, H, N, D) ``x`` holds no NaN or Inf, one head at a time (a bool copy of a whole 364K-token
+    tensor would not fit beside it) and with one wait for the device."""
+    per_head = [torch.isfinite(x[b, h]).all() for b in range(x.shape[0]) for h in range(x.shape[1])]
+    return bool(torch.stack(per_head).all())
+
+
+def check_number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
+                 hi_open: bool = False) -> float:
+    """A real number (not a bool, not a string) in [lo, hi]; ``lo_open`` / ``hi_open`` leave out an end."""
+    interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r} ({type(value).__name__})")
+    above = lo < value if lo_open else lo <= value
+    below = value < hi if hi_open else value <= hi
+    if not (above and below):  # NaN fails both
+        raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+    return float(value)
+
+
+def check_fraction(name: str, value: Any) -> float:
+    """A threshold or coverage must be a number in (0, 1]."""
+    return check_number(name, value, 0.0, 1.0, lo_open=True)
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """A switch must be a bool: a string such as "false" would be truthy."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool (True or False), got {value!r} ({type(value).__name__})")
+    return value
+
+
+def checked(generator: Callable[..., torch.Tensor], **checks: Callable[[str, Any], Any]) -> Callable[..., torch.Tensor]:
+    """``generator`` (a ``from_shape``, e.g. one of ``wavealign.synthetic``'s) with each param named in ``checks``
+    passed through its check, ``check(name, value)``, whose result it then receives. The signature, defaults
+    included, stays the generator's (``validate-sim`` reads a generator's own defaults from it)."""
+    signature = inspect.signature(generator)
+
+    @functools.wraps(generator)
+    def with_checks(*args: Any, **params: Any) -> torch.Tensor:
+        bound = signature.bind(*args, **params)
+        for name, check in checks.items():
+            if name in bound.arguments:
+                bound.arguments[name] = check(name, bound.arguments[name])
+        return generator(*bound.args, **bound.kwargs)
+
+    return with_checks
+
+
+def num_blocks(n: int, block_size: int) -> int:
+    return math.ceil(n / block_size)
+
+
+def per_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
+             head_mask: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """Stack ``head_mask(head_index, q_h, k_h, v_h)`` (each (N, D) -> (MB, NB)) into (B, H, MB, NB)."""
+    b, h, n, _ = q.shape
+    nb = num_blocks(n, block_size)
+    out = torch.zeros(b, h, nb, nb, dtype=torch.bool, device=q.device)
+    for bi in range(b):
+        for hi in range(h):
+            out[bi, hi] = head_mask(hi, q[bi, hi], k[bi, hi], v[bi, hi])
+    return out
+
+
+def rows_per_chunk(cols: int, device: torch.device, multiple: int = 1) -> int:
+    """How many score rows of ``cols`` fp32 columns to hold at once: ~1 GiB on a GPU, ~64 MiB on a CPU."""
+    budget = 2**28 if device.type == "cuda" else 2**24
+    rows = max(budget // max(cols, 1), 1)
+    return max(rows // multiple, 1) * multiple
+
+
+def pool_blocks(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Mean over each block of ``block_size`` rows of x (N, D) -> (ceil(N/bs), D); the ragged last block
+    averages only its real rows."""
+    n, d = x.shape
+    nb = num_blocks(n, block_size)
+    pad = nb * block_size - n
+    xf = torch.nn.functional.pad(x.float(), (0, 0, 0, pad)).view(nb, block_size, d).sum(1)
+    counts = torch.full((nb, 1), float(block_size), device=x.device)
+    counts[-1] = block_size - pad
+    return xf / counts
+
+
+def block_mass(q_rows: torch.Tensor, k: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Dense softmax(q_rows k^T / sqrt(D)) summed over kv blocks: (n_rows, NB) fp32, each row sums to 1."""
+    n, d = k.shape
+    nb = num_blocks(n, block_size)
+    out = torch.empty(q_rows.shape[0], nb, device=k.device)
+    step = rows_per_chunk(n, k.device)
+    kf = k.float()
+    for s in range(0, q_rows.shape[0], step):
+        p = torch.softmax((q_rows[s:s + step].float() @ kf.T) / math.sqrt(d), dim=-1)
+        out[s:s + step] = torch.nn.functional.pad(p, (0, nb * block_size - n)).view(-1, nb, block_size).sum(-1)
+    return out
+
+
+def sample_query_blocks(num_q_blocks: int, count: int) -> torch.Tensor:
+    """``count`` query-block indices spread evenly over the sequence (all of them if there are fewer)."""
+    if count >= num_q_blocks:
+        return torch.arange(num_q_blocks)
+    return torch.linspace(0, num_q_blocks - 1, count).round().long().unique()
+
+
+def block_rows(x: torch.Tensor, blocks: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token rows of x (N, D) in query ``blocks``, and for each row its block's position in ``blocks``."""
+    n = x.shape[0]
+    idx = (blocks.to(x.device).unsqueeze(1) * block_size + torch.arange(block_size, device=x.device)).flatten()
+    owner = torch.arange(len(blocks), device=x.device).repeat_interleave(block_size)
+    keep = idx < n
+    return x[idx[keep]], owner[keep]
+
+
+class BlockPartials:
+    """Per (row, kv block) softmax partial sums of q_rows (n, D) against k, v (N, D), so the attention output
+    under any block mask is a cheap weighted sum: out = sum_b m_b num_b / sum_b m_b den_b. Exponents are taken
+    against each row's dense maximum, so rows whose kept blocks all underflow come out as zeros."""
+
+    def __init__(self, q_rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int) -> None:
+        n, d = k.shape
+        nb = num_blocks(n, block_size)
+        pad = nb * block_size - n
+        self.num = torch.empty(q_rows.shape[0], nb, v.shape[1], device=k.device)
+        self.den = torch.empty(q_rows.shape[0], nb, device=k.device)
+        vb = torch.nn.functional.pad(v.float(), (0, 0, 0, pad)).view(nb, block_size, -1)
+        step = rows_per_chunk(n, k.device)
+        kf = k.float()
+        for s in range(0, q_rows.shape[0], step):
+            scores = (q_rows[s:s + step].float() @ kf.T) / math.sqrt(d)
+            e = torch.exp(scores - scores.amax(-1, keepdim=True))
+            e = torch.nn.functional.pad(e, (0, pad)).view(-1, nb, block_size)
+            self.den[s:s + step] = e.sum(-1)
+            self.num[s:s + step] = torch.einsum("rbt,btd->rbd", e, vb)
+
+    def output(self, row_mask: torch.Tensor) -> torch.Tensor:
+        """Attention output (n, Dv) keeping, per row, the kv blocks where ``row_mask`` (n, NB) is True."""
+        m = row_mask.to(self.den.dtype)
+        den = (m * self.den).sum(-1, keepdim=True)
+        return torch.einsum("rb,rbd->rd", m, self.num) / den.clamp_min(1e-30) * (den > 0)

@@ -1,0 +1,20 @@
+"""Dense control: every (query block, kv block) pair is computed."""
+
+from __future__ import annotations
+
+import torch
+
+from wavealign import masks
+
+
+def full(heads: int, q_blocks: int, kv_blocks: int, *, device: torch.device | str = "cpu") -> torch.Tensor:
+    """An all-True (heads, q_blocks, kv_blocks) mask."""
+    return torch.ones(heads, q_blocks, kv_blocks, dtype=torch.bool, device=device)
+
+
+masks.register("dense", None, {}, "every block (control)", from_shape=full)
+
+if __name__ == "__main__":
+    from wavealign.masks._draw import main
+
+    raise SystemExit(main("dense"))

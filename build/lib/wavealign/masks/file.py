@@ -1,0 +1,28 @@
+"""``file``: a block mask saved earlier (``wavealign.sim.packed`` .npz), ignoring Q/K.
+
+How a measured cell's exact mask reaches the simulator, or a mask captured from a real pipeline reaches a
+sweep: ``method=file`` with ``path=...``. The file's (H, MB, NB) must match the cell's heads and blocks.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from wavealign import masks
+from wavealign.sim import packed
+
+
+def load(heads: int, q_blocks: int, kv_blocks: int, *, path: str, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The mask saved at ``path``, checked to be (heads, q_blocks, kv_blocks)."""
+    if not path:
+        raise ValueError("method file needs path=<a wavealign.sim.packed .npz>, got an empty path")
+    mask = packed.load(path)
+    mask = mask.reshape(-1, *mask.shape[-2:])
+    if tuple(mask.shape) != (heads, q_blocks, kv_blocks):
+        raise ValueError(f"mask file {path} holds a {tuple(mask.shape)} mask; the cell needs (H, MB, NB) = "
+                         f"{(heads, q_blocks, kv_blocks)}")
+    return mask.to(device)
+
+
+masks.register("file", None, {"path": ""}, "a block mask saved as packed bits (wavealign.sim.packed .npz)",
+               from_shape=load)

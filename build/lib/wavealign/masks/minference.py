@@ -1,0 +1,215 @@
+"""MInference (Jiang et al., 2024): per-head vertical-slash, A-shape or block-sparse patterns, searched
+per head against dense attention.
+
+- *vertical_slash*: softmax(q_last k^T / sqrt(d)) of the last ``last_q`` query tokens estimates which key
+  columns (verticals) and which diagonals (slashes) hold attention; the top ``vertical_size`` columns and
+  top ``slash_size`` diagonals are kept, the first ``n_init`` tokens and the nearest ``n_local`` diagonals
+  always. A kv block is on for a query block if it holds a chosen column or a chosen diagonal crosses it.
+- *a_shape*: the first ``n_init`` tokens (sink) plus a local band of ``n_local`` tokens.
+- *block_sparse*: the ``top_k`` kv blocks per query block by mean-pooled q . k.
+
+Bidirectional port: the last query rows see every key, so the estimate uses no causal mask; a diagonal is
+scored by its distance |i - j| from the main diagonal (the last rows only see keys behind them), and each
+chosen distance is kept on both sides of the diagonal; the A-shape band is symmetric too.
+
+The paper runs MInference with a pre-searched config. ``search_head`` is MInference's offline search
+(``search_pattern``): each candidate of ``CANDIDATES`` (upstream's list: a stream-LLM A-shape, four
+vertical-slash sizes, block-sparse keeping 1/8 of the kv blocks) is scored by the dense attention mass it
+recalls on sampled query blocks and the best recall wins; as upstream, an A-shape winner then runs as
+vertical-slash with the same sizes and a block-sparse winner as vertical-slash (1000, 6096). A density
+``budget`` (a FLOPs cap, off by default) restricts the choice to candidates that fit it.
+With ``search`` (the default) ``build`` searches every head it has no config for, so any caller (a sweep
+cell, ``mask-fidelity``) gets the searched mask; ``search=False`` applies the fixed pattern params. Results
+can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended.
+``docs/methods.md`` compares every step with upstream.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from wavealign import masks
+from wavealign.blockmask import check_int
+from wavealign.masks import _tuned
+from wavealign.masks._common import (
+    block_mass,
+    block_rows,
+    check_flag,
+    check_fraction,
+    check_number,
+    check_qkv,
+    num_blocks,
+    per_head,
+    pool_blocks,
+    sample_query_blocks,
+)
+
+PATTERNS = ("vertical_slash", "a_shape", "block_sparse")
+PARAMS: dict[str, Any] = {"pattern": "vertical_slash", "vertical_size": 1000, "slash_size": 6096, "last_q": 64,
+                          "n_init": 30, "n_local": 100, "a_shape_init": 128, "a_shape_local": 3968, "top_k": 100,
+                          "search": True, "budget": None, "recall_target": 0.95, "sample_blocks": 8,
+                          "tuned_config": None, "model": "", "layer": 0, "heads": None}
+# the search space and what each winner runs as (upstream minference_forward.search_pattern); the block-sparse
+# candidate keeps 1/8 of the kv blocks of each row ("top_k": None is resolved to NB // 8)
+CANDIDATES: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+    ({"pattern": "a_shape", "a_shape_init": 100, "a_shape_local": 800},
+     {"pattern": "vertical_slash", "vertical_size": 100, "slash_size": 800}),
+    *(({"pattern": "vertical_slash", "vertical_size": v, "slash_size": s},) * 2
+      for v, s in ((30, 800), (100, 750), (500, 700), (3500, 100))),
+    ({"pattern": "block_sparse", "top_k": None}, {"pattern": "vertical_slash", "vertical_size": 1000,
+                                                  "slash_size": 6096}),
+)
+
+
+def _diagonal_mask(signed_offsets: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
+    """(MB, NB) blocks crossed by any diagonal i - j = o for o in ``signed_offsets`` (bool over o + n - 1)."""
+    nb = num_blocks(n, block_size)
+    # block (r, c) holds offsets i - j in [(r - c) bs - (bs - 1), (r - c) bs + (bs - 1)]
+    prefix = torch.nn.functional.pad(torch.cumsum(signed_offsets.long(), 0), (1, 0))
+    delta = torch.arange(-(nb - 1), nb, device=signed_offsets.device)
+    lo = (delta * block_size - (block_size - 1) + n - 1).clamp(0, 2 * n - 1)
+    hi = (delta * block_size + block_size + n - 1).clamp(0, 2 * n - 1)
+    hit = (prefix[hi] - prefix[lo]) > 0
+    r = torch.arange(nb, device=signed_offsets.device)
+    return hit[(r.unsqueeze(1) - r.unsqueeze(0)) + nb - 1]
+
+
+def _column_mask(columns: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
+    nb = num_blocks(n, block_size)
+    on = torch.zeros(nb, dtype=torch.bool, device=columns.device)
+    on[columns // block_size] = True
+    return on.unsqueeze(0).expand(nb, nb)
+
+
+def _mirrored(distances: torch.Tensor, n: int) -> torch.Tensor:
+    offsets = torch.zeros(2 * n - 1, dtype=torch.bool, device=distances.device)
+    offsets[n - 1 + distances] = True
+    offsets[n - 1 - distances] = True
+    return offsets
+
+
+def vertical_slash(q: torch.Tensor, k: torch.Tensor, block_size: int, vertical_size: int, slash_size: int,
+                   last_q: int, n_init: int, n_local: int) -> torch.Tensor:
+    """Vertical-slash block mask (MB, NB) of one head (q, k each (N, D))."""
+    n, d = k.shape
+    rows = q[-last_q:].float()
+    probs = torch.softmax((rows @ k.float().T) / math.sqrt(d), dim=-1)
+    vertical = probs.sum(0)
+    vertical[:n_init] = float("inf")
+    columns = torch.topk(vertical, min(vertical_size, n)).indices
+    # diagonal distance |i - j| of every (row, key) entry, summed per distance
+    i = torch.arange(n - rows.shape[0], n, device=k.device).unsqueeze(1)
+    dist = (i - torch.arange(n, device=k.device).unsqueeze(0)).abs()
+    slash = torch.zeros(n, device=k.device).index_add_(0, dist.flatten(), probs.flatten())
+    slash[:n_local] = float("inf")
+    distances = torch.topk(slash, min(slash_size, n)).indices
+    return _column_mask(columns, n, block_size) | _diagonal_mask(_mirrored(distances, n), n, block_size)
+
+
+def a_shape(n: int, block_size: int, init: int, local: int, device: torch.device) -> torch.Tensor:
+    """Sink columns (first ``init`` tokens) plus a symmetric band of ``local`` tokens, (MB, NB)."""
+    sink = _column_mask(torch.arange(min(init, n), device=device), n, block_size)
+    band = _mirrored(torch.arange(min(local, n), device=device), n)
+    return sink | _diagonal_mask(band, n, block_size)
+
+
+def block_sparse(q: torch.Tensor, k: torch.Tensor, block_size: int, top_k: int) -> torch.Tensor:
+    """The ``top_k`` kv blocks of each query block by pooled q . k, (MB, NB); nothing is forced, as upstream."""
+    scores = pool_blocks(q, block_size) @ pool_blocks(k, block_size).T
+    nb = scores.shape[0]
+    top = torch.topk(scores, min(max(top_k, 1), nb), dim=-1).indices
+    return torch.zeros(nb, nb, dtype=torch.bool, device=q.device).scatter_(-1, top, True)
+
+
+def head_mask(q: torch.Tensor, k: torch.Tensor, block_size: int, cfg: dict[str, Any]) -> torch.Tensor:
+    """The block mask (MB, NB) of one head under a full config (``PARAMS`` keys)."""
+    pattern = cfg["pattern"]
+    if pattern == "vertical_slash":
+        return vertical_slash(q, k, block_size, cfg["vertical_size"], cfg["slash_size"], cfg["last_q"],
+                              cfg["n_init"], cfg["n_local"])
+    if pattern == "a_shape":
+        return a_shape(k.shape[0], block_size, cfg["a_shape_init"], cfg["a_shape_local"], k.device)
+    if pattern == "block_sparse":
+        return block_sparse(q, k, block_size, cfg["top_k"])
+    raise ValueError(f"pattern must be one of {PATTERNS}, got {pattern!r}")
+
+
+def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, **params: Any) -> torch.Tensor:
+    """MInference block mask (B, H, MB, NB): each head with its searched config (from ``tuned_config``, else
+    searched now when ``search``), else the fixed pattern params.
+
+    ``heads`` names the model heads that q's H heads are (default 0..H-1), to key searched configs.
+    """
+    check_qkv(q, k, v, block_size)
+    if params["pattern"] not in PATTERNS:
+        raise ValueError(f"pattern must be one of {PATTERNS}, got {params['pattern']!r}")
+    for name in ("vertical_size", "slash_size", "n_init", "n_local", "a_shape_init", "a_shape_local", "top_k"):
+        params[name] = check_int(name, params[name], lo=0)
+    params["last_q"] = check_int("last_q", params["last_q"], lo=1)
+    check_flag("search", params["search"])
+    budget = params["budget"]
+    _check_search(budget, params["recall_target"], params["sample_blocks"])
+    configs = _tuned.HeadConfigs("minference", params["tuned_config"], params["model"], params["layer"],
+                                 params["heads"], q.shape[1])
+
+    def one_head(h: int, qh: torch.Tensor, kh: torch.Tensor, _v: torch.Tensor) -> torch.Tensor:
+        search = (lambda: search_head(qh, kh, block_size, budget=budget, recall_target=params["recall_target"],
+                                      sample_blocks=params["sample_blocks"])) if params["search"] else None
+        return head_mask(qh, kh, block_size, {**params, **(configs.get(h, search) or {})})
+
+    return per_head(q, k, v, block_size, one_head)
+
+
+def _check_search(budget: float | None, recall_target: float, sample_blocks: int) -> None:
+    if budget is not None:
+        check_fraction("budget", budget)  # a density, so None or in (0, 1]
+    check_number("recall_target", recall_target, 0.0, 1.0)
+    check_int("sample_blocks", sample_blocks, lo=1)
+
+
+def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budget: float | None = None,
+                recall_target: float = 0.95, sample_blocks: int = 8) -> dict[str, Any]:
+    """One head's config by MInference's search: the candidate of ``CANDIDATES`` recalling the most dense
+    attention mass on sampled query blocks, as the pattern it runs as, with its recall and that mask's density.
+
+    With a ``budget`` (a density, i.e. a FLOPs cap) only candidates whose run mask fits it compete (the
+    sparsest if none does). ``recall_target`` is reported against (``meets_target``), not searched for.
+    """
+    nb = num_blocks(k.shape[0], block_size)
+    blocks = sample_query_blocks(nb, sample_blocks).to(q.device)
+    q_rows, owner = block_rows(q, blocks, block_size)
+    mass = block_mass(q_rows, k, block_size)
+    results = []
+    for scored, runs_as in CANDIDATES:
+        scored = {**scored, "top_k": max(nb // 8, 1)} if scored.get("top_k", 0) is None else scored
+        scored_mask = head_mask(q, k, block_size, {**PARAMS, **scored})
+        run_mask = scored_mask if scored == runs_as else head_mask(q, k, block_size, {**PARAMS, **runs_as})
+        recall = float((mass * scored_mask[blocks][owner]).sum(-1).mean())
+        density = float(run_mask.float().mean())
+        results.append({**runs_as, "scored_as": scored["pattern"], "recall": recall, "density": density})
+    if budget is not None:
+        results = [r for r in results if r["density"] <= budget] or [min(results, key=lambda r: r["density"])]
+    best = max(results, key=lambda r: (r["recall"], -r["density"]))
+    return {**best, "meets_target": best["recall"] >= recall_target}
+
+
+def search(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, model: str, layer: int,
+           heads: list[int] | None = None, cache: str | None = None, budget: float | None = None,
+           recall_target: float = 0.95, sample_blocks: int = 8) -> dict[str, dict[str, Any]]:
+    """Search every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
+    check_qkv(q, k, v, block_size)
+    _check_search(budget, recall_target, sample_blocks)
+    return _tuned.tune_heads("minference", q, lambda i: search_head(
+        q[0, i], k[0, i], block_size, budget=budget, recall_target=recall_target, sample_blocks=sample_blocks),
+        model=model, layer=layer, heads=heads, cache=cache)
+
+
+masks.register("minference", build, PARAMS, "vertical-slash / A-shape / block-sparse, searched per head (MInference)")
+
+if __name__ == "__main__":
+    from wavealign.masks._draw import main
+
+    raise SystemExit(main("minference"))

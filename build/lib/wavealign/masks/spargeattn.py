@@ -1,0 +1,188 @@
+"""SpargeAttn (Zhang et al., 2025) block prediction from pooled Q/K, and its per-head autotune.
+
+Per head: K is smoothed by subtracting its mean key; Q and smoothed K are mean-pooled per block. A block
+is *self-similar* when the mean pairwise cosine of its tokens (self-pairs included) exceeds
+``simthreshd1``; pooling only represents self-similar blocks, so a non-self-similar query block is
+computed against every kv block (a whole row) and a non-self-similar kv block by every query block (a
+whole column). For the rest, softmax(pooled_q pooled_k^T / sqrt(d)) over the self-similar kv blocks is
+sorted and blocks are kept while the cumulative mass stays <= ``cdfthreshd``: **the crossing block is
+not kept**, but at least one block is. ``attention_sink`` adds kv-block 0 to every row; as upstream, heads
+are tuned with it off and run with it on (the default).
+
+Bidirectional: upstream's non-causal path, unchanged (no causal mask on the pooled scores).
+
+The paper runs SpargeAttn with a per-head tuned config: ``tune_head`` searches ``simthreshd1`` over a grid
+and, for each, bisects ``cdfthreshd`` for the smallest value whose output L1 error
+sum|o - o_dense| / sum|o_dense| on sampled query blocks stays under ``l1_bound``; the sparsest passing
+setting wins. With ``autotune`` (the default) ``build`` tunes every head it has no config for, so any caller
+(a sweep cell, ``mask-fidelity``) gets the tuned mask; ``autotune=False`` uses the fixed thresholds. Tuned
+configs can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from wavealign import masks
+from wavealign.blockmask import check_int
+from wavealign.masks import _tuned
+from wavealign.masks._common import (
+    BlockPartials,
+    block_rows,
+    check_flag,
+    check_fraction,
+    check_number,
+    check_qkv,
+    num_blocks,
+    per_head,
+    pool_blocks,
+    sample_query_blocks,
+)
+
+PARAMS: dict[str, Any] = {"simthreshd1": 0.6, "cdfthreshd": 0.98, "attention_sink": True, "autotune": True,
+                          "l1_bound": 0.06, "sample_blocks": 8, "tuned_config": None, "model": "", "layer": 0,
+                          "heads": None}
+SIM_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def _pool_and_similarity(x: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean-pooled blocks (NB, D) and each block's mean pairwise cosine similarity (NB,)."""
+    unit = x.float() / x.float().norm(dim=-1, keepdim=True).clamp_min(1e-6)
+    n = x.shape[0]
+    counts = torch.full((num_blocks(n, block_size),), float(block_size), device=x.device)
+    counts[-1] = n - (len(counts) - 1) * block_size
+    # mean over all ordered token pairs of u_i . u_j = |sum_i u_i|^2 / n^2
+    unit_sum = pool_blocks(unit, block_size) * counts.unsqueeze(-1)
+    return pool_blocks(x, block_size), unit_sum.pow(2).sum(-1) / counts.pow(2)
+
+
+def cdf_select(probs: torch.Tensor, cdfthreshd: float) -> torch.Tensor:
+    """Per row of ``probs`` (MB, NB), the highest blocks while their cumulative mass stays <= ``cdfthreshd``:
+    the block whose cdf crosses the threshold is dropped, but every row keeps at least one block."""
+    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+    cdf = torch.cumsum(sorted_p, dim=-1)
+    keep_n = (cdf <= cdfthreshd).sum(-1, keepdim=True).clamp(min=1)
+    take = torch.arange(probs.shape[-1], device=probs.device) < keep_n
+    return torch.zeros_like(take).scatter_(-1, order, take)
+
+
+class _HeadStats:
+    """What SpargeAttn's prediction needs of one head, computed once and reused across thresholds."""
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, block_size: int) -> None:
+        k_smooth = k.float() - k.float().mean(0, keepdim=True)
+        self.pooled_q, self.sim_q = _pool_and_similarity(q, block_size)
+        self.pooled_k, self.sim_k = _pool_and_similarity(k_smooth, block_size)
+        self.scores = (self.pooled_q @ self.pooled_k.T) / math.sqrt(q.shape[-1])
+
+    def mask(self, simthreshd1: float, cdfthreshd: float, attention_sink: bool) -> torch.Tensor:
+        q_sim, k_sim = self.sim_q > simthreshd1, self.sim_k > simthreshd1
+        probs = torch.softmax(self.scores.masked_fill(~k_sim, float("-inf")), dim=-1).nan_to_num(0.0)
+        mask = cdf_select(probs, cdfthreshd)
+        mask[:, ~k_sim] = True
+        mask[~q_sim, :] = True
+        if attention_sink:
+            mask[:, 0] = True
+        return mask
+
+
+def _check(simthreshd1: float, cdfthreshd: float) -> None:
+    check_number("simthreshd1", simthreshd1, -1.0, 1.0)  # a cosine
+    check_fraction("cdfthreshd", cdfthreshd)
+
+
+def _check_tuning(l1_bound: float, sample_blocks: int) -> None:
+    check_fraction("l1_bound", l1_bound)
+    check_int("sample_blocks", sample_blocks, lo=1)
+
+
+def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, simthreshd1: float,
+          cdfthreshd: float, attention_sink: bool, autotune: bool, l1_bound: float, sample_blocks: int,
+          tuned_config: str | None, model: str, layer: int, heads: list[int] | None) -> torch.Tensor:
+    """SpargeAttn block mask (B, H, MB, NB): each head with its tuned config (from ``tuned_config``, else
+    tuned now when ``autotune``), else the fixed thresholds.
+
+    ``heads`` names the model heads that q's H heads are (default 0..H-1), to key tuned configs.
+    """
+    check_qkv(q, k, v, block_size)
+    _check(simthreshd1, cdfthreshd)
+    _check_tuning(l1_bound, sample_blocks)
+    check_flag("attention_sink", attention_sink)
+    check_flag("autotune", autotune)
+    configs = _tuned.HeadConfigs("spargeattn", tuned_config, model, layer, heads, q.shape[1])
+
+    def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+        stats = _HeadStats(qh, kh, block_size)
+        tune = (lambda: _tune(stats, qh, kh, vh, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks)
+                ) if autotune else None
+        cfg = configs.get(h, tune) or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}
+        return stats.mask(cfg["simthreshd1"], cfg["cdfthreshd"], attention_sink)
+
+    return per_head(q, k, v, block_size, head_mask)
+
+
+def tune_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, l1_bound: float = 0.06,
+              sample_blocks: int = 8, bisect_steps: int = 8, attention_sink: bool = False) -> dict[str, float]:
+    """Autotune one head (q, k, v each (N, D)): the sparsest (simthreshd1, cdfthreshd) with L1 error
+    under ``l1_bound`` on ``sample_blocks`` evenly spread query blocks; returns it with its density and error."""
+    return _tune(_HeadStats(q, k, block_size), q, k, v, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks,
+                 bisect_steps=bisect_steps, attention_sink=attention_sink)
+
+
+def _tune(stats: _HeadStats, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, *, l1_bound: float,
+          sample_blocks: int, bisect_steps: int = 8, attention_sink: bool = False) -> dict[str, float]:
+    """``tune_head`` on the head's prediction statistics, computed once by the caller and reused for its mask."""
+    blocks = sample_query_blocks(stats.scores.shape[0], sample_blocks)
+    q_rows, owner = block_rows(q, blocks, block_size)
+    partials = BlockPartials(q_rows, k, v, block_size)
+    dense = partials.output(torch.ones_like(partials.den, dtype=torch.bool))
+    dense_l1 = dense.abs().sum().clamp_min(1e-12)
+
+    def error(mask: torch.Tensor) -> float:
+        out = partials.output(mask[blocks.to(mask.device)][owner])
+        return float((out - dense).abs().sum() / dense_l1)
+
+    best: dict[str, float] | None = None
+    for sim in SIM_GRID:
+        lo, hi = 0.0, 1.0  # error(hi) is 0 only if every block is kept; bisect the smallest passing cdf
+        hi_mask = stats.mask(sim, hi, attention_sink)
+        hi_err = error(hi_mask)
+        if hi_err > l1_bound:
+            continue
+        for _ in range(bisect_steps):
+            mid = (lo + hi) / 2
+            mid_mask = stats.mask(sim, mid, attention_sink)
+            mid_err = error(mid_mask)
+            if mid_err <= l1_bound:
+                hi, hi_mask, hi_err = mid, mid_mask, mid_err
+            else:
+                lo = mid
+        candidate = {"simthreshd1": sim, "cdfthreshd": hi, "density": float(hi_mask.float().mean()),
+                     "l1_error": hi_err}
+        if best is None or candidate["density"] < best["density"]:
+            best = candidate
+    if best is None:  # nothing passes: the densest setting (all blocks) is exact
+        best = {"simthreshd1": 1.0, "cdfthreshd": 1.0, "density": 1.0, "l1_error": 0.0}
+    return best
+
+
+def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, model: str,
+             layer: int, heads: list[int] | None = None, cache: str | None = None, l1_bound: float = 0.06,
+             sample_blocks: int = 8) -> dict[str, dict[str, float]]:
+    """Tune every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
+    check_qkv(q, k, v, block_size)
+    _check_tuning(l1_bound, sample_blocks)
+    return _tuned.tune_heads("spargeattn", q, lambda i: tune_head(
+        q[0, i], k[0, i], v[0, i], block_size, l1_bound=l1_bound, sample_blocks=sample_blocks),
+        model=model, layer=layer, heads=heads, cache=cache)
+
+
+masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)")
+
+if __name__ == "__main__":
+    from wavealign.masks._draw import main
+
+    raise SystemExit(main("spargeattn"))

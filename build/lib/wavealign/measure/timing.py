@@ -1,0 +1,100 @@
+"""CUDA-event timing of one launch: warm-up first, L2 flushed between repetitions, median and IQR.
+
+Compile/JIT time is measured on its own (the first call's wall time) and never mixed into kernel time.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+# Over four times the H200's 60 MiB L2, so writing it evicts everything a previous repetition left there
+FLUSH_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repetitions of one launch, in milliseconds of GPU time between two CUDA events."""
+
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    min_ms: float
+    reps: int
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.p75_ms - self.p25_ms
+
+    def as_dict(self) -> dict[str, float]:
+        return {**asdict(self), "iqr_ms": self.iqr_ms}
+
+
+def summarize(samples_ms: list[float]) -> Timing:
+    """Median, quartiles and minimum of repetition times (ms)."""
+    if not samples_ms:
+        raise ValueError("samples_ms must hold at least one time, got an empty list")
+    if len(samples_ms) == 1:
+        q1 = q3 = samples_ms[0]
+    else:
+        q1, _, q3 = statistics.quantiles(samples_ms, n=4, method="inclusive")
+    return Timing(median_ms=statistics.median(samples_ms), p25_ms=q1, p75_ms=q3, min_ms=min(samples_ms),
+                  reps=len(samples_ms))
+
+
+class L2Flusher:
+    """Overwrites a buffer larger than L2, so each repetition starts with a cold cache."""
+
+    def __init__(self, device: torch.device | str = "cuda", nbytes: int = FLUSH_BYTES) -> None:
+        self.buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def time_cuda(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2, flush_l2: bool = True) -> Timing:
+    """Time ``fn`` with CUDA events after ``warmup`` calls; the L2 flush runs outside the events."""
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    for _ in range(warmup):
+        fn()
+    flush = L2Flusher() if flush_l2 else None
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    torch.cuda.synchronize()
+    for start, end in zip(starts, ends, strict=True):
+        if flush is not None:
+            flush()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
+
+
+def time_wall_clock(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2) -> Timing:
+    """Wall-clock time of ``fn`` after ``warmup`` calls: the CPU's timer (no cache to flush that a result could
+    be compared on)."""
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return summarize(samples)
+
+
+def time_first_call_ms(fn: Callable[[], object]) -> float:
+    """Wall time (ms) of one synchronised call: on a fresh shape this is compile/JIT plus one run."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3

@@ -1,0 +1,139 @@
+"""The records of a measurement: a ``Cell`` (what to run, fully resolved), its ``CellResult`` (every figure,
+units in the field names) and the ``Environment`` that produced it.
+
+These dataclasses are the one definition of a row: the Parquet schema and the MLflow params, metrics and
+tags are generated from their fields (``orchestrator.dataset``, ``orchestrator.tracking``), so a new field
+is one line here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GPU of a given type
+ORIGINAL_VARIANT = "original"  # the variant every speedup of a group refers to
+DEFAULT_REORDERER = "wavealign"  # WaveAlign's own Stage 1: the spatial step a variant uses unless told otherwise
+NO_REORDERER = "identity"  # what a variant without a spatial stage records: its order never depends on one
+
+
+def order_name(variant: str, reorderer: str | None) -> str:
+    """How tables name a row's launch order: its variant, plus the reorderer when that is not WaveAlign's own
+    Stage 1 (``wavealign[minhash]``: MinHash grouping then Stage 2; ``spatial[minhash]``: MinHash grouping alone)."""
+    if reorderer in (None, DEFAULT_REORDERER, NO_REORDERER) or reorderer != reorderer:  # None, NaN: before the field
+        return variant
+    return f"{variant}[{reorderer}]"
+
+
+@dataclass
+class Cell:
+    """One point of a sweep grid, fully resolved (no defaults left to a worker)."""
+
+    cell_id: str
+    group_id: str  # cells sharing workload, mask, hardware and backend: timed back to back
+    hardware: str  # GPU type the cell runs on (or is simulated for); "cpu" = any worker's CPU
+    profile_hardware: str  # GPU description for wave size and skip features (= hardware unless cpu)
+    backend: str
+    method: str
+    variant: str
+    stages: str  # reorder.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
+    skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
+    workload: str
+    seq_len_tokens: int
+    num_heads: int
+    head_dim: int
+    block_size: int
+    wave_size: int
+    seed: int = 0
+    seq_k: float | None = None  # the requested length in thousands of tokens (seq_len_tokens: the nearest valid)
+    model: str | None = None  # a wavealign.workloads preset; None = a bare (seq_len, heads) shape
+    captured: str | None = None  # a wavealign-qkv/1 file whose Q/K/V the cell runs on (heads: which of its heads)
+    resolution: str | None = None
+    frames: int | None = None
+    heads: list[int] = field(default_factory=list)  # preset head indices
+    layer: int = 0
+    step: int = 0  # the generator's denoising step (attention sharpens as the video forms)
+    method_params: dict[str, Any] = field(default_factory=dict)
+    backend_params: dict[str, Any] = field(default_factory=dict)
+    # the spatial step (wavealign.reorderers) and its params; NO_REORDERER when ``stages`` has none
+    reorderer: str = DEFAULT_REORDERER
+    reorderer_params: dict[str, Any] = field(default_factory=dict)
+    reps: int = 5
+    warmup: int = 1
+    ncu: bool = False  # also profile one launch under Nsight Compute (GPU cells)
+
+
+@dataclass
+class Environment:
+    """What ran a cell: GPU, driver, CUDA, torch, triton, host, Python and the code's git sha."""
+
+    gpu_name: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    torch_version: str | None = None
+    triton_version: str | None = None
+    python_version: str | None = None
+    host: str | None = None
+    git_sha: str | None = None
+    wavealign_version: str | None = None
+
+
+@dataclass
+class CellResult:
+    """Every figure of one cell. Times in ms, sizes in bytes, ratios in percent where named ``_pct``."""
+
+    cell_id: str
+    group_id: str
+    status: str  # "done" or "failed"
+    error: str | None = None
+    traceback: str | None = None
+    simulated: bool = False
+    device: str | None = None  # where the cell ran: "cpu" or a CUDA device name
+    timer: str | None = None  # "cuda_events", "wall_clock" (CPU cells: perf_counter) or "simulated"
+    reps_done: int = 0
+    kernel_ms_median: float = math.nan  # launch.run: the kernel, plus Q gather / O scatter where the backend needs them
+    kernel_ms_iqr: float = math.nan
+    first_call_ms: float = math.nan  # GPU: the first call's wall time (compile/JIT + one run), kept apart
+    reorder_ms: float = math.nan  # reorder.plan cost (0 when no reorder was applied); see reorder_cost
+    # "measured" (timed where the kernel runs), or how a simulated cell's cost on its GPU was predicted
+    reorder_cost: str | None = None
+    host_reorder_ms: float = math.nan  # simulated cells: reorder.plan timed on the host CPU, never added to a kernel
+    launch_plan_ms: float = math.nan  # backend.plan: the mask in the kernel's format, rows in launch order
+    total_ms: float = math.nan  # reorder + kernel
+    speedup_vs_original: float = math.nan  # the group's original-variant kernel time / this one's
+    net_speedup_vs_original: float = math.nan  # the original's kernel time / this one's total (reorder counted)
+    stages_applied: str | None = None
+    reorder_applied: bool | None = None
+    # mask statistics and skip features (wavealign.skip.SkipFeatures), original order
+    num_q_blocks: int | None = None
+    num_kv_blocks: int | None = None
+    density: float = math.nan
+    nnz_mean: float = math.nan
+    nnz_cv: float = math.nan
+    adjacent_jaccard: float = math.nan
+    wave_working_set_bytes: float = math.nan
+    working_set_over_l2: float = math.nan
+    reordered_wave_working_set_bytes: float = math.nan  # the same figure in the applied launch order
+    skip_reorder: bool | None = None
+    skip_reason: str | None = None
+    skip_predicted_gain_ms: float = math.nan
+    # simulator figures (simulated backends)
+    l2_hit_pct: float = math.nan
+    hbm_read_bytes: float = math.nan
+    # Nsight Compute, when the cell asks (ncu=True): time, hit rate and throughputs of the backend's attention
+    # kernels (every launch matching its ``ncu_kernels``, ratios duration-weighted); DRAM bytes summed over every
+    # kernel of the call (gather/scatter too)
+    ncu_l2_hit_pct: float = math.nan
+    ncu_dram_read_bytes: float = math.nan
+    ncu_dram_write_bytes: float = math.nan
+    ncu_dram_throughput_pct: float = math.nan
+    ncu_sm_throughput_pct: float = math.nan
+    ncu_kernel_ms: float = math.nan
+    ncu_kernels: int | None = None
+    ncu_ctas_per_sm: int | None = None
+    ncu_registers_per_thread: int | None = None
+    ncu_unavailable: str | None = None  # why there are no counters, when asked for and none were read
+    mask_ms: float = math.nan  # building workload + mask, shared by the group
+    cell_wall_s: float = math.nan  # the cell's own work on the worker
+    environment: Environment = field(default_factory=Environment)

@@ -1,0 +1,83 @@
+"""A small name -> object registry that discovers its entries from the modules of one package.
+
+Adding a method or backend is one module that registers itself (plus one YAML in ``conf/``); nothing
+else changes, because every submodule of the package is imported on first lookup. A module outside the
+package (a user's own backend or method) is imported too when ``WAVEALIGN_PLUGINS`` names it
+(comma-separated importable module names; the sweep sets it from its ``plugins`` key, on every worker).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+PLUGINS_ENV = "WAVEALIGN_PLUGINS"
+
+
+def plugin_modules() -> list[str]:
+    """The modules ``WAVEALIGN_PLUGINS`` names."""
+    return [name.strip() for name in os.environ.get(PLUGINS_ENV, "").split(",") if name.strip()]
+
+
+def import_plugins() -> None:
+    """Import every module ``WAVEALIGN_PLUGINS`` names; one that cannot be imported is an error naming it."""
+    for name in plugin_modules():
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ImportError(f"{PLUGINS_ENV} names module {name!r}, which cannot be imported: {exc}") from exc
+
+
+class Registry(Generic[T]):
+    """Entries keyed by name, filled by importing every submodule of ``package`` on first use."""
+
+    def __init__(self, kind: str, package: str) -> None:
+        self.kind = kind
+        self.package = package
+        self._entries: dict[str, T] = {}
+        self._discovered = False
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator that files ``obj`` under ``name``; a second entry of the same name is an error."""
+
+        def add(obj: T) -> T:
+            if name in self._entries and self._entries[name] is not obj:
+                raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._entries[name] = obj
+            return obj
+
+        return add
+
+    def _discover(self) -> None:
+        if self._discovered:
+            return
+        pkg = importlib.import_module(self.package)
+        for mod in pkgutil.iter_modules(pkg.__path__):
+            if not mod.name.startswith("_"):
+                importlib.import_module(f"{self.package}.{mod.name}")
+        import_plugins()
+        # only now: a module that failed to import raises again on the next lookup instead of going missing
+        self._discovered = True
+
+    def get(self, name: str) -> T:
+        self._discover()
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.kind} {name!r}; expected one of {self.names()}") from None
+
+    def names(self) -> list[str]:
+        self._discover()
+        return sorted(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __contains__(self, name: object) -> bool:
+        self._discover()
+        return name in self._entries

@@ -1,0 +1,265 @@
+"""WaveAlign's row reordering: plan a per-head launch order of query blocks, apply it, undo it.
+
+Stage 1 (paper Alg. 1) sorts rows by the polar angle of their coordinates in the top-2 left singular
+subspace of the column-centered mask, so rows with similar K/V sets run in the same wave. Stage 2
+(Alg. 2) sorts each wave-sized bucket by descending NNZ, so a wave's short rows hand over to the next
+wave's long ones. Only the order changes: every backend computes the same blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from wavealign import stage1_cuda, subspace
+from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed, kv_pair
+
+STAGES = ("none", "spatial", "temporal", "both")
+# how the paper's figures name each stage set (Fig. 12's ablation)
+PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
+# Stage 1 falls back to the original order when sigma_2 <= RANK_TOL * sigma_1 (centered rank < 2)
+RANK_TOL = 1e-4
+# bytes of float32 mask copy per batched Stage-1 chunk; bounds memory, not the result
+CHUNK_BYTES = 1 << 30
+# a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
+MAX_WAVE_SIZE = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class RowOrder:
+    """A launch order per head: slot ``p`` of head ``h`` runs query block ``perm[h, p]``.
+
+    ``perm`` and ``inverse`` are int64 of shape (H, MB), or (B, H, MB) for a batched mask with B > 1.
+    """
+
+    perm: torch.Tensor
+    inverse: torch.Tensor
+    wave_size: int
+    stages: str
+    reorderer: str = "wavealign"  # the spatial step (wavealign.reorderers) when ``stages`` has one
+
+    @property
+    def num_q_blocks(self) -> int:
+        return self.perm.shape[-1]
+
+    @classmethod
+    def from_perm(cls, perm: torch.Tensor, wave_size: int, stages: str, reorderer: str = "wavealign") -> RowOrder:
+        """Wrap a permutation, computing its inverse; each row of ``perm`` (H, MB) or (B, H, MB) must be a
+        permutation of range(MB), or the inverse would hold garbage."""
+        if not isinstance(perm, torch.Tensor) or perm.dim() not in (2, 3) or perm.shape[-1] == 0:
+            got = f"shape {tuple(perm.shape)}" if isinstance(perm, torch.Tensor) else type(perm).__name__
+            raise ValueError(f"perm must be a non-empty (H, MB) or (B, H, MB) integer tensor, got {got}")
+        if perm.is_floating_point() or perm.is_complex() or perm.dtype == torch.bool:
+            raise ValueError(f"perm must have an integer dtype, got {perm.dtype}")
+        wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
+        mb = perm.shape[-1]
+        if not bool((torch.sort(perm, dim=-1).values == torch.arange(mb, device=perm.device)).all()):
+            raise ValueError(f"perm must hold a permutation of range(MB={mb}) in every row (last dim), got "
+                             f"values in [{int(perm.min())}, {int(perm.max())}] with repeats or gaps")
+        return cls._of(perm, wave_size, stages, reorderer)
+
+    @classmethod
+    def _of(cls, perm: torch.Tensor, wave_size: int, stages: str, reorderer: str = "wavealign") -> RowOrder:
+        """``from_perm`` without its check, for permutations made here (no wait for the GPU)."""
+        perm = perm.long()
+        inverse = torch.empty_like(perm)
+        inverse.scatter_(-1, perm, torch.arange(perm.shape[-1], device=perm.device).expand_as(perm))
+        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages, reorderer=reorderer)
+
+    @classmethod
+    def identity(cls, *lead: int, device: str | torch.device = "cpu", wave_size: int = 132) -> RowOrder:
+        """The original order for leading dims ``lead`` = (H, MB) or (B, H, MB)."""
+        perm = torch.arange(lead[-1], device=device).expand(*lead).contiguous()
+        return cls(perm=perm, inverse=perm.clone(), wave_size=wave_size, stages="none", reorderer="identity")
+
+
+def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int = 0, reorderer: str = "wavealign",
+         **params: Any) -> RowOrder:
+    """Compute the launch order of ``mask`` (bool (H, MB, NB), (B, H, MB, NB), or kv indices).
+
+    ``stages`` picks the paper's ablation variant: "none" (Original), "spatial" (O+S1), "temporal" (O+S2) or
+    "both" (O+S1+S2). ``reorderer`` names the spatial step (``wavealign.reorderers``: WaveAlign's Stage 1 or a
+    Table II baseline such as "minhash"), ``params`` its parameters (Stage 1's ``iters`` and ``rayleigh_ritz``);
+    Stage 2 is the same for all. The result is deterministic for a given seed and device.
+    """
+    from wavealign import reorderers
+
+    if stages not in STAGES:
+        raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
+    wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
+    seed = check_seed("seed", seed)
+    grouping = reorderers.get(reorderer)
+    params = grouping.resolve(params)
+    dense = as_dense(mask)
+    lead = dense.shape[:-2] if not (dense.dim() == 4 and dense.shape[0] == 1) else dense.shape[1:-2]
+    mb, nb = dense.shape[-2:]
+    rows = dense.reshape(-1, mb, nb)
+    order = torch.arange(mb, device=dense.device).expand(rows.shape[0], mb)
+    if stages in ("spatial", "both") and rows.shape[0]:
+        order = grouping.group(rows, wave_size=wave_size, seed=seed, **params).to(dense.device)
+    if stages in ("temporal", "both"):
+        order = temporal_order(rows.sum(-1), order, wave_size)
+    return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer)
+
+
+def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,
+                  rayleigh_ritz: bool = True) -> torch.Tensor:
+    """Stage 1 for a (G, MB, NB) bool mask: (G, MB) row order by the polar angle of (u1, u2)."""
+    g, mb, _ = mask.shape
+    # the CUDA path holds the mask as bits (1/32 of the float copy), so all heads go in one batch
+    per_chunk = g if stage1_cuda.usable(mask) else max(1, CHUNK_BYTES // max(1, 4 * mask[0].numel()))
+    return torch.cat([_spatial_chunk(mask[i:i + per_chunk], iters, seed, rayleigh_ritz)
+                      for i in range(0, g, per_chunk)]) if g else mask.new_zeros((0, mb), dtype=torch.long)
+
+
+def centered_top2(mask: torch.Tensor, iters: int = 10, seed: int = 0,
+                  rayleigh_ritz: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 1, matrix-free: top-2 left singular vectors (G, MB, 2) and values (G, 2) of the
+    column-centered (G, MB, NB) mask, never forming the centered mask or a Gram matrix.
+
+    The 2-column blocks are kept transposed, (G, 2, MB), so both products stream M row-major
+    (X^T M and Y^T M^T), several times faster on CPU BLAS than M^T X. A CUDA mask takes the packed
+    tensor-core path below (same start, same iterations, float32-level accuracy).
+    """
+    if stage1_cuda.usable(mask):
+        return stage1_cuda.centered_top2(mask, iters, seed, rayleigh_ritz)
+    g, mb, _ = mask.shape
+    m = mask.float()
+    c = m.sum(1, keepdim=True)  # Alg. 1 line 1: c = M^T 1, column sums (G, 1, NB)
+    xt = subspace.start_block(g, mb, seed, mask.device)  # Alg. 1 line 2
+    for _ in range(iters):
+        yt = _centered_t_matvec(m, c, xt)  # Alg. 1 line 4: Y = M^T X - (1/MB) c (1^T X)
+        zt = torch.bmm(yt, m.transpose(1, 2)) - (yt * c).sum(-1, keepdim=True) / mb  # line 5: Z = MY - (1/MB) 1 (c^T Y)
+        xt = subspace.orth2(zt)  # line 6: X = orth(Z)
+    yt = _centered_t_matvec(m, c, xt)
+    # Rayleigh-Ritz: the 2x2 quotient of C C^T on span(X) gives sigma_1^2 >= sigma_2^2 and their vectors
+    evals, evecs = torch.linalg.eigh(torch.bmm(yt, yt.transpose(1, 2)).double())  # ascending
+    x = xt.transpose(1, 2)
+    if rayleigh_ritz:
+        x = torch.bmm(x.double(), evecs.flip(-1)).float()
+    return x, evals.flip(-1).clamp_min(0).sqrt().float()
+
+
+def _spatial_chunk(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool) -> torch.Tensor:
+    g, mb, _ = mask.shape
+    u, sigma = centered_top2(mask, iters, seed, rayleigh_ritz)
+    u = _canonical_signs(u)
+    order = _stable_argsort(torch.atan2(u[..., 1], u[..., 0]))
+    # rank < 2 after centering: the angle carries no information, keep the original order
+    low_rank = sigma[:, 1] <= RANK_TOL * sigma[:, 0].clamp_min(1e-30)
+    if mb < 3:
+        low_rank[:] = True
+    identity = torch.arange(mb, device=mask.device).expand(g, mb)
+    return torch.where(low_rank.unsqueeze(-1), identity, order)
+
+
+def _centered_t_matvec(m: torch.Tensor, c: torch.Tensor, xt: torch.Tensor) -> torch.Tensor:
+    """((M - (1/MB) 1 c^T)^T X)^T = X^T M - (1/MB) (X^T 1) c^T, for X^T of shape (G, 2, MB)."""
+    return torch.bmm(xt, m) - xt.sum(-1, keepdim=True) * c / m.shape[1]
+
+
+def _canonical_signs(u: torch.Tensor) -> torch.Tensor:
+    """Flip each singular vector so its largest-magnitude entry is positive (an SVD's sign is arbitrary)."""
+    pivot = u.abs().argmax(dim=1, keepdim=True)
+    sign = torch.sign(torch.gather(u, 1, pivot))
+    return u * torch.where(sign == 0, torch.ones_like(sign), sign)
+
+
+def _stable_argsort(key: torch.Tensor) -> torch.Tensor:
+    return torch.sort(key, dim=-1, stable=True).indices
+
+
+def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> torch.Tensor:
+    """Stage 2 (Alg. 2): within consecutive ``wave_size`` buckets of ``order``, descending NNZ, stably."""
+    mb = order.shape[-1]
+    nnz_in_order = torch.gather(nnz.long(), -1, order)
+    bucket = torch.arange(mb, device=order.device) // wave_size
+    # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties; a row's NNZ is
+    # below 2^31, so the bucket's weight needs no look at the data (and no wait for the GPU)
+    key = (bucket << 31) - nnz_in_order
+    return torch.gather(order, -1, _stable_argsort(key))
+
+
+def _block_row_index(order_perm: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
+    """Token index (…, N) that lays query blocks out in ``order_perm`` order; a ragged block keeps its length."""
+    mb = order_perm.shape[-1]
+    starts = order_perm * block_size
+    lengths = (seq_len - starts).clamp(max=block_size)
+    offsets = torch.arange(block_size, device=order_perm.device)
+    index = starts.unsqueeze(-1) + offsets
+    keep = offsets < lengths.unsqueeze(-1)
+    flat = index.reshape(-1, mb * block_size)[keep.reshape(-1, mb * block_size)]
+    return flat.reshape(*order_perm.shape[:-1], seq_len)
+
+
+def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> int:
+    """``x`` must be a non-empty (B, H, N, D) tensor whose N tokens make the query blocks ``order`` covers;
+    returns ``block_size`` as the int it must be."""
+    block_size = check_int("block_size", block_size, lo=1)
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"{name} must be a (B, H, N, D) tensor, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+    mb = -(-x.shape[2] // block_size)
+    if mb != order.num_q_blocks:
+        raise ValueError(
+            f"{name} has N={x.shape[2]} tokens = {mb} blocks of block_size={block_size}, but the order "
+            f"covers MB={order.num_q_blocks} query blocks")
+    heads = order.perm.shape[-2]
+    if x.shape[1] != heads:
+        raise ValueError(f"{name} has H={x.shape[1]} heads, but the order has {heads}")
+    if order.perm.dim() == 3 and order.perm.shape[0] != x.shape[0]:
+        raise ValueError(f"{name} has B={x.shape[0]}, but the order is batched with B={order.perm.shape[0]}")
+    return block_size
+
+
+def _gather_rows(x: torch.Tensor, perm: torch.Tensor, block_size: int) -> torch.Tensor:
+    b, h, n, d = x.shape
+    index = _block_row_index(perm.to(x.device), n, block_size).expand(b, h, n)
+    return torch.gather(x, 2, index.unsqueeze(-1).expand(b, h, n, d))
+
+
+def permute_rows(q: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
+    """Gather the query blocks of ``q`` (B, H, N, D) into launch order (a ragged last block keeps its length)."""
+    block_size = check_rows(q, order, block_size, "q")
+    return _gather_rows(q, order.perm, block_size)
+
+
+def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
+    """Undo ``permute_rows`` on an output (B, H, N, D) computed in launch order."""
+    block_size = check_rows(out, order, block_size, "out")
+    index = _block_row_index(order.perm.to(out.device), out.shape[2], block_size)
+    restored = torch.empty_like(out)
+    b, h, n, d = out.shape
+    restored.scatter_(2, index.expand(b, h, n).unsqueeze(-1).expand(b, h, n, d), out)
+    return restored
+
+
+def permute_mask(mask: MaskLike, order: RowOrder) -> MaskLike:
+    """Reorder a mask's rows into launch order, in the form it came in: a bool (H, MB, NB) or (B, H, MB, NB)
+    mask, or the kv-index form (whose lists are gathered as they are, without a round trip through dense)."""
+    if isinstance(mask, tuple):
+        kv_num, kv_idx = kv_pair(mask)
+        _check_mask_rows(tuple(kv_num.shape), order)
+        perm = _perm_like(order, kv_num)
+        return (torch.gather(kv_num, -1, perm), torch.gather(kv_idx, -2, perm.unsqueeze(-1).expand_as(kv_idx)))
+    mask = as_dense(mask)
+    _check_mask_rows(tuple(mask.shape[:-1]), order)
+    return torch.gather(mask, -2, _perm_like(order, mask[..., 0]).unsqueeze(-1).expand_as(mask))
+
+
+def _check_mask_rows(rows: tuple[int, ...], order: RowOrder) -> None:
+    """``rows`` is a mask's (H, MB) or (B, H, MB): it must be the rows ``order`` was planned for."""
+    if rows[-1] != order.num_q_blocks or rows[-2] != order.perm.shape[-2]:
+        raise ValueError(f"mask has (H, MB)={rows[-2:]}, but the order has {tuple(order.perm.shape[-2:])}")
+    if order.perm.dim() == 3 and (len(rows) != 3 or rows[0] != order.perm.shape[0]):
+        raise ValueError(f"order is batched with B={order.perm.shape[0]}, but mask has rows {rows}")
+
+
+def _perm_like(order: RowOrder, rows: torch.Tensor) -> torch.Tensor:
+    """``order.perm`` on ``rows``' device, broadcast over its batch dimension."""
+    perm = order.perm.to(rows.device)
+    return perm.expand(*rows.shape) if perm.dim() < rows.dim() else perm

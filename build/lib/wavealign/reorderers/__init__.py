@@ -1,0 +1,101 @@
+"""Row reorderers, one module per technique, keyed by name (mirrored by ``conf/reorderer/``).
+
+A reorderer groups a head's query rows so that rows touching similar K/V blocks run in the same wave: it is the
+spatial step of a launch order, WaveAlign's Stage 1 or one of the techniques the paper compares it with (Table II).
+``reorder.plan(mask, reorderer=name, stages=...)`` composes it with Stage 2: ``stages="spatial"`` is the grouping
+alone, ``"both"`` the grouping followed by Stage 2 (a baseline "+S2"), ``"temporal"`` Stage 2 on the original order.
+
+    reorder.plan(mask, wave_size=132, reorderer="minhash", stages="both", num_perm=64)   # MinHash+S2
+    get("hypergraph").params                                                            # {"epsilon": 0.03, ...}
+
+Each module registers ``group(mask, *, wave_size, seed, **params) -> order``: ``mask`` is bool (G, MB, NB), one
+head per leading index, ``order`` int64 (G, MB), a permutation of range(MB) per head (slot p runs row order[p]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from wavealign.registry import Registry
+
+
+@dataclass(frozen=True)
+class Reorderer:
+    """A grouping technique: ``group``, its params with their defaults and a check for each (``check(name, value)``
+    returns the value as ``group`` takes it or raises naming it), and where the technique comes from."""
+
+    name: str
+    group: Callable[..., torch.Tensor]
+    params: Mapping[str, Any]
+    checks: Mapping[str, Callable[[str, Any], Any]]
+    description: str
+    reference: str
+    # a compiled host library with no JIT times its first call; torch code is timed after a warm-up call
+    needs_warmup: bool = True
+
+    def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The defaults overridden by ``params``, each checked; an unknown name is an error listing the known."""
+        unknown = sorted(set(params) - set(self.params))
+        if unknown:
+            raise ValueError(f"reorderer {self.name!r} has no parameter(s) {unknown}; expected some of "
+                             f"{sorted(self.params)}")
+        merged = {**self.params, **params}
+        return {key: self.checks[key](key, value) if key in self.checks else value for key, value in merged.items()}
+
+
+REGISTRY: Registry[Reorderer] = Registry("reorderer", __name__)
+
+
+def register(name: str, group: Callable[..., torch.Tensor], params: dict[str, Any], description: str,
+             reference: str, checks: dict[str, Callable[[str, Any], Any]] | None = None,
+             needs_warmup: bool = True) -> Reorderer:
+    """File a reorderer under ``name``; called once by its own module."""
+    checks = dict(checks or {})
+    missing = sorted(set(params) - set(checks))
+    if missing:
+        raise ValueError(f"reorderer {name!r} gives no check for parameter(s) {missing}")
+    entry = Reorderer(name, group, MappingProxyType(dict(params)), MappingProxyType(checks), description, reference,
+                      needs_warmup)
+    return REGISTRY.register(name)(entry)
+
+
+def get(name: str) -> Reorderer:
+    """The reorderer called ``name``; a ValueError lists the known names otherwise."""
+    return REGISTRY.get(name)
+
+
+def names() -> list[str]:
+    """Every registered reorderer, sorted."""
+    return REGISTRY.names()
+
+
+def blocks_per_wave(mb: int, wave_size: int) -> int:
+    """How many wave-sized groups ``mb`` rows make: the k of a partition or a clustering into waves."""
+    return -(-mb // wave_size)
+
+
+def order_by_group(labels: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows laid out group by group, groups by their first row. ``labels`` (G, MB) int64 in [0, MB) names each row's
+    group; ``within`` (G, MB), a permutation per head, is the order rows keep inside a group (default: original)."""
+    g, mb = labels.shape
+    rows = torch.arange(mb, device=labels.device).expand(g, mb)
+    first = torch.full_like(labels, mb).scatter_reduce(-1, labels, rows, reduce="amin", include_self=True)
+    order = rows if within is None else within
+    group_first = torch.gather(first, -1, torch.gather(labels, -1, order))
+    return torch.gather(order, -1, torch.sort(group_first, dim=-1, stable=True).indices)
+
+
+def heads_per_chunk(mask: torch.Tensor, bytes_per_entry: int, budget_bytes: int = 1 << 28) -> int:
+    """How many heads of ``mask`` (G, MB, NB) to process at once so a temporary of ``bytes_per_entry`` per mask
+    entry stays within ``budget_bytes``: bounds memory, not the result."""
+    return max(1, budget_bytes // max(1, bytes_per_entry * mask[0].numel()))
+
+
+def cpu_generator(seed: int) -> torch.Generator:
+    """Random draws come from the CPU, so a seed gives the same numbers on every device."""
+    return torch.Generator().manual_seed(seed)

@@ -1,0 +1,208 @@
+"""An L2/HBM simulator: predicts L2 hit ratio, HBM bytes and kernel time of a block-sparse attention
+launch for any mask, row order and described GPU, so one can explore GPUs one does not own.
+
+Model (issue 6; every approximation is listed in ``simulate``'s docstring):
+
+- a **streaming scheduler**: the backend's wave (``kernels.get(backend).wave_size(hardware)``) of SM
+  slots; each takes the next query row of the launch queue when it frees; a row holds its slot for NNZ
+  steps (one step = one K/V block), so the temporal skew of the paper's Fig. 4(b)/7 emerges from the NNZ alone;
+- the slots' K/V reads **interleave step by step** (slot order within a step) into an **LRU L2** of
+  the hardware's capacity, counted in K/V blocks (one K tile + one V tile), split in two partitions on
+  the GPUs that have them (``Hardware.l2_partitions``);
+- **kernel time** is a roofline: max(compute makespan, HBM bytes / bandwidth) with a per-block
+  overhead inside the compute step.
+
+>>> from wavealign import sim
+>>> r = sim.simulate(mask, order=None, hardware="h100", backend="flex", head_dim=128)
+>>> r.l2_hit_ratio, r.hbm_read_bytes, r.kernel_time_s
+
+``python -m wavealign.sim`` simulates and times a synthetic 364K-token cell. ``wavealign validate-sim``
+compares predictions with Nsight Compute; ``wavealign sim-paper`` with the paper's Table I and Fig. 11.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from wavealign import hardware as hardware_mod
+from wavealign import kernels
+from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed
+from wavealign.kernels import ExecutionFacts
+
+__all__ = ["ExecutionFacts", "HeadResult", "SimResult", "simulate"]
+
+# a kernel launch and its tail, outside the per-block roofline (typical CUDA launch latency)
+LAUNCH_OVERHEAD_S = 5e-6
+
+
+@dataclass(frozen=True)
+class HeadResult:
+    """One head's share of the reads (heads overlap in time at their boundaries; reads are attributed
+    to the head whose row made them)."""
+
+    head: int
+    l2_lookups: int
+    l2_hits: int
+    hbm_read_bytes: int
+    l2_hit_ratio: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """A simulated launch. Ratios in [0, 1]; bytes and seconds as named."""
+
+    hardware: str
+    backend: str
+    wave_size: int
+    l2_partitions: int
+    l2_capacity_blocks: int
+    kv_block_bytes: int
+    l2_hit_ratio: float  # hit bytes / looked-up bytes over K/V and Q reads
+    kv_hit_ratio: float  # K/V lookups only
+    hbm_read_bytes: float
+    hbm_write_bytes: float
+    compute_time_s: float
+    memory_time_s: float
+    kernel_time_s: float
+    makespan_steps: int
+    per_head: tuple[HeadResult, ...]
+    row_start_step: np.ndarray  # (H, MB) by original query block: the step its slot took it
+    row_finish_step: np.ndarray  # (H, MB)
+    row_slot: np.ndarray  # (H, MB)
+
+    @property
+    def l2_hit_pct(self) -> float:
+        return 100.0 * self.l2_hit_ratio
+
+
+def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware = "h100",
+             backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, wave_size: int | None = None,
+             block_size: int | None = None, l2_partitions: int | None = None, row_jitter: float = 0.0,
+             seed: int = 0) -> SimResult:
+    """Simulate one launch of ``backend`` on ``hardware`` over ``mask`` (H, MB, NB) bool (or
+    (B, H, MB, NB), batches run one after another; or the kv-index form), rows in ``order.perm`` launch
+    order (a ``reorder.RowOrder``, an (H, MB) permutation tensor/array, or None for the identity).
+
+    ``backend`` is a registered ``wavealign.kernels`` backend, whose execution facts are modelled on a GPU it
+    runs on (a registered GPU it does not list is refused, as the sweep refuses the pair), or such facts
+    themselves (a custom study, on any GPU). ``wave_size`` (SM slots) defaults to the backend's wave on
+    ``hardware`` (required for bare facts). ``block_size`` (tokens per mask block) defaults to the backend's
+    tile size. ``row_jitter`` stretches each row by ``round(NNZ * row_jitter * |z|)`` stall steps after its
+    reads, z ~ N(0, 1) seeded by ``seed``: the timing noise (memory stalls, clocks) that lets equal-NNZ rows
+    drift apart over many waves on a real GPU. 0 is perfect lock-step; its value is a calibration knob for NCU
+    data.
+
+    Assumptions and approximations:
+
+    - every slot processes one K/V block per step; a row's Q load and epilogue take no steps (they are
+      one tile against NNZ tiles); within a step slots read in slot order; when several slots free at
+      once the lowest slot takes the next row (the hardware's CTA dispatch order is unspecified);
+    - the L2 is fully associative LRU over whole K/V blocks (K and V tiles together, sectors ignored),
+      holding only K/V: Q reads (once per row) are counted as misses and HBM bytes but not cached, O
+      writes are counted as HBM write bytes only;
+    - ``l2_partitions=2`` models Hopper/Ampere's split L2 (whitepapers: "each L2 partition localizes and
+      caches data for memory accesses from SMs in the GPCs directly connected to the partition"): each
+      partition is an LRU of half the capacity serving alternate slots; a near miss looks up the block's
+      home partition (address-interleaved) before HBM, both lookups count, and the near copy is kept.
+      ``l2_partitions=None`` takes the GPU's count (``Hardware.l2_partitions``); 1 is a unified LRU;
+    - compute step = 4·block_m·block_n·head_dim flops at ``mma_efficiency`` of the per-CTA share of the
+      bf16 peak, plus ``block_overhead_s``; memory time = (HBM reads + O writes) / bandwidth; kernel
+      time = max(compute makespan, memory time) + a launch overhead. A memory-bound launch would in
+      reality stretch the steps; the access order, hence the hit counts, is assumed unchanged.
+    """
+    hw = hardware_mod.get(hardware)
+    if l2_partitions is None:
+        l2_partitions = hw.l2_partitions
+    if isinstance(backend, ExecutionFacts):
+        if wave_size is None:
+            raise ValueError("simulate() needs wave_size when backend is given as ExecutionFacts")
+        backend_name, ex = "custom", backend.with_block_size(block_size)
+    else:
+        spec = kernels.get(backend)
+        if spec.execution is None:
+            raise ValueError(f"backend {backend!r} declares no execution facts to simulate")
+        # a described GPU of one's own (not a registered id) is a custom study; a registered one must be the
+        # backend's, or the prediction is for a pair that cannot run
+        if hw.name in hardware_mod.names() and not spec.supports(hw.name):
+            raise ValueError(f"backend {spec.name!r} does not run on hardware {hw.name!r} (it runs on "
+                             f"{list(spec.supported_hardware)}); pass its ExecutionFacts and a wave_size to "
+                             "simulate it there anyway")
+        backend_name, ex = spec.name, spec.execution.with_block_size(block_size)
+        wave_size = spec.wave_size(hw) if wave_size is None else wave_size
+    wave = check_int("wave_size", wave_size, lo=1)
+    head_dim = check_int("head_dim", head_dim, lo=1)
+    seed = check_seed("seed", seed)
+    if l2_partitions not in (1, 2):
+        raise ValueError(f"l2_partitions must be 1 or 2, got {l2_partitions}")
+    if not row_jitter >= 0.0:
+        raise ValueError(f"row_jitter must be >= 0, got {row_jitter}")
+    dense = as_dense(mask)
+    if dense.dim() == 4:
+        dense = dense.reshape(-1, *dense.shape[-2:])
+    mask_np = dense.detach().to("cpu").contiguous().numpy()
+    heads, mb, _ = mask_np.shape
+    perm = _launch_order(order, heads, mb)
+
+    kv_bytes = ex.kv_block_bytes(head_dim)
+    q_bytes = ex.q_block_bytes(head_dim)
+    capacity = hw.l2_bytes // kv_bytes
+    extra = None
+    if row_jitter > 0.0:
+        z = np.abs(np.random.default_rng(seed).standard_normal((heads, mb)))
+        extra = np.rint(mask_np.sum(axis=-1) * row_jitter * z).astype(np.int64)
+    try:
+        from wavealign.sim.engine import replay  # numba: imported when a simulation runs, not with the library
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"wavealign.sim needs numba ({exc}): pip install 'wavealign[sim]'") from exc
+    trace = replay(mask_np, perm, slots=wave, capacity_blocks=capacity, reverse=ex.kv_walk == "reverse",
+                   parallel_heads=ex.head_order == "parallel", partitions=l2_partitions,
+                   row_extra_steps=extra)
+
+    q_reads = heads * mb
+    lookup_bytes = float(trace.lookups.sum()) * kv_bytes + q_reads * q_bytes
+    hit_bytes = float(trace.hits.sum()) * kv_bytes
+    hbm_read = float(trace.hbm_blocks.sum()) * kv_bytes + q_reads * q_bytes
+    hbm_write = float(q_reads * q_bytes)  # O has Q's shape
+    per_cta_flops = hw.peak_bf16_flops / wave * ex.mma_efficiency
+    step_s = 4.0 * ex.block_m * ex.block_n * head_dim / per_cta_flops + ex.block_overhead_s
+    compute_s = trace.makespan_steps * step_s
+    memory_s = (hbm_read + hbm_write) / hw.hbm_bytes_per_s
+    per_head = tuple(
+        HeadResult(head=h, l2_lookups=int(trace.lookups[h]), l2_hits=int(trace.hits[h]),
+                   hbm_read_bytes=int(trace.hbm_blocks[h]) * kv_bytes + mb * q_bytes,
+                   l2_hit_ratio=_ratio(trace.hits[h] * kv_bytes, trace.lookups[h] * kv_bytes + mb * q_bytes))
+        for h in range(heads))
+    return SimResult(
+        hardware=hw.name, backend=backend_name, wave_size=wave, l2_partitions=l2_partitions,
+        l2_capacity_blocks=capacity, kv_block_bytes=kv_bytes,
+        l2_hit_ratio=_ratio(hit_bytes, lookup_bytes),
+        kv_hit_ratio=_ratio(float(trace.hits.sum()), float(trace.lookups.sum())),
+        hbm_read_bytes=hbm_read, hbm_write_bytes=hbm_write, compute_time_s=compute_s,
+        memory_time_s=memory_s, kernel_time_s=max(compute_s, memory_s) + LAUNCH_OVERHEAD_S,
+        makespan_steps=trace.makespan_steps, per_head=per_head, row_start_step=trace.row_start_step,
+        row_finish_step=trace.row_finish_step, row_slot=trace.row_slot)
+
+
+def _ratio(num: float, den: float) -> float:
+    return float(num) / float(den) if den else 0.0
+
+
+def _launch_order(order, heads: int, mb: int) -> np.ndarray:
+    """``order.perm`` (or the identity) as int64 (H, MB), checked to be a permutation per head."""
+    if order is None:
+        return np.tile(np.arange(mb, dtype=np.int64), (heads, 1))
+    perm = getattr(order, "perm", order)
+    if isinstance(perm, torch.Tensor):
+        perm = perm.detach().to("cpu").numpy()
+    perm = np.asarray(perm)
+    if perm.ndim == 3:
+        perm = perm.reshape(-1, perm.shape[-1])
+    if perm.shape != (heads, mb) or not np.issubdtype(perm.dtype, np.integer):
+        raise ValueError(f"order.perm must be an integer (H, MB) = ({heads}, {mb}) permutation, got "
+                         f"{perm.dtype} {perm.shape}")
+    if not (np.sort(perm, axis=-1) == np.arange(mb)).all():
+        raise ValueError("order.perm must hold a permutation of range(MB) in every head")
+    return perm.astype(np.int64)

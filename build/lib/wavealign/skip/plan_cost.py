@@ -1,0 +1,41 @@
+"""What ``reorder.plan`` (WaveAlign, both stages) costs on a GPU a cell only simulates.
+
+A simulated cell's kernel time is the simulator's prediction for that GPU; the reorder the host planned on its CPU
+took CPU time, which says nothing about the GPU. Its cost there is predicted instead: a fixed part (the launch
+sequence of Stage 1's iterations and Stage 2's sort, host-bound) plus a part proportional to the mask's entries
+(Stage 1 streams the bit-packed mask twice per iteration: memory-bound), scaled by HBM bandwidth from the GPU it was
+measured on.
+
+Measured on the H200 (``benchmarks/results/table2-h200/``, in-cell ``reorder_ms`` of ``variant=wavealign``): 3.0 ms
+for 4 heads and 9.9 ms for 40 heads of 2841 x 2841 blocks (medians over the five masks), hence 2.2 ms fixed and
+23.7 ps per mask entry at 4.8 TB/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from wavealign import hardware as hw_registry
+
+MEASURED_ON = "h200"
+FIXED_MS = 2.23
+MS_PER_ENTRY = 2.374e-8  # on MEASURED_ON; scales with 1 / HBM bandwidth
+MODELLED_REORDERER = "wavealign"
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """A predicted plan time and how it was obtained."""
+
+    ms: float
+    source: str
+
+
+def predicted_plan_ms(heads: int, q_blocks: int, kv_blocks: int, hardware: str) -> PlanCost:
+    """WaveAlign's plan time (both stages) for ``heads`` masks of ``q_blocks`` x ``kv_blocks`` on ``hardware``."""
+    target, measured = hw_registry.get(hardware), hw_registry.get(MEASURED_ON)
+    scale = measured.hbm_bytes_per_s / target.hbm_bytes_per_s
+    ms = FIXED_MS + MS_PER_ENTRY * scale * heads * q_blocks * kv_blocks
+    source = (f"predicted for {target.name}: {FIXED_MS} ms + {MS_PER_ENTRY * 1e9:.1f} ps/entry measured on "
+              f"{measured.name}" + (f", x {scale:.2f} for HBM bandwidth" if target.name != measured.name else ""))
+    return PlanCost(ms=ms, source=source)

@@ -1,0 +1,27 @@
+"""Video-DiT attention inputs: shape presets of the paper's models, a synthetic Q/K/V generator with their
+structure, and a loader for Q/K/V captured from a real model.
+
+    wl = preset("wan2.1-14b", frames=401, resolution="720p")   # seq_len 363600, 40 heads x 128
+    q, k, v = synthetic(wl, heads=[0, 1], seed=0)               # each (1, 2, seq_len, 128)
+"""
+
+from wavealign.workloads.captured import FORMAT, CapturedHeader, CapturedQKV, load_captured, read_header, save_captured
+from wavealign.workloads.presets import MODELS, ModelSpec, RopeAxes, Workload, models, preset
+from wavealign.workloads.rope import apply_rope, positions
+from wavealign.workloads.synthetic import (
+    HEAD_TYPES,
+    GeneratorConfig,
+    HeadProfile,
+    HeadSpec,
+    default_config,
+    head_specs,
+    head_types,
+    iter_heads,
+    synthetic,
+)
+
+__all__ = [
+    "FORMAT", "HEAD_TYPES", "MODELS", "CapturedHeader", "CapturedQKV", "GeneratorConfig", "HeadProfile", "HeadSpec",
+    "ModelSpec", "RopeAxes", "Workload", "apply_rope", "default_config", "head_specs", "head_types", "iter_heads",
+    "load_captured", "models", "positions", "preset", "read_header", "save_captured", "synthetic",
+]

@@ -1,0 +1,325 @@
+"""Seeded synthetic Q/K/V with the attention structure real video DiTs show, generated head by head.
+
+Real weights cannot be used here, so each head's pre-RoPE q/k are built from parts whose dot products
+give the structures seen in Wan/LTX attention maps, then RMS-normalised and rotated by the model's real
+3D RoPE (``rope.apply_rope``):
+
+- a *positional* part, the same vector for every token, on the higher-frequency RoPE pairs of some axes:
+  after rotation q_i.k_j = sum_c A_c^2 cos(w_c (p_i - p_j)), so attention decays with distance along
+  those axes. On t only: a *spatial* head (same and nearby frames, a block-diagonal band); on h and w
+  only: a *temporal* head (same (h, w) in every frame, stripes one frame apart); on all: *3D-local*;
+- a *semantic* part on the lowest-frequency pairs (almost unrotated): one of ``clusters`` centroids per
+  token, chosen by a smooth random field over (t, h, w) so clusters are objects that persist across
+  frames; same-cluster tokens attend to each other anywhere (*semantic* heads);
+- a *sink* part: every query and only the keys of frame 0 share a direction (*sink* heads);
+- a *smooth* part for the rest but ``noise``: a soft mix of random vectors (independent for q and k)
+  weighted by the same fields stretched 4x, so neighbouring tokens are similar as in real DiTs without adding
+  attention structure of its own;
+- i.i.d. noise of the type's energy ``noise``.
+
+Each head mixes these with type-specific energies and a per-head sharpness (the logit scale). Head types
+are drawn per layer from a mix that moves from ``mix_first_layer`` to ``mix_last_layer`` with depth, and
+the sharpness grows with the denoising step (attention sharpens as the video forms).
+
+``default_config()`` is the generator ``wavealign calibrate-workload`` fitted so the paper's four methods
+give their Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance);
+``GeneratorConfig()`` is the hand-set starting point the fit begins from. Everything is a
+function of (seed, layer, head) and the token positions, generated in fixed chunks of tokens, so a head
+at 364K tokens needs only its own q/k/v in memory and a seed gives the same tensors for the same device.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from wavealign.workloads.presets import Workload
+from wavealign.workloads.rope import apply_rope, pair_angles, positions
+
+HEAD_TYPES = ("spatial", "temporal", "local3d", "semantic", "sink")
+
+# Noise is drawn per fixed chunk of tokens so results do not depend on how a caller chunks its work.
+GEN_CHUNK_TOKENS = 16384
+
+
+@dataclass(frozen=True)
+class HeadProfile:
+    """Energy fractions (of the pre-norm q/k) of one head type, and its log-uniform sharpness range."""
+
+    positional: tuple[float, float, float]  # (t, h, w)
+    semantic: float
+    sink: float
+    sharpness: tuple[float, float]
+    noise: float = 0.1  # i.i.d. noise energy, independent for q and k: blurs every structure of the head
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.noise <= 1.0:
+            raise ValueError(f"noise must be in [0, 1], got {self.noise}")
+        if not 0.0 < self.sharpness[0] <= self.sharpness[1]:
+            raise ValueError(f"sharpness must be a range 0 < lo <= hi, got {self.sharpness}")
+
+
+DEFAULT_PROFILES: dict[str, HeadProfile] = {
+    "spatial": HeadProfile(positional=(0.55, 0.0, 0.0), semantic=0.15, sink=0.0, sharpness=(1.0, 2.2)),
+    "temporal": HeadProfile(positional=(0.0, 0.3, 0.3), semantic=0.1, sink=0.0, sharpness=(1.6, 3.6)),
+    "local3d": HeadProfile(positional=(0.3, 0.2, 0.2), semantic=0.1, sink=0.0, sharpness=(1.4, 3.0)),
+    "semantic": HeadProfile(positional=(0.05, 0.05, 0.05), semantic=0.6, sink=0.0, sharpness=(1.4, 3.0)),
+    "sink": HeadProfile(positional=(0.15, 0.15, 0.15), semantic=0.1, sink=0.25, sharpness=(1.0, 2.2)),
+}
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """The generator's knobs; the defaults are tuned so the paper's methods give its Table I densities."""
+
+    profiles: dict[str, HeadProfile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
+    # share of each head type in the first and the last layer; layers in between interpolate linearly
+    mix_first_layer: dict[str, float] = field(default_factory=lambda: {
+        "spatial": 0.25, "temporal": 0.15, "local3d": 0.2, "semantic": 0.25, "sink": 0.15})
+    mix_last_layer: dict[str, float] = field(default_factory=lambda: {
+        "spatial": 0.15, "temporal": 0.15, "local3d": 0.1, "semantic": 0.4, "sink": 0.2})
+    sharpness_scale: float = 1.0
+    # sharpness is multiplied by exp(step_sharpening * (step / (num_steps - 1) - 0.5))
+    step_sharpening: float = 0.3
+    num_steps: int = 50
+    clusters: int = 32
+    # the lowest-frequency RoPE pairs of each axis (this fraction of them) carry semantic/sink content
+    content_pair_fraction: float = 0.33
+
+    def __post_init__(self) -> None:
+        for name, mix in (("mix_first_layer", self.mix_first_layer), ("mix_last_layer", self.mix_last_layer)):
+            if set(mix) - set(HEAD_TYPES) or sum(mix.values()) <= 0 or min(mix.values()) < 0:
+                raise ValueError(f"{name} must map head types {HEAD_TYPES} to non-negative shares, got {mix}")
+        if set(self.profiles) != set(HEAD_TYPES):
+            raise ValueError(f"profiles must cover exactly {HEAD_TYPES}, got {sorted(self.profiles)}")
+        if self.clusters < 1:
+            raise ValueError(f"clusters must be >= 1, got {self.clusters}")
+        if not 0.0 < self.content_pair_fraction < 1.0:
+            raise ValueError(f"content_pair_fraction must be in (0, 1), got {self.content_pair_fraction}")
+
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists and floats, as ``calibrated.yaml`` stores them."""
+        out = asdict(self)
+        out["profiles"] = {t: {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}
+                           for t, p in out["profiles"].items()}
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GeneratorConfig:
+        """The inverse of ``to_dict``; unknown keys are an error naming them."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"generator config has unknown key(s) {unknown}; expected some of {sorted(known)}")
+        fields = dict(data)
+        if "profiles" in fields:
+            fields["profiles"] = {t: HeadProfile(positional=tuple(p["positional"]), semantic=p["semantic"],
+                                                 sink=p["sink"], sharpness=tuple(p["sharpness"]),
+                                                 noise=p.get("noise", 0.1))
+                                  for t, p in fields["profiles"].items()}
+        return cls(**fields)
+
+
+CALIBRATED_PATH = Path(__file__).with_name("calibrated.yaml")
+
+
+@functools.lru_cache(maxsize=1)
+def default_config() -> GeneratorConfig:
+    """The calibrated generator (``calibrated.yaml``'s ``generator``), or the hand-set one if none is shipped."""
+    if not CALIBRATED_PATH.exists():
+        return GeneratorConfig()
+    return GeneratorConfig.from_dict(yaml.safe_load(CALIBRATED_PATH.read_text())["generator"])
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """The drawn parameters of one head of one layer."""
+
+    head: int
+    head_type: str
+    sharpness: float
+    profile: HeadProfile
+
+
+def _seed(*parts: int) -> int:
+    # tuples of ints hash deterministically across processes (no hash randomisation for ints)
+    return hash(tuple(int(p) for p in parts)) & 0x7FFF_FFFF_FFFF
+
+
+def head_types(wl: Workload, layer: int = 0, seed: int = 0,
+               config: GeneratorConfig | None = None) -> list[str]:
+    """The type of every head of ``layer``: counts from the layer's mix, assigned to heads by ``seed``."""
+    config = config or default_config()
+    if not 0 <= layer < wl.layers:
+        raise ValueError(f"layer must be in [0, {wl.layers}), got {layer}")
+    depth = layer / max(wl.layers - 1, 1)
+    share = torch.tensor([(1 - depth) * config.mix_first_layer.get(t, 0.0) + depth * config.mix_last_layer.get(t, 0.0)
+                          for t in HEAD_TYPES], dtype=torch.float64)
+    share = share / share.sum() * wl.heads
+    counts = share.floor().long()
+    # largest remainders take the heads left over, so counts sum to wl.heads
+    for i in torch.argsort(share - counts, descending=True)[: wl.heads - int(counts.sum())]:
+        counts[i] += 1
+    types = [t for t, c in zip(HEAD_TYPES, counts.tolist(), strict=True) for _ in range(c)]
+    order = torch.randperm(wl.heads, generator=torch.Generator().manual_seed(_seed(seed, layer, 7)))
+    return [types[i] for i in order.tolist()]
+
+
+def head_specs(wl: Workload, heads: Sequence[int] | None = None, layer: int = 0, step: int = 0, seed: int = 0,
+               config: GeneratorConfig | None = None) -> list[HeadSpec]:
+    """The drawn type and sharpness of each of ``heads`` (default all) at ``layer`` and denoising ``step``."""
+    config = config or default_config()
+    heads = list(range(wl.heads)) if heads is None else list(heads)
+    for h in heads:
+        if not 0 <= h < wl.heads:
+            raise ValueError(f"heads must lie in [0, {wl.heads}), got {h}")
+    if not 0 <= step < config.num_steps:
+        raise ValueError(f"step must be in [0, {config.num_steps}), got {step}")
+    types = head_types(wl, layer, seed, config)
+    step_gain = math.exp(config.step_sharpening * (step / max(config.num_steps - 1, 1) - 0.5))
+    specs = []
+    for h in heads:
+        profile = config.profiles[types[h]]
+        u = torch.rand((), generator=torch.Generator().manual_seed(_seed(seed, layer, h, 11))).item()
+        lo, hi = profile.sharpness
+        sharp = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
+        specs.append(HeadSpec(h, types[h], sharp * config.sharpness_scale * step_gain, profile))
+    return specs
+
+
+@dataclass(frozen=True)
+class _HeadBasis:
+    """Per-head fixed vectors (on the CPU, float32), drawn from the head's seed."""
+
+    positional: torch.Tensor  # (D,) shared by all tokens
+    centroids_qk: torch.Tensor  # (clusters, D) in the content pairs
+    centroids_v: torch.Tensor  # (clusters, D)
+    smooth_q: torch.Tensor  # (clusters, D)
+    smooth_k: torch.Tensor  # (clusters, D)
+    mean_v: torch.Tensor  # (D,) the component all values share, as real V have
+    sink: torch.Tensor  # (D,) in the content pairs
+    field_freqs: torch.Tensor  # (clusters, 3, 3) smooth cluster fields: 3 waves x (t, h, w)
+    field_phases: torch.Tensor  # (clusters, 3)
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def _basis(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: GeneratorConfig) -> _HeadBasis:
+    gen = torch.Generator().manual_seed(_seed(seed, layer, spec.head, 13))
+    d = wl.head_dim
+    axis, step = pair_angles(wl.rope, d)
+    content = axis < 0
+    for a in range(3):
+        idx = torch.nonzero(axis == a).flatten()
+        n_content = max(1, round(config.content_pair_fraction * len(idx)))
+        content[idx[torch.argsort(step[idx])[:n_content]]] = True
+    channel_content = content.repeat_interleave(2)
+    positional = torch.zeros(d)
+    for a in range(3):
+        energy = spec.profile.positional[a]
+        pairs = torch.nonzero((axis == a) & ~content).flatten()
+        if energy > 0 and len(pairs):
+            # equal amplitude on each pair, random phase: the score depends on p_i - p_j only
+            phase = 2 * math.pi * torch.rand(len(pairs), generator=gen)
+            amp = math.sqrt(energy / len(pairs))
+            positional[2 * pairs] = amp * torch.cos(phase)
+            positional[2 * pairs + 1] = amp * torch.sin(phase)
+    centroids = torch.randn(config.clusters, d, generator=gen) * channel_content
+    sink = torch.randn(d, generator=gen) * channel_content
+    # cluster fields vary over about a quarter of the frame in h and w and drift over ~16 latent frames
+    scale = torch.tensor([2 * math.pi / 16, 2 * math.pi / max(wl.grid_height / 4, 1),
+                          2 * math.pi / max(wl.grid_width / 4, 1)])
+    freqs = (torch.rand(config.clusters, 3, 3, generator=gen) - 0.5) * 2 * scale
+    return _HeadBasis(positional=positional, centroids_qk=_unit(centroids),
+                      centroids_v=_unit(torch.randn(config.clusters, d, generator=gen)),
+                      mean_v=_unit(torch.randn(d, generator=gen)),
+                      smooth_q=_unit(torch.randn(config.clusters, d, generator=gen)),
+                      smooth_k=_unit(torch.randn(config.clusters, d, generator=gen)),
+                      sink=_unit(sink), field_freqs=freqs,
+                      field_phases=2 * math.pi * torch.rand(config.clusters, 3, generator=gen))
+
+
+def cluster_fields(basis: _HeadBasis, pos: torch.Tensor) -> torch.Tensor:
+    """The smooth random field of each cluster at each token at ``pos`` (n, 3): (n, clusters)."""
+    p = pos.to(torch.float32)
+    waves = torch.einsum("nk,cwk->ncw", p, basis.field_freqs.to(p.device)) + basis.field_phases.to(p.device)
+    return torch.sin(waves).sum(-1)
+
+
+def _rms_norm(x: torch.Tensor) -> torch.Tensor:
+    # the models' q/k RMSNorm (learned gain folded into the head's sharpness)
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def _head_chunk(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, stop: int, noise_seed: int,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    pos = positions(wl, start, stop, device)
+    n, d = stop - start, wl.head_dim
+    gen = torch.Generator(device=device).manual_seed(noise_seed)
+    noise = torch.randn(3, n, d, generator=gen, device=device) / math.sqrt(d)
+    prof = spec.profile
+    noise_energy = prof.noise
+    f_smooth = max(1.0 - sum(prof.positional) - prof.semantic - prof.sink - noise_energy, 0.0)
+    fields = cluster_fields(basis, pos)
+    cid = fields.argmax(-1)
+    # the smooth part follows the same fields at 4x the wavelength: neighbouring tokens nearly agree
+    soft = torch.softmax(2.0 * cluster_fields(basis, pos * 0.25), dim=-1)
+    centroid = basis.centroids_qk.to(device)[cid]
+    shared = basis.positional.to(device) + math.sqrt(prof.semantic) * centroid
+    sink = math.sqrt(prof.sink) * basis.sink.to(device)
+    smooth_q = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_q.to(device))
+    smooth_k = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_k.to(device))
+    x_q = shared + sink + smooth_q + math.sqrt(noise_energy) * noise[0]
+    first_frame = (pos[:, 0] == 0).unsqueeze(-1)
+    x_k = shared + torch.where(first_frame, sink, torch.zeros_like(sink)) + smooth_k + \
+        math.sqrt(noise_energy) * noise[1]
+    q = apply_rope(_rms_norm(x_q), pos, wl.rope) * spec.sharpness
+    k = apply_rope(_rms_norm(x_k), pos, wl.rope)
+    v = _rms_norm(0.5 * basis.mean_v.to(device) + basis.centroids_v.to(device)[cid] + noise[2])
+    return q, k, v
+
+
+def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int = 0, step: int = 0, seed: int = 0,
+               device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+               config: GeneratorConfig | None = None) -> Iterator[tuple[HeadSpec, torch.Tensor, torch.Tensor,
+                                                                         torch.Tensor]]:
+    """Yield ``(spec, q, k, v)`` one head at a time, each tensor (1, 1, seq_len, head_dim).
+
+    ``dtype`` defaults to bfloat16 on CUDA (as the models run) and float32 elsewhere.
+    """
+    config = config or default_config()
+    device = torch.device(device)
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    for spec in head_specs(wl, heads, layer, step, seed, config):
+        basis = _basis(wl, spec, layer, seed, config)
+        out = torch.empty(3, wl.seq_len, wl.head_dim, dtype=dtype, device=device)
+        for chunk, start in enumerate(range(0, wl.seq_len, GEN_CHUNK_TOKENS)):
+            stop = min(start + GEN_CHUNK_TOKENS, wl.seq_len)
+            noise_seed = _seed(seed, layer, spec.head, chunk, 17)
+            for i, t in enumerate(_head_chunk(wl, spec, basis, start, stop, noise_seed, device)):
+                out[i, start:stop] = t.to(dtype)
+        q, k, v = (t.view(1, 1, wl.seq_len, wl.head_dim) for t in out)
+        yield spec, q, k, v
+
+
+def synthetic(wl: Workload, heads: Sequence[int] | None = None, *, layer: int = 0, step: int = 0, seed: int = 0,
+              device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
+              config: GeneratorConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q, K, V of ``heads`` (default all) of ``layer`` at denoising ``step``, each (1, len(heads), N, D).
+
+    For long sequences and many heads prefer ``iter_heads``, which holds one head at a time.
+    """
+    parts = [(q, k, v) for _, q, k, v in iter_heads(wl, heads, layer=layer, step=step, seed=seed, device=device,
+                                                    dtype=dtype, config=config)]
+    return tuple(torch.cat([p[i] for p in parts], dim=1) for i in range(3))  # type: ignore[return-value]
+
