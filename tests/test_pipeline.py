@@ -82,6 +82,9 @@ def test_a_sim_cell_counts_the_reorder_predicted_for_its_gpu_not_the_host_s_cpu_
     assert aligned.host_reorder_ms > 0  # the host's own plan time, kept apart
     assert aligned.total_ms == aligned.kernel_ms_median + predicted.ms
     assert original.reorder_ms == 0.0 and math.isnan(original.host_reorder_ms)
+    temporal = pipeline.run_group([cells[0], replace(cells[1], cell_id="s2", variant="temporal", stages="temporal",
+                                                     reorderer="identity")])[1]
+    assert temporal.reorder_ms == predicted.ms  # Stage 2 alone: the both-stages model, an upper bound
 
 
 def test_a_sim_cell_of_a_reorderer_without_a_gpu_cost_model_leaves_its_cost_unknown():

@@ -250,9 +250,9 @@ def _plan_launch(cell: Cell, backend: kernels.Backend, mask: torch.Tensor, order
 
 def _simulated_plan_cost(result: CellResult, cell: Cell) -> None:
     """A simulated cell's reorder cost is predicted for its GPU (``skip.plan_cost``); the host CPU's time is kept
-    apart. Only WaveAlign's plan has a GPU model: another reorderer's cost there is unknown (NaN)."""
+    apart. Only WaveAlign's stages have a GPU model: another reorderer's cost there is unknown (NaN)."""
     result.host_reorder_ms = result.reorder_ms
-    if cell.reorderer != plan_cost.MODELLED_REORDERER:
+    if cell.reorderer not in plan_cost.MODELLED_REORDERERS:
         result.reorder_ms, result.reorder_cost = math.nan, f"unknown: no GPU cost model for reorderer {cell.reorderer}"
         return
     blocks = math.ceil(cell.seq_len_tokens / cell.block_size)
