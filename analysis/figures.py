@@ -196,15 +196,21 @@ def _variant_labels(panel: pd.DataFrame) -> pd.Series:
     return labels + " " + params.map(lambda p: ",".join(f"{k}={p.get(k)}" for k in varying))
 
 
+# the order variants are drawn in, in every panel: the baseline first, then the paper's ablation order
+_VARIANT_ORDER = {name: i for i, name in enumerate((ORIGINAL, "spatial", "temporal", "wavealign", "adaptive"))}
+
+
 def _ordered_labels(panel: pd.DataFrame) -> list[str]:
-    first = panel.sort_values("variant", key=lambda v: v != ORIGINAL)
-    return list(dict.fromkeys(first["_label"]))
+    """The panel's labels in one fixed order: by variant (``_VARIANT_ORDER``, others after), then by label."""
+    keyed = sorted(zip(panel["variant"], panel["_label"], strict=True),
+                   key=lambda vl: (_VARIANT_ORDER.get(vl[0], len(_VARIANT_ORDER)), vl[1]))
+    return list(dict.fromkeys(label for _, label in keyed))
 
 
 def kernel_latency(frame: pd.DataFrame) -> Figure:
     """Fig. 9/10: kernel latency per variant (original vs WaveAlign, and head-order variants where the
     backend parameters differ), with the reorder overhead stacked on top, against sequence length, per
-    hardware/backend (rows) and method (columns)."""
+    hardware/backend/workload (rows) and the methods each row has (columns)."""
     title = "Kernel latency with reorder overhead stacked (Fig. 9 / 10)"
     need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "kernel_ms_median")
     if missing := missing_columns(frame, need):
@@ -214,19 +220,19 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
         return note_figure(title, NO_CELLS)
     if "workload" not in cells:
         cells = cells.assign(workload="")
-    # one row per workload too: a 4-head and a 40-head workload of one method are not one panel's bars
-    rows = sorted(cells.groupby(["hardware", "backend", "workload"]).groups)
+    # one row per workload too (a 4-head and a 40-head workload of one method are not one panel's bars), and in a
+    # row only the methods it has: no empty panels
+    rows = {key: sorted(part["method"].unique())
+            for key, part in cells.groupby(["hardware", "backend", "workload"])}
     many = cells["workload"].nunique() > 1
-    methods = sorted(cells["method"].unique())
-    fig, axes = panel_grid(len(rows), len(methods))
-    for (hw, backend, workload), axes_row in zip(rows, axes, strict=True):
-        for ax, method in zip(axes_row, methods, strict=True):
+    fig, axes = panel_grid(len(rows), max(len(methods) for methods in rows.values()))
+    for ((hw, backend, workload), methods), axes_row in zip(sorted(rows.items()), axes, strict=True):
+        for ax in axes_row[len(methods):]:
+            ax.set_visible(False)
+        for ax, method in zip(axes_row, methods, strict=False):
             ax.set_title(f"{hw} / {backend} / {method}" + (f"\n{workload}" if many else ""), fontsize=9)
             panel = cells[(cells["hardware"] == hw) & (cells["backend"] == backend) & (cells["method"] == method)
                           & (cells["workload"] == workload)]
-            if panel.empty:
-                note(ax, "no cells")
-                continue
             panel = panel.assign(_label=_variant_labels(panel))
             if "reorder_ms" not in panel:  # older results: draw the kernel time alone
                 panel = panel.assign(reorder_ms=0.0)

@@ -243,3 +243,18 @@ def test_report_draws_fig14_for_each_cell_asked_and_refuses_an_unknown_one(run_r
     picture = tmp_path / f"fig14_{chosen['method']}_{chosen['cell_id']}.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.main(["--runs", str(run_root), "--out", str(tmp_path), "--no-mlflow", "--mask-cell", "nope"]) == 2
+
+
+def test_kernel_latency_draws_variants_in_one_order_and_no_empty_panel():
+    base = {"hardware": "h100", "backend": "sim", "status": "done", "simulated": True, "seq_len_tokens": 4096,
+            "seq_k": 4.096, "reorder_ms": 1.0, "kernel_ms_median": 10.0}
+    rows = [{**base, "method": "planted", "workload": "a", "variant": v, "stages": v, "group_id": "g1"}
+            for v in ("wavealign", "temporal", "original", "spatial")]
+    rows += [{**base, "method": "random", "workload": "b", "variant": v, "stages": v, "group_id": "g2"}
+             for v in ("spatial", "original")]
+    fig = figures.kernel_latency(pd.DataFrame(rows))
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 2  # one panel per (row, method) that has cells; the grid's spare axis is hidden
+    legend = [t.get_text() for t in visible[0].get_legend().get_texts() if "overhead" not in t.get_text()]
+    assert [t.split(" ")[0] for t in legend] == ["original", "spatial", "temporal", "wavealign"]
+    plt.close(fig)
