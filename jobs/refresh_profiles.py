@@ -1,6 +1,6 @@
 """Fit the adaptive-skip profile per hardware from a sweep, evaluate it held out, register it in MLflow.
 
-    wavealign refresh-profiles hardware=h200 runs=wavealign-runs
+    wavealign refresh-profiles hardware=h200 run_root=wavealign-runs
     wavealign refresh-profiles hardware=[a40,h100] split=method            # one profile per hardware
     wavealign refresh-profiles fetch=DIR [alias=current]                    # registry -> DIR for the runtime
 
@@ -24,8 +24,8 @@ from typing import Any
 
 DEFAULTS: dict[str, Any] = {
     "hardware": None,  # one id or [id, ...]; default: every hardware with paired cells in the results
-    "runs": "wavealign-runs",  # run root (or an MLflow experiment name, see analysis.load)
-    "tracking_uri": None,  # default: sqlite:///<runs>/mlflow.db
+    "run_root": "wavealign-runs",  # the sweep's run root (or an MLflow experiment name, see analysis.load)
+    "tracking_uri": None,  # default: sqlite:///<run_root>/mlflow.db
     "experiment": "wavealign-skip",
     "backend": None,  # [name, ...] of cells to fit from; default: the hardware's default backend if it has cells
     "split": "seq_len",  # hold out by seq_len or by method
@@ -34,7 +34,7 @@ DEFAULTS: dict[str, Any] = {
     "alias": "current",
     "install": True,
     "profile_dir": None,  # default: where the runtime reads (wavealign.skip.profile_dir())
-    "out": None,  # local copy of the evaluation; default <runs>/skip-fits/<hw>-<utc time>/
+    "out": None,  # local copy of the evaluation; default <run_root>/skip-fits/<hw>-<utc time>/
     "fetch": None,
 }
 BOOLEAN_KEYS = ("include_simulated", "register", "install")
@@ -79,7 +79,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 def _tracking_uri(args: dict[str, Any]) -> str:
     from orchestrator import tracking
 
-    return args["tracking_uri"] or tracking.default_tracking_uri(args["runs"])
+    return args["tracking_uri"] or tracking.default_tracking_uri(args["run_root"])
 
 
 def _code_version() -> dict[str, str | None]:
@@ -115,7 +115,7 @@ def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict
     """Where a fitted profile came from: sweeps, cells, date, hardware, code versions, evaluation, MLflow."""
     from analysis import profiles
 
-    runs = Path(args["runs"])
+    runs = Path(args["run_root"])
     measured = frame.loc[frame["hardware"] == hardware, "git_sha"].dropna().unique() if "git_sha" in frame else []
     return {
         "fitted_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "hardware": hardware,
@@ -170,10 +170,10 @@ def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: s
         hint = ("" if args["include_simulated"]
                 else " (simulated cells count only with include_simulated=true)")
         raise ValueError(f"hardware={hardware}: {len(pairs)} paired (original, forced WaveAlign) cells in "
-                         f"{args['runs']}; need >= 2{hint}")
+                         f"{args['run_root']}; need >= 2{hint}")
     evaluation = skipfit.evaluate(pairs, hardware, split=args["split"])
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    out_dir = Path(args["out"] or Path(args["runs"]) / "skip-fits" / f"{hardware}-{stamp}")
+    out_dir = Path(args["out"] or Path(args["run_root"]) / "skip-fits" / f"{hardware}-{stamp}")
     out_dir.mkdir(parents=True, exist_ok=True)
     run_id = client.create_run(experiment_id, run_name=f"skip-fit-{hardware}-{stamp}",
                                tags={"wavealign.kind": "skip-fit", "wavealign.hardware": hardware}).info.run_id
@@ -225,19 +225,19 @@ def main(argv: list[str]) -> int:
     from analysis import skipfit
     from wavealign import hardware as hardware_registry
 
-    frame = analysis.load(args["runs"], tracking_uri=args["tracking_uri"])
+    frame = analysis.load(args["run_root"], tracking_uri=args["tracking_uri"])
     known = set(hardware_registry.names())
     hardware = args["hardware"] or sorted(h for h in frame["hardware"].dropna().unique() if h in known and len(
         skipfit.paired_cells(frame, h, args["include_simulated"], fit_backends(frame, h, args))) >= 2)
     if not hardware:
-        print(f"wavealign refresh-profiles: no hardware in {args['runs']} has paired original/WaveAlign cells",
+        print(f"wavealign refresh-profiles: no hardware in {args['run_root']} has paired original/WaveAlign cells",
               file=sys.stderr)
         return 2
     from mlflow.tracking import MlflowClient
 
     uri = args["_tracking_uri"] = _tracking_uri(args)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    experiment_id = _experiment_id(client, args["experiment"], Path(args["runs"]), uri)
+    experiment_id = _experiment_id(client, args["experiment"], Path(args["run_root"]), uri)
     failures = 0
     for hw in hardware:
         try:

@@ -1,9 +1,9 @@
 """Write the sweep report: the paper's figures as PNGs and one self-contained HTML page, logged to MLflow.
 
     wavealign report                                   # ./wavealign-runs -> ./wavealign-runs/report/
-    wavealign report --runs DIR --out DIR
+    wavealign report --run-root DIR --out DIR
     wavealign report --experiment wavealign --tracking-uri sqlite:///wavealign-runs/mlflow.db
-    wavealign report --runs DIR --mask-cell ID [--mask-cell ID ...]   # also Fig. 14 of these cells, any length
+    wavealign report --run-root DIR --mask-cell ID [--mask-cell ID ...]   # also Fig. 14 of these cells, any length
 
 The report draws only from the cells present, with a note where a panel lacks data; simulated cells are
 drawn hatched/dashed and labelled "simulated". Its files are logged as artifacts (``report/``) of the
@@ -20,7 +20,7 @@ from pathlib import Path
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wavealign report", description=(__doc__ or "").split("\n")[0])
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--runs", type=Path, help="run root holding results/ (default ./wavealign-runs)")
+    source.add_argument("--run-root", type=Path, help="the sweep run root holding results/ (default ./wavealign-runs)")
     source.add_argument("--experiment", help="MLflow experiment whose sweeps to report")
     parser.add_argument("--tracking-uri", help="MLflow store (default: sqlite mlflow.db in the run root)")
     parser.add_argument("--out", type=Path, help="output folder (default <run root>/report)")
@@ -38,9 +38,9 @@ def main(argv: list[str]) -> int:
     from analysis.load import DEFAULT_RUN_ROOT
     from analysis.report import log_to_sweep_runs
 
-    runs = args.experiment or args.runs or DEFAULT_RUN_ROOT
-    if args.runs is not None and not args.runs.is_dir():
-        print(f"wavealign report: --runs {args.runs} is not a folder", file=sys.stderr)
+    runs = args.experiment or args.run_root or DEFAULT_RUN_ROOT
+    if args.run_root is not None and not args.run_root.is_dir():
+        print(f"wavealign report: --run-root {args.run_root} is not a folder", file=sys.stderr)
         return 2
     try:
         frame = analysis.load(runs, tracking_uri=args.tracking_uri)

@@ -11,7 +11,10 @@ import sys
 
 from rich.console import Console
 
-USAGE = """usage: wavealign sweep [--dry-run] [KEY=VALUE ...]
+USAGE = """usage: wavealign sweep [--dry-run | --cfg job] [KEY=VALUE ...]
+
+  --dry-run      grid size, cells per GPU type, filtered combinations, a time estimate; runs nothing
+  --cfg job      print the composed, validated config (YAML) and exit, as Hydra's --cfg job does
 
 Hydra overrides of conf/config.yaml, e.g.
   sweep=smoke|paper_h100|paper_a40|h200    pick a grid (conf/sweep/)
@@ -23,18 +26,48 @@ Hydra overrides of conf/config.yaml, e.g.
 """
 
 
+def _options(argv: list[str]) -> tuple[list[str], bool, str | None]:
+    """(overrides, print the config?, why the command line is refused or None). Hydra's own flags: ``--cfg job``
+    is served here; ``-m``/``--multirun`` is refused, since a list override is already an axis of the grid."""
+    overrides, show_cfg = [], False
+    items = iter(argv)
+    for item in items:
+        if item == "--dry-run":
+            overrides.append("dry_run=true")
+        elif item == "--cfg":
+            show_cfg = True
+            if next(items, "job") != "job":
+                return [], False, "--cfg takes 'job' (the sweep's config); Hydra's 'hydra' and 'all' are not used here"
+        elif item in ("-m", "--multirun"):
+            return [], False, (f"{item}: Hydra's multirun is not used; a list override is already an axis of one sweep "
+                               "(grid.seq_k=[148,364] grid.method=[xattention,minference])")
+        elif item.startswith("-"):
+            return [], False, f"unknown option {item!r}; expected --dry-run, --cfg job, --help or KEY=VALUE overrides"
+        else:
+            overrides.append(item)
+    return overrides, show_cfg, None
+
+
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
-    overrides = ["dry_run=true" if a == "--dry-run" else a for a in argv]
+    overrides, show_cfg, refused = _options(argv)
+    if refused:
+        print(f"wavealign sweep: {refused}", file=sys.stderr)
+        return 2
     from orchestrator import config, lock, plan, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
-        console = Console(width=160)
+        console = Console(width=200)
     try:
         cfg = config.load(overrides)
+        if show_cfg:
+            from omegaconf import OmegaConf
+
+            print(OmegaConf.to_yaml(cfg), end="")
+            return 0
         if cfg.dry_run:
             plan.dry_run(cfg, console)
             return 0

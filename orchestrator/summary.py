@@ -29,7 +29,7 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
     console.print(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")
-    console.print(f"next: wavealign report --runs {cfg.run_root}  (the paper's figures and tables as PNGs and one "
+    console.print(f"next: wavealign report --run-root {cfg.run_root}  (the paper's figures and tables as PNGs and one "
                   "HTML page)", soft_wrap=True)
     if outcome.tracking_uri:
         console.print(f"MLflow UI: {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id)}", soft_wrap=True)

@@ -60,7 +60,7 @@ def run_root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def written_report(run_root, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    assert report.main(["--runs", str(run_root), "--out", str(out)]) == 0
+    assert report.main(["--run-root", str(run_root), "--out", str(out)]) == 0
     return out
 
 
@@ -238,11 +238,11 @@ def test_load_keeps_the_newest_row_of_a_configuration_re_measured_under_a_new_id
 def test_report_draws_fig14_for_each_cell_asked_and_refuses_an_unknown_one(run_root, tmp_path):
     cells = analysis.load(run_root)
     chosen = cells[cells["stages"] == "both"].iloc[0]
-    assert report.main(["--runs", str(run_root), "--out", str(tmp_path), "--no-mlflow",
+    assert report.main(["--run-root", str(run_root), "--out", str(tmp_path), "--no-mlflow",
                         "--mask-cell", chosen["cell_id"]]) == 0
     picture = tmp_path / f"fig14_{chosen['method']}_{chosen['cell_id']}.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert report.main(["--runs", str(run_root), "--out", str(tmp_path), "--no-mlflow", "--mask-cell", "nope"]) == 2
+    assert report.main(["--run-root", str(run_root), "--out", str(tmp_path), "--no-mlflow", "--mask-cell", "nope"]) == 2
 
 
 def test_kernel_latency_draws_variants_in_one_order_and_no_empty_panel():

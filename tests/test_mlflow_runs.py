@@ -97,7 +97,7 @@ def test_the_printed_ui_hint_is_the_address_of_the_experiments_runs_table(finish
 
 def test_the_summary_ends_with_the_next_command_to_run(finished):
     root, _, printed = finished
-    assert f"next: wavealign report --runs {root}" in printed
+    assert f"next: wavealign report --run-root {root}" in printed
 
 
 def test_the_ui_hint_for_a_server_is_its_runs_table_address():

@@ -83,7 +83,7 @@ def make_runs(root, threshold_tokens: int):
 
 
 def refresh(runs, profile_dir, *extra: str) -> int:
-    return refresh_profiles.main([f"hardware={HARDWARE}", f"runs={runs}", f"profile_dir={profile_dir}", *extra])
+    return refresh_profiles.main([f"hardware={HARDWARE}", f"run_root={runs}", f"profile_dir={profile_dir}", *extra])
 
 
 def first_reordering_length(profile: skip.Profile, density: float) -> int:
@@ -163,7 +163,7 @@ def test_registered_profile_reads_back_through_the_alias(fitted, tmp_path):
 
 
 def test_fetch_fills_a_folder_with_registered_profiles_and_packaged_ones_elsewhere(fitted, tmp_path):
-    assert refresh_profiles.main([f"fetch={tmp_path}", f"runs={fitted[0]}"]) == 0
+    assert refresh_profiles.main([f"fetch={tmp_path}", f"run_root={fitted[0]}"]) == 0
     assert not skip.Profile.load(tmp_path / "h100.yaml").provisional
     assert skip.Profile.load(tmp_path / "a40.yaml").provisional
 

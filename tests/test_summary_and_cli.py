@@ -193,3 +193,39 @@ def test_version_without_a_git_checkout_prints_the_version_alone(capsys, monkeyp
     monkeypatch.setattr(environment, "git_sha", lambda: None)
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"wavealign {wavealign.__version__}"
+
+
+def test_sweep_cfg_job_prints_the_composed_config_and_runs_nothing(capsys, tmp_path):
+    from omegaconf import OmegaConf
+
+    from jobs import sweep as sweep_job
+
+    assert sweep_job.main(["--cfg", "job", "grid.seq_k=[2,3]", f"run_root={tmp_path}"]) == 0
+    printed = OmegaConf.create(capsys.readouterr().out)
+    assert list(printed.grid.seq_k) == [2, 3] and printed.name == "smoke"
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["-m", "grid.seq_k=[2,3]"], "a list override is already an axis"),
+    (["--multirun"], "Hydra's multirun is not used"),
+    (["--cfg", "hydra"], "--cfg takes 'job'"),
+    (["--dryrun"], "unknown option '--dryrun'"),
+])
+def test_sweep_refuses_hydra_flags_it_does_not_serve_clearly(argv, needle, capsys):
+    from jobs import sweep as sweep_job
+
+    assert sweep_job.main(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_every_command_that_reads_a_run_root_calls_it_run_root():
+    import subprocess
+    import sys
+
+    helps = {name: subprocess.run([sys.executable, "-m", "jobs.cli", name, "--help"], capture_output=True,
+                                  text=True, timeout=120).stdout for name in ("sweep", "report", "refresh-profiles",
+                                                                               "sync-mlflow")}
+    assert "run_root=" in helps["sweep"] and "--run-root" in helps["report"]
+    assert "run_root=" in helps["refresh-profiles"] and "run_root=" in helps["sync-mlflow"]
+    assert not any(re.search(r"--runs\b|\bruns=", text) for text in helps.values())
