@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import numbers
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.figures import FIGURES
-from analysis.tables import TABLES
+from analysis.tables import TABLE_TITLES, TABLES
 
 FIGURE_DPI = 110
 
@@ -30,17 +31,57 @@ class ReportFiles:
         return [self.html, *self.figures.values(), *self.tables.values()]
 
 
-def write_figures(frame: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
-    """Each of ``FIGURES`` as ``<out_dir>/<name>.png``."""
+def write_figures(frame: pd.DataFrame, out_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """Each of ``FIGURES`` as ``<out_dir>/<name>.png``; returns the paths and each figure's title."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
+    written, titles = {}, {}
     for name, draw in FIGURES.items():
         fig = draw(frame)
         path = out_dir / f"{name}.png"
         fig.savefig(path, dpi=FIGURE_DPI)
+        suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
+        titles[name] = suptitle or (fig.axes[0].get_title() if fig.axes else name)
         plt.close(fig)
         written[name] = path
-    return written
+    return written, titles
+
+
+# how the report spells a column name's words, and the units its suffix carries
+_WORDS = {"hbm": "HBM", "sol": "SOL", "l2": "L2", "ncu": "NCU", "dram": "DRAM", "tflops": "TFLOP/s", "gb": "GB",
+          "iqr": "IQR", "cv": "CV", "nnz": "NNZ", "ctas": "CTAs", "sm": "SM", "seq": "sequence", "len": "length",
+          "num": ""}
+_UNITS = {"ms": "ms", "pct": "%", "gb": "GB", "bytes": "bytes", "tokens": "tokens", "s": "s"}
+
+
+def column_label(name: str) -> str:
+    """A column name as a reader reads it: ``kernel_ms`` -> "kernel (ms)", ``hbm_sol_pct`` -> "HBM SOL (%)"."""
+    words = str(name).split("_")
+    unit = _UNITS.get(words[-1]) if len(words) > 1 else None
+    if unit is not None:
+        words = words[:-1]
+    text = " ".join(word for word in (_WORDS.get(w, w) for w in words) if word)
+    return f"{text} ({unit})" if unit else text
+
+
+# decimals by magnitude: at least three significant digits, a ratio such as 1.181 read to the thousandth
+_DECIMALS = ((1000, 0), (100, 1), (10, 2), (0.01, 3), (0.0, 6))
+
+
+def readable(value: object) -> str:
+    """A number as a reader reads it: thousands separated, decimals by size, never an exponent; NaN as a dash."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return "" if value is None else str(value)
+    if value != value:
+        return "–"
+    if isinstance(value, numbers.Integral) or value == 0:
+        return f"{int(value):,}"
+    decimals = next(d for floor, d in _DECIMALS if abs(value) >= floor)
+    return f"{value:,.{decimals}f}"
+
+
+def _table_html(table: pd.DataFrame) -> str:
+    shown = table.rename(columns=column_label)
+    return shown.to_html(index=False, escape=True, formatters={c: readable for c in shown.columns})
 
 
 def _summary(frame: pd.DataFrame) -> str:
@@ -62,11 +103,11 @@ def _failures(frame: pd.DataFrame) -> str:
         return ""
     columns = [c for c in ("status", "hardware", "backend", "method", "variant", "seq_len_tokens", "error")
                if c in failed]
-    return "<h2>Cells that did not finish</h2>" + failed[columns].head(50).to_html(index=False, na_rep="")
+    return "<h2>Cells that did not finish</h2>" + _table_html(failed[columns].head(50))
 
 
 def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str, pd.DataFrame],
-                title: str) -> str:
+                title: str, figure_titles: dict[str, str] | None = None) -> str:
     """The report page: sources, cell counts, tables, then the figures embedded as base64 PNGs."""
     sources = ", ".join(html.escape(str(r)) for r in frame.attrs.get("run_roots", [])) or "a results frame"
     sweeps = sorted(frame["sweep_id"].dropna().unique()) if "sweep_id" in frame else []
@@ -76,12 +117,12 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
             "Simulated cells are hatched, dashed or hollow and labelled &ldquo;simulated&rdquo;.</p>",
             _summary(frame)]
     for name, table in tables.items():
-        body.append(f"<h2>{html.escape(name)}</h2>")
-        body.append(table.to_html(index=False, float_format=lambda v: f"{v:.3g}", na_rep="–",
-                                  escape=True))
+        body.append(f'<h2 id="{html.escape(name)}">{html.escape(TABLE_TITLES.get(name, name))}</h2>')
+        body.append(_table_html(table))
     for name, path in figures.items():
         encoded = base64.b64encode(path.read_bytes()).decode("ascii")
-        body.append(f'<h2>{html.escape(name)}</h2><img alt="{html.escape(name)}" src="data:image/png;base64,'
+        heading = html.escape((figure_titles or {}).get(name, name))
+        body.append(f'<h2 id="{html.escape(name)}">{heading}</h2><img alt="{heading}" src="data:image/png;base64,'
                     f'{encoded}" style="max-width:100%">')
     body.append(_failures(frame))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
@@ -93,14 +134,14 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
 def write_report(frame: pd.DataFrame, out_dir: str | Path, title: str = "WaveAlign sweep report") -> ReportFiles:
     """Write the figures (PNG), the tables (CSV) and ``report.html`` into ``out_dir``."""
     out_dir = Path(out_dir)
-    figures = write_figures(frame, out_dir)
+    figures, figure_titles = write_figures(frame, out_dir)
     tables = {name: make(frame) for name, make in TABLES.items()}
     table_paths = {}
     for name, table in tables.items():
         table_paths[name] = out_dir / f"{name}.csv"
         table.to_csv(table_paths[name], index=False)
     page = out_dir / "report.html"
-    page.write_text(render_html(frame, figures, tables, title))
+    page.write_text(render_html(frame, figures, tables, title, figure_titles))
     return ReportFiles(html=page, figures=figures, tables=table_paths)
 
 

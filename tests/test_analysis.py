@@ -11,6 +11,7 @@ from rich.console import Console
 
 import analysis
 from analysis import figures
+from analysis import report as analysis_report
 from analysis.load import latest_per_configuration
 from analysis.plotting import SIMULATED_LABEL
 from jobs import report
@@ -258,3 +259,34 @@ def test_kernel_latency_draws_variants_in_one_order_and_no_empty_panel():
     legend = [t.get_text() for t in visible[0].get_legend().get_texts() if "overhead" not in t.get_text()]
     assert [t.split(" ")[0] for t in legend] == ["original", "spatial", "temporal", "wavealign"]
     plt.close(fig)
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (1350.0, "1,350"), (363600, "363,600"), (96.94, "96.94"), (1.1811, "1.181"), (0.0123, "0.012"),
+    (0.0, "0"), (1e-5, "0.000010"), (float("nan"), "–"), ("fa4", "fa4"),
+])
+def test_report_numbers_read_without_exponents(value, text):
+    assert analysis_report.readable(value) == text
+
+
+@pytest.mark.parametrize(("column", "label"), [
+    ("kernel_ms", "kernel (ms)"), ("hbm_sol_pct", "HBM SOL (%)"), ("seq_len_tokens", "sequence length (tokens)"),
+    ("effective_tflops", "effective TFLOP/s"), ("num_heads", "heads"), ("speedup_with_overhead",
+                                                                        "speedup with overhead"),
+])
+def test_report_columns_read_with_units(column, label):
+    assert analysis_report.column_label(column) == label
+
+
+def test_report_page_titles_its_tables_and_figures_and_prints_no_snake_case_or_exponent(written_report):
+    import re
+
+    page = (written_report / "report.html").read_text()
+    text = re.sub(r"base64,[A-Za-z0-9+/=]+", "", page)
+    headings = re.findall(r"<h2[^>]*>([^<]*)</h2>", text)
+    assert "Table II: reorderers compared (kernel and reorder time, speedups, HBM SOL, L2 hit)" in headings
+    assert "Kernel latency with reorder overhead stacked (Fig. 9 / 10)" in headings
+    headers = re.findall(r"<th>([^<]*)</th>", text)
+    assert headers and not [h for h in headers if "_" in h]
+    cells = re.findall(r"<td>([^<]*)</td>", text)
+    assert cells and not [c for c in cells if re.fullmatch(r"-?[\d.]+e[+-]\d+", c)]
