@@ -14,10 +14,12 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 
 from analysis.load import with_derived_columns
 from analysis.plotting import (
     NO_CELLS,
+    NOTE_COLOR,
     STAGE_LABELS,
     VARIANT_COLORS,
     badge_simulated,
@@ -98,7 +100,7 @@ def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
                     label=label(f"{hw}/{backend} actual", bool(sim)))
             if sim:
                 badge_simulated(ax)
-        ax.set_yscale("log")
+        _log_scale(ax, "y")
         ax.set_xlabel("sequence length (K tokens)")
         ax.set_ylabel("speedup over dense")
         ax.legend(fontsize=7)
@@ -162,8 +164,8 @@ def roofline(frame: pd.DataFrame) -> Figure:
                                label=label(f"{method} {'reordered' if flag else 'original'}", bool(sim)))
                 if sim:
                     badge_simulated(ax)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _log_scale(ax, "x")
+        _log_scale(ax, "y")
         ax.set_xlabel(f"operational intensity (FLOP / byte; {source})")
         ax.set_ylabel("achieved TFLOP/s")
         ax.legend(fontsize=7)
@@ -329,6 +331,15 @@ def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str]
     ax.legend(fontsize=7)
 
 
+def _log_scale(ax, axis: str) -> None:
+    """A log axis whose tick labels read as plain numbers (0.6, 1, 20), not 6x10^-1."""
+    getattr(ax, f"set_{axis}scale")("log")
+    target = getattr(ax, f"{axis}axis")
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    target.set_major_formatter(plain)
+    target.set_minor_formatter(plain)
+
+
 def _mean(values: pd.Series) -> float:
     kept = values.dropna()
     return float(kept.mean()) if len(kept) else math.nan
@@ -350,27 +361,35 @@ def _cache_panels(frame: pd.DataFrame, title: str, stages: list[str], with_time:
     cells = cells[cells["stages"].isin(stages)]
     if cells.empty or set(cells["stages"]) <= {"none"}:
         return note_figure(title, f"no cells with reorder stages {[STAGE_LABELS[s] for s in stages if s != 'none']}")
-    hardware = sorted(cells["hardware"].unique())
-    cols = 3 if with_time else 2
-    fig, axes = panel_grid(len(hardware), cols)
-    for hw, axes_row in zip(hardware, axes, strict=True):
+    rows, omitted = [], []  # per GPU, the panels that have figures; the ones that have none, said once below
+    for hw in sorted(cells["hardware"].unique()):
         part = cells[cells["hardware"] == hw]
         l2, hbm = l2_hit_column(part), hbm_read_column(part)  # per GPU: measured here, simulated there
-        panels = []
-        if with_time:
-            panels.append(("kernel time ÷ original (geomean)", "kernel_ms_median", True))
+        panels = [("kernel time ÷ original (geomean)", "kernel_ms_median", True)] if with_time else []
         panels += [(f"L2 hit % ({l2 or 'none'})", l2, False), (f"HBM read ÷ original ({hbm or 'none'})", hbm, True)]
-        for ax, (ylabel, column, relative) in zip(axes_row, panels, strict=True):
+        drawn = [p for p in panels if p[1] is not None and p[1] in part and part[p[1]].notna().any()]
+        omitted += [f"{hw} {p[0].split(' (')[0]}" for p in panels if p not in drawn]
+        if drawn:
+            rows.append((hw, part, drawn))
+    if not rows:
+        return note_figure(title, f"no L2 or HBM figures for {', '.join(sorted(cells['hardware'].unique()))}:\n"
+                                  f"{BYTES_HINT}")
+    fig, axes = panel_grid(len(rows), max(len(drawn) for _, _, drawn in rows))
+    for (hw, part, drawn), axes_row in zip(rows, axes, strict=True):
+        for ax in axes_row[len(drawn):]:
+            ax.set_visible(False)
+        for ax, (ylabel, column, relative) in zip(axes_row, drawn, strict=False):
             ax.set_title(f"{hw}: {ylabel.split(' (')[0]}", fontsize=9)
-            if column is None or column not in part or part[column].notna().sum() == 0:
-                note(ax, f"no {ylabel.split(' (')[0]} figures for {hw}:\n{BYTES_HINT}")
-                continue
             value = relative_to_original(part, column) if relative else part[column]
             _bars_by_method(ax, part, value, stages, _geomean if relative else _mean, ylabel)
             if relative:
                 ax.axhline(1.0, color="0.4", linewidth=0.8)
     fig.suptitle(title)
     fig.tight_layout()
+    if omitted:
+        fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, 0.12))
+        fig.text(0.5, 0.01, f"not drawn, no figures: {', '.join(omitted)} ({BYTES_HINT.replace(chr(10), ' ')})",
+                 ha="center", fontsize=8, color=NOTE_COLOR, wrap=True)
     return fig
 
 
@@ -427,7 +446,7 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
             if hw_always["_sim"].any() or (len(hw_adaptive) and hw_adaptive["_sim"].any()):
                 badge_simulated(ax)
             ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="-", label="original (never reorder)")
-            ax.set_yscale("log")
+            _log_scale(ax, "y")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("latency ÷ original kernel")
             ax.legend(fontsize=7)

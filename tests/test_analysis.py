@@ -290,3 +290,27 @@ def test_report_page_titles_its_tables_and_figures_and_prints_no_snake_case_or_e
     assert headers and not [h for h in headers if "_" in h]
     cells = re.findall(r"<td>([^<]*)</td>", text)
     assert cells and not [c for c in cells if re.fullmatch(r"-?[\d.]+e[+-]\d+", c)]
+
+
+def test_cache_figures_omit_panels_without_figures_and_say_so_once():
+    base = {"backend": "sim", "status": "done", "skip_mode": "force", "method": "planted", "kernel_ms_median": 10.0}
+    rows = [{**base, "hardware": "h100", "simulated": True, "group_id": "g", "stages": st, "l2_hit_pct": l2,
+             "hbm_read_bytes": hbm} for st, l2, hbm in (("none", 20.0, 100.0), ("both", 90.0, 10.0))]
+    rows += [{**base, "hardware": "cpu", "backend": "reference", "simulated": False, "group_id": "c", "stages": st}
+             for st in ("none", "both")]
+    fig = figures.cache_behaviour(pd.DataFrame(rows))
+    titles = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+    assert titles == ["h100: L2 hit %", "h100: HBM read ÷ original"]  # no cpu row of empty panels
+    notes = [t.get_text() for t in fig.texts]
+    assert any("not drawn, no figures: cpu L2 hit %, cpu HBM read ÷ original" in n for n in notes)
+    plt.close(fig)
+
+
+def test_log_axes_read_plain_numbers():
+    fig, ax = plt.subplots()
+    ax.plot([0.6, 0.9], [0.6, 0.9])
+    figures._log_scale(ax, "y")
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()]
+    assert labels and not [t for t in labels if "10^" in t or "times" in t or "×" in t]
+    plt.close(fig)
