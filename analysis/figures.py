@@ -256,9 +256,10 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
                     badge_simulated(ax)
             _seq_ticks(ax, seqs)
             ax.set_ylabel("ms")
-            ax.legend(fontsize=6)
+            _legend_in_corner(ax, fontsize=6)
     fig.suptitle(title)
     fig.tight_layout()
+    _legends_clear_of_bars(fig)
     return fig
 
 
@@ -328,7 +329,26 @@ def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str]
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels(methods, fontsize=8, rotation=15)
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
+    _legend_in_corner(ax, fontsize=7)
+
+
+def _legend_in_corner(ax, fontsize: int) -> None:
+    """The panel's legend in its upper left corner (``_legends_clear_of_bars`` then makes room for it)."""
+    ax.legend(fontsize=fontsize, loc="upper left", ncol=2 if len(ax.get_legend_handles_labels()[1]) > 4 else 1)
+
+
+def _legends_clear_of_bars(fig: Figure) -> None:
+    """After layout: raise each panel's y range (a quarter at a time) until no bar lies under its legend."""
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        bars = [patch for patch in ax.patches if patch.get_height() > 0]
+        for _ in range(12):
+            if legend is None or not any(legend.get_window_extent(renderer).overlaps(bar.get_window_extent(renderer))
+                                         for bar in bars):
+                break
+            bottom, top = ax.get_ylim()
+            ax.set_ylim(bottom, top + 0.25 * (top - bottom))
 
 
 def _log_scale(ax, axis: str) -> None:
@@ -386,6 +406,7 @@ def _cache_panels(frame: pd.DataFrame, title: str, stages: list[str], with_time:
                 ax.axhline(1.0, color="0.4", linewidth=0.8)
     fig.suptitle(title)
     fig.tight_layout()
+    _legends_clear_of_bars(fig)
     if omitted:
         fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, 0.12))
         fig.text(0.5, 0.01, f"not drawn, no figures: {', '.join(omitted)} ({BYTES_HINT.replace(chr(10), ' ')})",

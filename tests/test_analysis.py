@@ -314,3 +314,18 @@ def test_log_axes_read_plain_numbers():
     labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()]
     assert labels and not [t for t in labels if "10^" in t or "times" in t or "×" in t]
     plt.close(fig)
+
+
+def test_legends_do_not_cover_bars():
+    base = {"hardware": "h100", "backend": "sim", "status": "done", "simulated": True, "seq_len_tokens": 4096,
+            "seq_k": 4.096, "reorder_ms": 5.0, "method": "planted", "workload": "a", "group_id": "g"}
+    rows = [{**base, "variant": v, "stages": v, "kernel_ms_median": ms}
+            for v, ms in (("original", 100.0), ("spatial", 99.0), ("temporal", 98.0), ("wavealign", 97.0))]
+    fig = figures.kernel_latency(pd.DataFrame(rows))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = [ax for ax in fig.axes if ax.get_visible()]
+    legend = ax.get_legend().get_window_extent(renderer)
+    bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_height() > 0]
+    assert bars and not any(legend.overlaps(bar) for bar in bars)
+    plt.close(fig)
