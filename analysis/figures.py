@@ -41,7 +41,7 @@ from analysis.plotting import (
 )
 from wavealign import hardware as hardware_registry
 from wavealign import masks
-from wavealign.records import order_name
+from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, order_name
 
 ORIGINAL = "original"
 DENSE = "dense"
@@ -526,7 +526,7 @@ def _rebuild_and_reorder(config: dict):
     import dataclasses
 
     from wavealign import reorder
-    from wavealign.pipeline import build_inputs, device_for
+    from wavealign.pipeline import build_inputs, device_for, plan_order
     from wavealign.records import Cell
 
     known = {f.name for f in dataclasses.fields(Cell)}
@@ -537,7 +537,7 @@ def _rebuild_and_reorder(config: dict):
     mask, _ = build_inputs(cell, device_for(cell))
     head = mask[:1]
     cell.stages = cell.stages if cell.stages != "none" else "both"
-    order = reorder.plan(head, wave_size=cell.wave_size, stages=cell.stages, seed=cell.seed)
+    order = plan_order(cell, head, cell.stages)  # the cell's own reorderer and its params
     return cell, head.cpu(), reorder.permute_mask(head, order).cpu()
 
 
@@ -545,7 +545,12 @@ def _draw_masks(cell, head, after, title: str) -> Figure:
     stages = cell.stages
     wave = min(cell.wave_size, head.shape[1])
     fig, axes = panel_grid(2, 2, width=4.4, height=4.0)
-    for col, (name, m) in enumerate((("original order", head[0]), (f"after {STAGE_LABELS[stages]}", after[0]))):
+    from analysis.tables import order_label
+
+    # WaveAlign's own stages by the paper's ablation names; a baseline by its Table II name ("MinHash+S2")
+    own = cell.reorderer in (DEFAULT_REORDERER, NO_REORDERER)
+    reordered = STAGE_LABELS[stages] if own else order_label(stages, cell.reorderer)
+    for col, (name, m) in enumerate((("original order", head[0]), (f"after {reordered}", after[0]))):
         union = int(m[:wave].any(0).sum())
         axes[0][col].imshow(m.numpy(), cmap="Greys", interpolation="nearest", aspect="auto")
         axes[0][col].set_title(f"{name}: {m.shape[0]}x{m.shape[1]} blocks", fontsize=9)
