@@ -81,14 +81,16 @@ def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
     keys = ["hardware", "backend", "seq_len_tokens"] + (["workload"] if "workload" in cells else [])
     baseline = dense.drop_duplicates(keys)[[*keys, "kernel_ms_median"]].rename(
         columns={"kernel_ms_median": "dense_ms"})
-    fig, axes = panel_grid(1, len(methods))
-    for ax, method in zip(axes[0], methods, strict=True):
+    paired = {m: sparse[sparse["method"] == m].merge(baseline, on=keys) for m in methods}
+    drawn = [m for m in methods if not paired[m].empty]
+    hint = ("no dense baseline cell of the same hardware, backend and length (method=dense, variant=original): "
+            "add the sweep's dense_baseline grid")
+    if not drawn:
+        return note_figure(title, f"{', '.join(methods)}: {hint.replace(': ', ':' + chr(10))}")
+    fig, axes = panel_grid(1, len(drawn))
+    for ax, method in zip(axes[0], drawn, strict=True):
         ax.set_title(method)
-        pairs = sparse[sparse["method"] == method].merge(baseline, on=keys)
-        if pairs.empty:
-            note(ax, "no dense baseline cell of the same hardware, backend\nand length (method=dense, "
-                     "variant=original):\nadd the sweep's dense_baseline grid")
-            continue
+        pairs = paired[method]
         pairs = pairs.assign(bound=1.0 / pairs["density"], actual=pairs["dense_ms"] / pairs["kernel_ms_median"])
         for i, ((hw, backend, sim), part) in enumerate(pairs.groupby(["hardware", "backend", "_sim"])):
             by_len = part.groupby("seq_k")[["bound", "actual"]].mean()
@@ -106,6 +108,8 @@ def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
         ax.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
+    if len(drawn) < len(methods):
+        _footnote(fig, f"not drawn: {', '.join(m for m in methods if m not in drawn)} ({hint})")
     return fig
 
 
@@ -332,6 +336,12 @@ def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str]
     _legend_in_corner(ax, fontsize=7)
 
 
+def _footnote(fig: Figure, text: str) -> None:
+    """Say once, under the figure, which panels were left out and why (instead of drawing them empty)."""
+    fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, 0.12))
+    fig.text(0.5, 0.01, text, ha="center", fontsize=8, color=NOTE_COLOR, wrap=True)
+
+
 def _legend_in_corner(ax, fontsize: int) -> None:
     """The panel's legend in its upper left corner (``_legends_clear_of_bars`` then makes room for it)."""
     ax.legend(fontsize=fontsize, loc="upper left", ncol=2 if len(ax.get_legend_handles_labels()[1]) > 4 else 1)
@@ -352,12 +362,17 @@ def _legends_clear_of_bars(fig: Figure) -> None:
 
 
 def _log_scale(ax, axis: str) -> None:
-    """A log axis whose tick labels read as plain numbers (0.6, 1, 20), not 6x10^-1."""
+    """A log axis whose tick labels read as plain numbers (0.6, 1, 20), not 6x10^-1; between decades only when
+    the axis spans at most one."""
     getattr(ax, f"set_{axis}scale")("log")
     target = getattr(ax, f"{axis}axis")
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    target.set_major_formatter(plain)
-    target.set_minor_formatter(plain)
+
+    def minor(value: float, _: int) -> str:
+        low, high = sorted(target.get_view_interval())
+        return f"{value:g}" if low > 0 and high / low <= 10 else ""  # wider: the decades alone stay readable
+
+    target.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    target.set_minor_formatter(FuncFormatter(minor))
 
 
 def _mean(values: pd.Series) -> float:
@@ -408,9 +423,7 @@ def _cache_panels(frame: pd.DataFrame, title: str, stages: list[str], with_time:
     fig.tight_layout()
     _legends_clear_of_bars(fig)
     if omitted:
-        fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, 0.12))
-        fig.text(0.5, 0.01, f"not drawn, no figures: {', '.join(omitted)} ({BYTES_HINT.replace(chr(10), ' ')})",
-                 ha="center", fontsize=8, color=NOTE_COLOR, wrap=True)
+        _footnote(fig, f"not drawn, no figures: {', '.join(omitted)} ({BYTES_HINT.replace(chr(10), ' ')})")
     return fig
 
 

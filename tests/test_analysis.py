@@ -329,3 +329,15 @@ def test_legends_do_not_cover_bars():
     bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_height() > 0]
     assert bars and not any(legend.overlaps(bar) for bar in bars)
     plt.close(fig)
+
+
+def test_fig2_draws_methods_with_a_dense_baseline_and_names_the_others_once():
+    base = {"hardware": "h100", "backend": "sim", "status": "done", "simulated": True, "variant": "original",
+            "seq_len_tokens": 4096, "seq_k": 4.096, "workload": "w"}
+    rows = [{**base, "method": "dense", "density": 1.0, "kernel_ms_median": 100.0},
+            {**base, "method": "planted", "density": 0.25, "kernel_ms_median": 40.0},
+            {**base, "method": "xattention", "workload": "other", "density": 0.3, "kernel_ms_median": 50.0}]
+    fig = figures.speedup_vs_bound(pd.DataFrame(rows))
+    assert [ax.get_title() for ax in fig.axes] == ["planted"]
+    assert any("not drawn: xattention" in t.get_text() for t in fig.texts)
+    plt.close(fig)
