@@ -7,13 +7,13 @@ import argparse
 import json
 import platform
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import yaml
 
 from wavealign import reorder, reorderers, synthetic
+from wavealign.measure.timing import synced_clock
 
 MASKS = {"random": synthetic.random_mask, "planted": synthetic.planted_mask}
 
@@ -22,8 +22,6 @@ def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reo
               **params) -> list[float]:
     """Wall-clock milliseconds of each of ``repeats`` plans (synchronised on CUDA), after one warm-up plan where the
     reorderer needs one."""
-    sync = torch.cuda.synchronize if mask.is_cuda else (lambda: None)
-
     def plan() -> None:
         reorder.plan(mask, wave_size=wave_size, stages=stages, reorderer=reorderer, **params)
 
@@ -31,11 +29,9 @@ def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reo
         plan()
     times = []
     for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
+        start = synced_clock(mask.device)
         plan()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((synced_clock(mask.device) - start) * 1e3)
     return times
 
 

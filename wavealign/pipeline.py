@@ -27,6 +27,7 @@ import torch
 
 from wavealign import environment, kernels, masks, reorder, reorderers, skip
 from wavealign.kernels import Launch, LaunchShape
+from wavealign.measure import timing
 from wavealign.records import CPU, ORIGINAL_VARIANT, Cell, CellResult, Environment
 from wavealign.skip import plan_cost
 
@@ -200,16 +201,10 @@ def _timed_plans(plan: Callable[[], Any], device: torch.device, warmup: bool = T
         plan()
     times: list[float] = []
     while len(times) < PLAN_REPS and sum(times) < PLAN_BUDGET_S * 1e3:
-        start = _sync_time(device)
+        start = timing.synced_clock(device)
         value = plan()
-        times.append((_sync_time(device) - start) * 1e3)
+        times.append((timing.synced_clock(device) - start) * 1e3)
     return value, statistics.median(times)
-
-
-def _sync_time(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def plan_order(cell: Cell, mask: torch.Tensor, stages: str) -> reorder.RowOrder:
@@ -270,8 +265,6 @@ def _simulated_into(result: CellResult, launch: Any) -> None:
 def _timed_into(result: CellResult, cell: Cell, launch: Launch, qkv, device: torch.device) -> None:
     """Time ``launch.run`` with ``wavealign.measure.timing``: on a GPU, the first call (compile/JIT) apart, then
     CUDA events after warm-up with L2 flushed between repetitions; on a CPU, wall clock. Median and IQR."""
-    from wavealign.measure import timing
-
     q, k, v = qkv
 
     def call() -> torch.Tensor:

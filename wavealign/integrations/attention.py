@@ -11,7 +11,6 @@ Every argument is checked when the object is made, before any GPU work.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +20,7 @@ from wavealign import hardware as hardware_registry
 from wavealign import kernels, masks, reorder, reorderers, skip
 from wavealign.blockmask import check_int
 from wavealign.kernels import LaunchShape
+from wavealign.measure.timing import synced_clock
 
 REORDER_MODES = ("always", "never", "adaptive")
 
@@ -93,10 +93,10 @@ class BlockSparseAttention:
         return torch.cat([self._one(q[b:b + 1], k[b:b + 1], v[b:b + 1]) for b in range(q.shape[0])])
 
     def _one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        start = _now(q.device)
+        start = synced_clock(q.device)
         mask = masks.build(self.method, q, k, v, self.block_size, **self.method_params)
         mask = mask.reshape(-1, *mask.shape[-2:])
-        mask_ms = (_now(q.device) - start) * 1e3
+        mask_ms = (synced_clock(q.device) - start) * 1e3
         order, reason, reorder_ms = self._order(mask, q.shape[-1], q.device)
         shape = LaunchShape.of(q, k, self.block_size, v=v, hardware=self.hardware, wave_size=self.wave_size)
         out = kernels.get(self.backend).plan(mask, order, shape).run(q, k, v)
@@ -117,13 +117,7 @@ class BlockSparseAttention:
             if not decision.reorder:
                 return None, decision.reason, 0.0
             reason = decision.reason
-        start = _now(device)
+        start = synced_clock(device)
         order = reorder.plan(mask, wave_size=self.wave_size, stages="both", reorderer=self.reorderer)
-        return order, reason, (_now(device) - start) * 1e3
-
-
-def _now(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
+        return order, reason, (synced_clock(device) - start) * 1e3
 

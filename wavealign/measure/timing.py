@@ -16,6 +16,14 @@ import torch
 FLUSH_BYTES = 256 << 20
 
 
+def synced_clock(device: torch.device | str) -> float:
+    """``time.perf_counter()`` once ``device``'s queued work has finished (CUDA is asynchronous): two of these
+    bracket host-side work such as planning a reorder or building a mask."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 @dataclass(frozen=True)
 class Timing:
     """Repetitions of one launch, in milliseconds of GPU time between two CUDA events."""
