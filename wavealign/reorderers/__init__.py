@@ -79,12 +79,16 @@ def blocks_per_wave(mb: int, wave_size: int) -> int:
     return -(-mb // wave_size)
 
 
-def order_by_group(labels: torch.Tensor, within: torch.Tensor | None = None) -> torch.Tensor:
+def order_by_group(labels: torch.Tensor, within: torch.Tensor | None = None,
+                   last: torch.Tensor | None = None) -> torch.Tensor:
     """Rows laid out group by group, groups by their first row. ``labels`` (G, MB) int64 in [0, MB) names each row's
-    group; ``within`` (G, MB), a permutation per head, is the order rows keep inside a group (default: original)."""
+    group; ``within`` (G, MB), a permutation per head, is the order rows keep inside a group (default: original);
+    ``last`` (G, MB) bool, indexed by label, sends those groups after all others (still by first row)."""
     g, mb = labels.shape
     rows = torch.arange(mb, device=labels.device).expand(g, mb)
     first = torch.full_like(labels, mb).scatter_reduce(-1, labels, rows, reduce="amin", include_self=True)
+    if last is not None:
+        first = first + mb * last.long()
     order = rows if within is None else within
     group_first = torch.gather(first, -1, torch.gather(labels, -1, order))
     return torch.gather(order, -1, torch.sort(group_first, dim=-1, stable=True).indices)

@@ -71,12 +71,8 @@ def wave_targets(mb: int, wave_size: int) -> list[int]:
 def layout(labels: torch.Tensor, wave_size: int) -> torch.Tensor:
     """(G, MB) order laying out rows part by part: full parts by their first row, a short (remainder) part last, so
     part boundaries fall on wave boundaries; rows within a part in their original order."""
-    g, mb = labels.shape
-    rows = torch.arange(mb).expand(g, mb)
-    first = torch.full_like(labels, mb).scatter_reduce(-1, labels, rows, reduce="amin", include_self=True)
     sizes = torch.zeros_like(labels).scatter_add_(-1, labels, torch.ones_like(labels))
-    part_key = first + mb * (sizes < wave_size)
-    return torch.sort(torch.gather(part_key, -1, labels) * mb + rows, dim=-1).indices
+    return reorderers.order_by_group(labels, last=sizes < wave_size)
 
 
 def group(mask: torch.Tensor, *, wave_size: int, seed: int, objective: str, preset: str,
