@@ -21,7 +21,7 @@ import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import torch
 
@@ -84,24 +84,38 @@ def processor_class() -> type:
     return WaveAlignWanAttnProcessor
 
 
-@dataclass
-class Installed:
-    """WaveAlign installed on a transformer: ``attention`` (its calls recorded), the layers it runs in, and
-    ``remove()`` to put the original processors back (also on leaving a ``with`` block)."""
+class _Removable:
+    """What ``apply`` and ``capture`` return: ``remove()`` puts the transformer's original processors back, also on
+    leaving a ``with`` block. Subclasses hold ``transformer`` and ``_original``."""
 
     transformer: Any
-    attention: BlockSparseAttention
-    layers: list[str]
     _original: dict[str, Any]
 
     def remove(self) -> None:
         self.transformer.set_attn_processor(dict(self._original))  # set_attn_processor empties the dict it gets
 
-    def __enter__(self) -> Installed:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.remove()
+
+
+def _install(transformer: Any, original: dict[str, Any], layers: list[str],
+             processor_for: Callable[[str], Any]) -> None:
+    """Give each self-attention processor name in ``layers`` ``processor_for(name)``; keep every other processor."""
+    transformer.set_attn_processor({name: processor_for(name) if name in layers else proc
+                                    for name, proc in original.items()})
+
+
+@dataclass
+class Installed(_Removable):
+    """WaveAlign installed on a transformer: ``attention`` (its calls recorded) and the layers it runs in."""
+
+    transformer: Any
+    attention: BlockSparseAttention
+    layers: list[str]
+    _original: dict[str, Any]
 
 
 def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", reorder: str = "adaptive", *,
@@ -117,7 +131,7 @@ def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", re
                                      hardware=hardware, wave_size=wave_size, reorderer=reorderer,
                                      method_params=dict(method_params))
     processor = processor_class()(attention)
-    transformer.set_attn_processor({name: processor if name in layers else proc for name, proc in original.items()})
+    _install(transformer, original, layers, lambda name: processor)
     return Installed(transformer=transformer, attention=attention, layers=layers, _original=original)
 
 
@@ -136,7 +150,7 @@ def _self_attention_layers(transformer: Any) -> tuple[dict[str, Any], list[str]]
 
 
 @dataclass
-class Capture:
+class Capture(_Removable):
     """Q/K/V of self-attention ``layers`` at denoising ``steps``, written while installed as ``wavealign-qkv/1``
     files (``wavealign.workloads.captured``) in ``out_dir``: one per (layer, step), the first forward of a step (the
     conditional one under classifier-free guidance). ``remove()`` (or leaving a ``with`` block) uninstalls it."""
@@ -175,14 +189,8 @@ class Capture:
         return record
 
     def remove(self) -> None:
-        self.transformer.set_attn_processor(dict(self._original))
+        super().remove()
         self._hook.remove()
-
-    def __enter__(self) -> Capture:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
 
 
 def capture(transformer: Any, out_dir: str | Path, *, layers: list[int], steps: list[int],
@@ -202,7 +210,6 @@ def capture(transformer: Any, out_dir: str | Path, *, layers: list[int], steps: 
     recorder = Capture(transformer=transformer, out_dir=out_dir, layers=sorted(set(layers)),
                        steps=sorted(set(steps)), model=model, _original=original)
     make = processor_class()
-    transformer.set_attn_processor({name: make(recorder.handler(names.index(name))) if name in names else proc
-                                    for name, proc in original.items()})
+    _install(transformer, original, names, lambda name: make(recorder.handler(names.index(name))))
     recorder._hook = transformer.register_forward_pre_hook(recorder._on_forward, with_kwargs=True)
     return recorder
