@@ -83,8 +83,8 @@ def count_cells(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> int:
     """How many cells ``expand`` would make, from the axes' lengths, making none (a cell that two grids both
     name counts twice): a sweep too large to enumerate is refused by its count."""
     dirs = search_dirs(cfg, conf_dir)
-    return sum(block.size for where, g in grids(cfg).items() for block in _blocks(where, g, cfg, dirs)
-               if block.filtered is None)
+    return sum(block.size for where, g in grids(cfg).items()
+               for block in _blocks(where, g, _orders(where, g, cfg, dirs), dirs) if block.filtered is None)
 
 
 @dataclass(frozen=True)
@@ -125,10 +125,10 @@ def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> lis
     return orders
 
 
-def _blocks(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Iterator[_Block]:
+def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -> Iterator[_Block]:
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
     method_axes = {m: param_axes("method", m, g, where, dirs) for m in g.method}
-    per_method = len(g.seq_k) * len(g.wave_size) * len(g.seed) * len(_orders(where, g, cfg, dirs))
+    per_method = len(g.seq_k) * len(g.wave_size) * len(g.seed) * len(orders)
     for hw, backend_name in itertools.product(g.hardware, g.backend):
         backend = kernels.get(backend_name)
         for backend_params in param_combinations(param_axes("backend", backend_name, g, where, dirs)):
@@ -177,11 +177,14 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
     out = Grid(cells=[])
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
     orders = _orders(where, g, cfg, dirs)
-    for block in _blocks(where, g, cfg, dirs):
+    # each workload's fields per length, once (a captured file's header is read once, not per cell)
+    shapes = {(name, seq_k): _workload_fields(workloads_cfg[name], float(seq_k)) for name in g.workload
+              for seq_k in g.seq_k}
+    for block in _blocks(where, g, orders, dirs):
         if block.filtered is not None:
             out.filtered[block.filtered] += block.size
             continue
-        hw, wl = block.hardware, workloads_cfg[block.workload]
+        hw = block.hardware
         profile = g.cpu_profile if hw == CPU else hw
         hw_spec = hardware_registry.get(profile)
         modelled = modelled_backend(where, kernels.get(block.backend), block.backend_params)
@@ -192,7 +195,7 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
                 hardware=hw, profile_hardware=profile, backend=block.backend, method=block.method,
                 workload=block.workload, block_size=block_size, wave_size=int(wave or modelled.wave_size(hw_spec)),
                 seed=int(seed), method_params=method_params, backend_params=block.backend_params, reps=int(g.reps),
-                warmup=int(g.warmup), ncu=bool(g.ncu), **_workload_fields(wl, float(seq_k)))
+                warmup=int(g.warmup), ncu=bool(g.ncu), **shapes[block.workload, seq_k])
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in orders:
                 v = cfg.variants[order.variant]
