@@ -17,6 +17,7 @@ from typing import Any
 
 import ray
 
+import wavealign
 from wavealign import hardware as hardware_registry
 from wavealign.records import CPU, Cell
 from wavealign.registry import PLUGINS_ENV
@@ -37,24 +38,25 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
     # the user's own import path and the plugin modules the sweep names (wavealign.registry imports them on every
     # worker)
     env_vars = {k: os.environ[k] for k in ("PYTHONPATH", PLUGINS_ENV) if os.environ.get(k)}
+    checkout = str(wavealign.CHECKOUT) if wavealign.CHECKOUT else None
     if address:
         # a cluster's nodes may not have this checkout: Ray ships it to every worker (packages and conf/;
-        # results, caches and bundles stay home) and puts it first on their import path
-        runtime_env = {"working_dir": _repo_root(), "excludes": list(SHIP_EXCLUDES), "env_vars": env_vars}
+        # results, caches and bundles stay home) and puts it first on their import path. Code installed from a
+        # wheel is not shipped: the nodes run the same wheel (e.g. the image's).
+        runtime_env = {"env_vars": env_vars}
+        if checkout:
+            runtime_env |= {"working_dir": checkout, "excludes": list(SHIP_EXCLUDES)}
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
         return
-    # this machine's own workers import the checkout in place: nothing to ship
-    env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [_repo_root(), env_vars.get("PYTHONPATH")]))
+    # this machine's own workers import the checkout in place (or the installed wheel): nothing to ship
+    if checkout:
+        env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env_vars.get("PYTHONPATH")]))
     runtime_env = {"env_vars": env_vars}
     # "local": always a fresh embedded instance, never a stale or foreign cluster found on this machine
     ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env,
              include_dashboard=False,
              object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
              log_to_driver=False, logging_level="WARNING")
-
-
-def _repo_root() -> str:
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclass(frozen=True)

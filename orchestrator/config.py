@@ -27,11 +27,11 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from wavealign import conf_dir, kernels, masks, registry, reorder, reorderers
 from wavealign import hardware as hardware_registry
-from wavealign import kernels, masks, registry, reorder, reorderers
 from wavealign.records import CPU
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel
 SKIP_MODES = ("force", "policy")
 
 

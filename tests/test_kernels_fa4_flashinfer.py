@@ -1,13 +1,13 @@
 """The FA4 and FlashInfer backends: their block-sparse structures (CPU) and their output on the GPU."""
 
 import inspect
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
 from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
+import wavealign
 from wavealign import blockmask, kernels, reorder, synthetic
 from wavealign.kernels import fa4, flashinfer
 from wavealign.kernels.reference import reference_attention
@@ -21,7 +21,7 @@ from wavealign.kernels.sparse_formats import (
     split_heads,
 )
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "backend"
+CONF = wavealign.conf_dir() / "backend"
 
 
 def _order(perm) -> reorder.RowOrder:

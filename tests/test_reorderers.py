@@ -6,16 +6,15 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import wavealign
 from wavealign import reorder, reorderers, skip, synthetic
 
 BASELINES = ("hypergraph", "minhash", "lsh", "clustering")
 
 
 def test_the_registry_has_the_six_reorderers_each_with_a_conf_entry():
-    from pathlib import Path
-
     assert reorderers.names() == sorted(["identity", "wavealign", *BASELINES])
-    conf = Path(__file__).resolve().parent.parent / "conf" / "reorderer"
+    conf = wavealign.conf_dir() / "reorderer"
     assert sorted(p.stem for p in conf.glob("*.yaml")) == reorderers.names()
 
 

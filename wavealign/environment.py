@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+import wavealign
 from wavealign.records import Environment
 
 
@@ -53,6 +54,10 @@ def _nvidia_driver() -> str | None:
 
 
 def git_sha() -> str | None:
-    """The checkout's HEAD (``WAVEALIGN_GIT_SHA`` wins, for copies without ``.git``)."""
-    return os.environ.get("WAVEALIGN_GIT_SHA") or _run_quiet(["git", "rev-parse", "HEAD"],
-                                                             cwd=Path(__file__).resolve().parent)
+    """The checkout's HEAD (``WAVEALIGN_GIT_SHA`` wins, for copies without ``.git``); None when installed from a
+    wheel, whose folder may lie inside some other repository."""
+    if os.environ.get("WAVEALIGN_GIT_SHA"):
+        return os.environ["WAVEALIGN_GIT_SHA"]
+    if wavealign.CHECKOUT is None:
+        return None
+    return _run_quiet(["git", "rev-parse", "HEAD"], cwd=wavealign.CHECKOUT)

@@ -5,6 +5,8 @@ It hashes every ``.py`` file under ``wavealign/`` (kernels, reorder, masks, pipe
 blank lines and trailing spaces dropped, so editing comments does not invalidate results but any statement or
 docstring change does. Text, not an AST dump, so the same code hashes alike on every Python version. The
 ``.yaml`` data the code runs on (the calibrated workload generator, skip profiles) is hashed the same way.
+The sweep's own parts (``wavealign.SWEEP_PARTS``), which a wheel installs inside ``wavealign/``, are not the library
+and are left out, so a wheel and a checkout of the same code give the same fingerprint.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def source_digest(root: Path = PACKAGE_DIR) -> str:
     digest = hashlib.sha256()
     paths = [*root.rglob("*.py"), *root.rglob("*.yaml")]
     for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
-        if "__pycache__" in path.parts:
+        parts = path.relative_to(root).parts
+        if "__pycache__" in parts or parts[0] in wavealign.SWEEP_PARTS:
             continue
         text = path.read_text(encoding="utf-8")
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
