@@ -1,14 +1,14 @@
 """Analysis of sweep results: load the Parquet dataset, draw the paper's figures and tables, fit skip profiles.
 
-    import analysis
+    from wavealign import analysis
     df = analysis.load("wavealign-runs")            # or an MLflow experiment name
     fig = analysis.kernel_latency(df)                 # one function per figure, each returns a Figure
     analysis.write_report(df, "wavealign-runs/report")
 
-The package depends on ``wavealign`` and ``orchestrator``, never the other way round.
+The package depends on the library and ``wavealign.orchestrator``, never the other way round.
 """
 
-from analysis.figures import (
+from wavealign.analysis.figures import (
     FIGURES,
     ablation,
     adaptive_skip,
@@ -18,9 +18,9 @@ from analysis.figures import (
     roofline,
     speedup_vs_bound,
 )
-from analysis.load import load
-from analysis.report import write_report
-from analysis.tables import TABLES, ncu_characterisation, table2
+from wavealign.analysis.load import load
+from wavealign.analysis.report import write_report
+from wavealign.analysis.tables import TABLES, ncu_characterisation, table2
 
 __all__ = [
     "FIGURES",

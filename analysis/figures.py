@@ -1,4 +1,4 @@
-"""The paper's figures from a results frame (``analysis.load``): one function per figure, each returning a
+"""The paper's figures from a results frame (``wavealign.analysis.load``): one function per figure, each returning a
 matplotlib Figure drawn only from the cells present, with a note in any panel that lacks data.
 
 ``FIGURES`` lists them in report order: ``{name: function}``; every function takes the frame alone.
@@ -16,8 +16,10 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from analysis.load import with_derived_columns
-from analysis.plotting import (
+from wavealign import hardware as hardware_registry
+from wavealign import masks
+from wavealign.analysis.load import with_derived_columns
+from wavealign.analysis.plotting import (
     NO_CELLS,
     NOTE_COLOR,
     STAGE_LABELS,
@@ -39,8 +41,6 @@ from analysis.plotting import (
     relative_to_original,
     variant_color,
 )
-from wavealign import hardware as hardware_registry
-from wavealign import masks
 from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, order_name
 
 ORIGINAL = "original"
@@ -50,7 +50,7 @@ COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:b
 
 
 def _cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """Finished cells with a ``_sim`` flag column and the derived columns of ``analysis.load``."""
+    """Finished cells with a ``_sim`` flag column and the derived columns of ``wavealign.analysis.load``."""
     cells = done_cells(frame)
     if "seq_k" not in cells:
         cells = with_derived_columns(cells)
@@ -270,7 +270,7 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
 def reorderer_comparison(frame: pd.DataFrame) -> Figure:
     """Table II as bars: per hardware, backend and head count (rows) and method (columns), each launch order's
     speedup over the original with the reorder counted (bar) and of the kernel alone (tick)."""
-    from analysis.tables import table2
+    from wavealign.analysis.tables import table2
 
     title = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
     table = table2(frame)
@@ -558,7 +558,7 @@ def _draw_masks(cell, head, after, title: str) -> Figure:
     stages = cell.stages
     wave = min(cell.wave_size, head.shape[1])
     fig, axes = panel_grid(2, 2, width=4.4, height=4.0)
-    from analysis.tables import order_label
+    from wavealign.analysis.tables import order_label
 
     # WaveAlign's own stages by the paper's ablation names; a baseline by its Table II name ("MinHash+S2")
     own = cell.reorderer in (DEFAULT_REORDERER, NO_REORDERER)

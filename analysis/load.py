@@ -1,7 +1,7 @@
 """Read sweep results into one pandas DataFrame: from a run root's Parquet dataset, or from an MLflow
 experiment whose sweep parent runs point at their datasets.
 
-Rows keep the dataset schema's columns (``orchestrator.dataset.SCHEMA``), newest row per cell configuration
+Rows keep the dataset schema's columns (``wavealign.orchestrator.dataset.SCHEMA``), newest row per cell configuration
 (a cell re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once), plus
 the derived column ``seq_k`` (thousands of tokens); Nsight Compute figures are the dataset's flat ``ncu_*``
 columns.
@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
-from orchestrator import dataset
+from wavealign.orchestrator import dataset
 from wavealign.records import Cell
 
 DEFAULT_RUN_ROOT = Path("wavealign-runs")

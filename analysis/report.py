@@ -13,8 +13,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.figures import FIGURES
-from analysis.tables import TABLE_TITLES, TABLES
+from wavealign.analysis.figures import FIGURES
+from wavealign.analysis.tables import TABLE_TITLES, TABLES
 
 FIGURE_DPI = 110
 
@@ -151,7 +151,7 @@ def log_to_sweep_runs(files: ReportFiles, frame: pd.DataFrame, tracking_uri: str
     the run ids logged to (none when the store has no parent run of those sweeps)."""
     from mlflow.tracking import MlflowClient
 
-    from analysis.load import SWEEP_ID_TAG, SWEEP_KIND_TAG
+    from wavealign.analysis.load import SWEEP_ID_TAG, SWEEP_KIND_TAG
 
     sweep_ids = sorted(frame["sweep_id"].dropna().unique()) if "sweep_id" in frame else []
     if not sweep_ids:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.plotting import (
+from wavealign.analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
     done_cells,

@@ -8,7 +8,8 @@ Every cell runs through the sweep's own path (``wavealign.pipeline.run_group`` o
 so a figure here and the same cell in any sweep are one measurement. The table (kernel and reorder ms, net
 speedup over the same backend's original order and over flex's, effective TFLOP/s, the gap to the 1/rho bound
 against the backend's dense cell, and with ``grid.ncu=true`` L2 hit % and DRAM GB) is
-``analysis.tables.kernel_benchmark`` of the sweep's rows, written beside them as ``kernels.md`` / ``kernels.csv``.
+``wavealign.analysis.tables.kernel_benchmark`` of the sweep's rows, written beside them as ``kernels.md`` /
+``kernels.csv``.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from analysis.load import load
-    from analysis.tables import kernel_benchmark, to_markdown
-    from orchestrator import config, sweep
+    from wavealign.analysis.load import load
+    from wavealign.analysis.tables import kernel_benchmark, to_markdown
+    from wavealign.orchestrator import config, sweep
 
     console = Console(width=160)
     try:

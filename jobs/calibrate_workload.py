@@ -43,11 +43,11 @@ import numpy as np
 import torch
 import yaml
 
-from jobs._head_masks import add_workload_arguments, device_for, head_masks
-from jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
-from jobs._paper import TABLE_I_METHODS as METHODS
-from jobs._records import write_csv
 from wavealign import kernels, sim, synthetic, workloads
+from wavealign.jobs._head_masks import add_workload_arguments, device_for, head_masks
+from wavealign.jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
+from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
+from wavealign.jobs._records import write_csv
 from wavealign.workloads.synthetic import CALIBRATED_PATH, HEAD_TYPES, GeneratorConfig, HeadProfile
 
 DENSITY_TOLERANCE_PTS = 3.0

@@ -1,4 +1,4 @@
-"""The ``wavealign`` console script: ``wavealign <command> [args...]`` runs ``jobs/<command>.py``;
+"""The ``wavealign`` console script: ``wavealign <command> [args...]`` runs ``wavealign.jobs.<command>``;
 ``wavealign --version`` prints the package version and the checkout's git sha.
 
 A command is any module of this package with a ``main(argv) -> int``; dashes in the command name
@@ -55,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wavealign: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     try:
-        module = importlib.import_module(f"jobs.{name.replace('-', '_')}")
+        module = importlib.import_module(f"wavealign.jobs.{name.replace('-', '_')}")
     except ModuleNotFoundError as exc:
-        if exc.name and exc.name.split(".")[0] in ("jobs", "orchestrator", "analysis", "wavealign"):
+        if exc.name and exc.name.split(".")[0] == "wavealign":
             raise
         print(f"wavealign {name} needs the sweep tools, which are not installed (no module {exc.name!r}): "
               "pip install 'wavealign[sweep]'", file=sys.stderr)

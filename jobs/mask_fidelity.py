@@ -25,11 +25,11 @@ from typing import Any
 
 import yaml
 
-from jobs._head_masks import add_workload_arguments
-from jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
-from jobs._paper import TABLE_I_METHODS as METHODS
-from jobs._records import write_csv
 from wavealign import hardware, kernels, masks, pipeline, workloads
+from wavealign.jobs._head_masks import add_workload_arguments
+from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
+from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
+from wavealign.jobs._records import write_csv
 from wavealign.masks._draw import save_mask_png
 from wavealign.records import Cell
 

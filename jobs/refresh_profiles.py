@@ -24,7 +24,7 @@ from typing import Any
 
 DEFAULTS: dict[str, Any] = {
     "hardware": None,  # one id or [id, ...]; default: every hardware with paired cells in the results
-    "run_root": "wavealign-runs",  # the sweep's run root (or an MLflow experiment name, see analysis.load)
+    "run_root": "wavealign-runs",  # the sweep's run root (or an MLflow experiment name, see wavealign.analysis.load)
     "tracking_uri": None,  # default: sqlite:///<run_root>/mlflow.db
     "experiment": "wavealign-skip",
     "backend": None,  # [name, ...] of cells to fit from; default: the hardware's default backend if it has cells
@@ -77,7 +77,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 
 def _tracking_uri(args: dict[str, Any]) -> str:
-    from orchestrator import tracking
+    from wavealign.orchestrator import tracking
 
     return args["tracking_uri"] or tracking.default_tracking_uri(args["run_root"])
 
@@ -113,7 +113,7 @@ def fit_backends(frame, hardware: str, args: dict[str, Any]) -> list[str] | None
 def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict[str, float],
                 run_id: str) -> dict[str, Any]:
     """Where a fitted profile came from: sweeps, cells, date, hardware, code versions, evaluation, MLflow."""
-    from analysis import profiles
+    from wavealign.analysis import profiles
 
     runs = Path(args["run_root"])
     measured = frame.loc[frame["hardware"] == hardware, "git_sha"].dropna().unique() if "git_sha" in frame else []
@@ -123,7 +123,7 @@ def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict
         "sweeps": sorted(str(s) for s in pairs["sweep_id"].dropna().unique()) if "sweep_id" in pairs else [],
         "cells": len(pairs), "include_simulated": args["include_simulated"],
         "backends": sorted(pairs["backend"].dropna().unique().tolist()) if "backend" in pairs else [],
-        "model": "log-linear (analysis.skipfit)", **_code_version(), "measured_git_shas": sorted(measured),
+        "model": "log-linear (wavealign.analysis.skipfit)", **_code_version(), "measured_git_shas": sorted(measured),
         "evaluation": {"split": args["split"], **{k: round(float(v), 6) for k, v in metrics.items()}},
         "mlflow": {"tracking_uri": args["_tracking_uri"], "run_id": run_id,
                    "registered_model": profiles.model_name(hardware) if args["register"] else None},
@@ -133,7 +133,7 @@ def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict
 def _write_evaluation(out_dir: Path, evaluation, hardware: str) -> None:
     import matplotlib.pyplot as plt
 
-    from analysis import skipfit
+    from wavealign.analysis import skipfit
 
     evaluation.table.to_csv(out_dir / "evaluation.csv", index=False)
     fig = skipfit.evaluation_figure(evaluation, hardware)
@@ -145,8 +145,8 @@ def _log_fit(client, run_id: str, out_dir: Path, profile, metrics: dict[str, flo
     """Params, metrics, the evaluation table and plot, and the profile (``profile/``) on the fit's run."""
     from mlflow.entities import Metric, Param
 
-    from analysis import profiles, skipfit
     from wavealign import skip
+    from wavealign.analysis import profiles, skipfit
 
     now = int(time.time() * 1000)
     params = {"hardware": profile.hardware, "split": args["split"], "include_simulated": args["include_simulated"],
@@ -162,8 +162,8 @@ def _log_fit(client, run_id: str, out_dir: Path, profile, metrics: dict[str, flo
 
 def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: str | None) -> FitOutcome:
     """Fit, evaluate, record, register and install one hardware's profile."""
-    from analysis import profiles, skipfit
     from wavealign import skip
+    from wavealign.analysis import profiles, skipfit
 
     pairs = skipfit.paired_cells(frame, hardware, args["include_simulated"], fit_backends(frame, hardware, args))
     if len(pairs) < 2:
@@ -200,7 +200,7 @@ def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: s
 
 
 def _fetch(args: dict[str, Any]) -> int:
-    from analysis import profiles
+    from wavealign.analysis import profiles
 
     uri = _tracking_uri(args)
     sources = profiles.materialise(args["fetch"], uri, args["alias"])
@@ -221,9 +221,9 @@ def main(argv: list[str]) -> int:
         return 2
     if args["fetch"]:
         return _fetch(args)
-    import analysis
-    from analysis import skipfit
+    from wavealign import analysis
     from wavealign import hardware as hardware_registry
+    from wavealign.analysis import skipfit
 
     frame = analysis.load(args["run_root"], tracking_uri=args["tracking_uri"])
     known = set(hardware_registry.names())

@@ -33,10 +33,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    import analysis
-    from analysis.figures import mask_pictures
-    from analysis.load import DEFAULT_RUN_ROOT
-    from analysis.report import log_to_sweep_runs
+    from wavealign import analysis
+    from wavealign.analysis.figures import mask_pictures
+    from wavealign.analysis.load import DEFAULT_RUN_ROOT
+    from wavealign.analysis.report import log_to_sweep_runs
 
     runs = args.experiment or args.run_root or DEFAULT_RUN_ROOT
     if args.run_root is not None and not args.run_root.is_dir():

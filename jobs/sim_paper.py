@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from jobs._paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
-from jobs._records import write_csv
 from wavealign import reorder, sim, synthetic
+from wavealign.jobs._paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
+from wavealign.jobs._records import write_csv
 
 PAPER_REORDERED_L2_HIT_PCT = (79.0, 89.0)  # Fig. 11, O+S1+S2 across the four methods
 WAN14B_364K_BLOCKS = 2840  # 363,520 tokens / 128

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     if refused:
         print(f"wavealign sweep: {refused}", file=sys.stderr)
         return 2
-    from orchestrator import config, lock, plan, sweep
+    from wavealign.orchestrator import config, lock, plan, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table

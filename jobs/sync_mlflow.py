@@ -18,7 +18,7 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from orchestrator import config, lock, record, tracking
+    from wavealign.orchestrator import config, lock, record, tracking
 
     console = Console()
     try:

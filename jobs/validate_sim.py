@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs._records import write_csv
 from wavealign import hardware, masks, pipeline, reorder
+from wavealign.jobs._records import write_csv
 from wavealign.records import Cell
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
@@ -140,7 +140,7 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
 
 def from_run_root(run_root: Path) -> list[Measured]:
     """The measured cells of a sweep: done GPU rows with Nsight Compute counters, newest per cell."""
-    from analysis.load import load
+    from wavealign.analysis.load import load
 
     frame = load(run_root)
     names = {f.name for f in dataclasses.fields(Cell)}

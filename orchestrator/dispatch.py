@@ -17,8 +17,8 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
-from orchestrator.progress import SweepProgress
-from orchestrator.record import Recorder
+from wavealign.orchestrator.progress import SweepProgress
+from wavealign.orchestrator.record import Recorder
 from wavealign.pipeline import placement
 from wavealign.records import CPU, ORIGINAL_VARIANT, Cell
 
@@ -48,7 +48,7 @@ def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder:
                 progress: SweepProgress, console: Console) -> dict[str, list[Any]]:
     """One actor per GPU of each needed type (cells of absent types become unschedulable), then CPU actors
     on the CPUs the GPU actors leave."""
-    from orchestrator import cluster
+    from wavealign.orchestrator import cluster
 
     inv = cluster.inventory()
     deadline = time.monotonic() + cfg.ray.wait_timeout_s

@@ -19,7 +19,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from orchestrator.config import (
+from wavealign import fingerprint, kernels, masks
+from wavealign import hardware as hardware_registry
+from wavealign.orchestrator.config import (
     CONF_DIR,
     axis_product,
     grids,
@@ -30,8 +32,6 @@ from orchestrator.config import (
     placement_reason,
     search_dirs,
 )
-from wavealign import fingerprint, kernels, masks
-from wavealign import hardware as hardware_registry
 from wavealign.records import CPU, NO_REORDERER, Cell
 
 # Bumped when the meaning of a cell's fields changes; part of every cell id.

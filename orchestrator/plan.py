@@ -14,10 +14,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from orchestrator import dataset
-from orchestrator.config import ConfigError
-from orchestrator.grid import Grid, count_cells, expand, stable_hash
 from wavealign import fingerprint, hardware, kernels
+from wavealign.orchestrator import dataset
+from wavealign.orchestrator.config import ConfigError
+from wavealign.orchestrator.grid import Grid, count_cells, expand, stable_hash
 from wavealign.pipeline import placement
 from wavealign.records import CPU, Cell
 

@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow.dataset as ds
 from omegaconf import DictConfig
 
-from orchestrator import dataset, tracking
-from orchestrator.plan import SweepPlan
+from wavealign.orchestrator import dataset, tracking
+from wavealign.orchestrator.plan import SweepPlan
 from wavealign.records import CPU, Cell
 
 _RUN_RECORD_PREFIX = "run-"  # sweeps/<sweep_id>/run-<UTC time>.json: one per run of the sweep

@@ -9,10 +9,10 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
-from orchestrator import dataset, tracking
-from orchestrator.plan import SweepPlan
-from orchestrator.progress import summary_table
-from orchestrator.record import SweepOutcome
+from wavealign.orchestrator import dataset, tracking
+from wavealign.orchestrator.plan import SweepPlan
+from wavealign.orchestrator.progress import summary_table
+from wavealign.orchestrator.record import SweepOutcome
 
 
 def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path) -> None:

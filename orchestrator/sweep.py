@@ -20,16 +20,16 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from orchestrator import dispatch, lock, tracking
-from orchestrator.plan import SweepPlan, make_plan
-from orchestrator.progress import SweepProgress
-from orchestrator.record import Recorder, SweepOutcome, end_parent_run, sync, write_run_record
-from orchestrator.summary import print_summary
+from wavealign.orchestrator import dispatch, lock, tracking
+from wavealign.orchestrator.plan import SweepPlan, make_plan
+from wavealign.orchestrator.progress import SweepProgress
+from wavealign.orchestrator.record import Recorder, SweepOutcome, end_parent_run, sync, write_run_record
+from wavealign.orchestrator.summary import print_summary
 
 
 def run(cfg: DictConfig, console: Console | None = None,
         on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None = None) -> SweepOutcome:
-    """Run the sweep ``cfg`` (validated by ``orchestrator.config.load``), holding its run root's lock (a second
+    """Run the sweep ``cfg`` (validated by ``config.load``), holding its run root's lock (a second
     driver is refused: ``lock.RunRootBusy``). ``on_workers`` receives, once the workers are up, their node and pid
     per placement. SIGTERM is handled as Ctrl-C is: stop submitting, record, summarise, shut Ray down."""
     with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):
@@ -115,7 +115,7 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
     """Run the plan's pending cells on Ray workers, recording each as it finishes; the workers by placement."""
     import ray
 
-    from orchestrator import cluster
+    from wavealign.orchestrator import cluster
 
     owns_ray = not ray.is_initialized()
     workers: dict[str, list[Any]] = {}

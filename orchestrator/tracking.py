@@ -1,7 +1,7 @@
 """MLflow recording, from the driver only: a parent run per sweep, a child run per dataset row.
 
 Parquet is the record of truth; MLflow is a view of it. Every child run carries the row's ``result_id``,
-and ``orchestrator.record.sync`` logs whatever rows MLflow lacks (after an unreachable server, or a driver killed
+and ``record.sync`` logs whatever rows MLflow lacks (after an unreachable server, or a driver killed
 between the Parquet write and the MLflow calls), so runs and rows match one to one. A child run is complete once
 its ``wavealign.logged`` tag is set, in the same ``log_batch`` call as its params and metrics.
 
@@ -35,7 +35,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
-from orchestrator import dataset
+from wavealign.orchestrator import dataset
 from wavealign.records import ORIGINAL_VARIANT, order_name
 
 TAG = "wavealign."
@@ -239,7 +239,7 @@ class Tracker:
 
 def has_dataset(run: Run, run_root: Path) -> bool:
     """Whether ``run`` has ``run_root``'s results folder as a dataset input (``log_dataset``): what
-    ``analysis.load`` follows from an experiment to its rows."""
+    ``wavealign.analysis.load`` follows from an experiment to its rows."""
     source = _results_uri(run_root)
     return any(d.dataset.source == source for d in (run.inputs.dataset_inputs if run.inputs else []))
 
@@ -313,7 +313,7 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
     """A sweep parent run's metrics: ``cells_<status>`` over the newest row of each of the sweep's cells; the
     medians of ``speedup_vs_original`` and ``net_speedup_vs_original`` over its done cells of a variant other
     than the original; and the wall times and GPU-busy share of its latest run (``run_record``, as
-    ``orchestrator.record.write_run_record`` writes it)."""
+    ``record.write_run_record`` writes it)."""
     latest: dict[str, dict[str, Any]] = {}
     for row in sweep_rows:
         if row["cell_id"] not in latest or row["recorded_at"] >= latest[row["cell_id"]]["recorded_at"]:

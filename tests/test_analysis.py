@@ -9,13 +9,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-import analysis
-from analysis import figures
-from analysis import report as analysis_report
-from analysis.load import latest_per_configuration
-from analysis.plotting import SIMULATED_LABEL
-from jobs import report
-from orchestrator import config, sweep
+from wavealign import analysis
+from wavealign.analysis import figures
+from wavealign.analysis import report as analysis_report
+from wavealign.analysis.load import latest_per_configuration
+from wavealign.analysis.plotting import SIMULATED_LABEL
+from wavealign.jobs import report
+from wavealign.orchestrator import config, sweep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

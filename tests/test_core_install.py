@@ -61,7 +61,7 @@ try:
     kernels.get("sim").plan(mask, None, shape, kernel="fa4")
 except ModuleNotFoundError as exc:
     print("sim:", exc)
-from jobs import cli
+from wavealign.jobs import cli
 sys.exit(cli.main(["sweep", "--dry-run"]))
 """)
     assert done.returncode == 2, done.stderr

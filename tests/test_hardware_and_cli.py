@@ -6,8 +6,8 @@ import sys
 import pytest
 import torch
 
-from jobs import cli
 from wavealign import blockmask, hardware, kernels
+from wavealign.jobs import cli
 
 
 def test_paper_gpus_have_the_papers_wave_sizes():
@@ -55,6 +55,6 @@ def test_cli_lists_commands_and_rejects_unknown_ones(capsys):
 
 
 def test_demo_command_reports_a_smaller_union_and_exactness():
-    result = subprocess.run([sys.executable, "-m", "jobs.cli", "demo", "--q-blocks", "300", "--heads", "2"],
+    result = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "demo", "--q-blocks", "300", "--heads", "2"],
                             capture_output=True, text=True, check=True)
     assert "bitwise: True" in result.stdout

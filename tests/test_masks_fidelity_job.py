@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs import mask_fidelity
-from orchestrator import config, grid
 from wavealign import masks, pipeline, workloads
+from wavealign.jobs import mask_fidelity
+from wavealign.orchestrator import config, grid
 
 SMALL = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p"]
 

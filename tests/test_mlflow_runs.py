@@ -11,9 +11,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-import analysis
-from jobs import sync_mlflow
-from orchestrator import config, dataset, sweep, tracking
+from wavealign import analysis
+from wavealign.jobs import sync_mlflow
+from wavealign.orchestrator import config, dataset, sweep, tracking
 
 # two tiny exact reference-kernel cells on this CPU: the original and its reordered variant
 TINY = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 from rich.console import Console
 
-from orchestrator import cluster, config, dataset, plan, sweep, tracking
+from wavealign.orchestrator import cluster, config, dataset, plan, sweep, tracking
 
 REPO = Path(__file__).resolve().parent.parent
 LABEL = cluster.ACCELERATOR_LABEL
@@ -267,7 +267,7 @@ def test_a_worker_start_timeout_must_be_positive():
 def test_resume_after_a_killed_driver_loses_and_redoes_nothing(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
                  "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
-    driver = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *overrides], cwd=REPO,
+    driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.sweep", *overrides], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while dataset.read(tmp_path).num_rows < 2 and time.monotonic() < deadline:
@@ -298,7 +298,7 @@ def test_a_variant_added_on_resume_is_timed_against_a_rerun_original_not_recorde
 def test_ctrl_c_stops_records_what_finished_and_says_how_to_resume(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
                  "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
-    driver = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *overrides], cwd=REPO, text=True,
+    driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.sweep", *overrides], cwd=REPO, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while dataset.read(tmp_path).num_rows < 2 and time.monotonic() < deadline:
@@ -331,7 +331,7 @@ def test_mlflow_server_stopped_mid_sweep_keeps_parquet_and_syncs_later(ray_clust
     assert dataset.read(tmp_path).num_rows == len(outcome.rows) == 4
 
     mlflow_server.start().wait_ready()
-    from jobs import sync_mlflow
+    from wavealign.jobs import sync_mlflow
 
     assert sync_mlflow.main([f"run_root={tmp_path}", f"mlflow.tracking_uri={mlflow_server.uri}"]) == 0
     assert set(child_runs(mlflow_server.uri, outcome.sweep_id)) == {r["result_id"] for r in outcome.rows}

@@ -7,8 +7,8 @@ import dataclasses
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from orchestrator import dataset
 from wavealign import pipeline
+from wavealign.orchestrator import dataset
 from wavealign.records import Cell, CellResult, Environment
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from orchestrator import dataset
+from wavealign.orchestrator import dataset
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -82,7 +82,7 @@ def test_a_plugin_backend_and_method_run_in_a_sweep_from_one_module_and_one_yaml
                  "+grid.method_params.toy-band.width=[2]", "grid.reps=1", "grid.warmup=0", "progress=false",
                  "plugins=[toy_backend,toy_band]", f"conf_dirs=[{plugins / 'conf'}]", "mlflow.enabled=false",
                  "ray.num_cpus=2", f"run_root={runs}"]
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()
@@ -95,7 +95,7 @@ def test_a_plugin_backend_and_method_run_in_a_sweep_from_one_module_and_one_yaml
     aligned = next(r for r in rows if r["variant"] == "wavealign")
     command = shlex.split(aligned["repro_command"])
     assert command[:2] == ["wavealign", "sweep"] and f"only_cells=[{aligned['cell_id']}]" in command
-    again = subprocess.run([sys.executable, "-m", "jobs.cli", *command[1:]], cwd=REPO, env=env,
+    again = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", *command[1:]], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rerun = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()

@@ -9,11 +9,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
-import analysis
-from analysis import profiles, skipfit
-from jobs import refresh_profiles
-from orchestrator import config, dataset, sweep
-from wavealign import hardware, skip
+from wavealign import analysis, hardware, skip
+from wavealign.analysis import profiles, skipfit
+from wavealign.jobs import refresh_profiles
+from wavealign.orchestrator import config, dataset, sweep
 from wavealign.pipeline import Cell, CellResult
 
 HARDWARE = "h100"

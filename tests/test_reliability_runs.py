@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from jobs import sync_mlflow
-from orchestrator import dataset, lock
 from wavealign import pipeline
+from wavealign.jobs import sync_mlflow
+from wavealign.orchestrator import dataset, lock
 from wavealign.records import Cell
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +57,8 @@ def test_the_cells_of_a_quarantined_file_are_not_done_so_a_resume_runs_them_agai
 
 def _holder(run_root: Path) -> subprocess.Popen:
     """Another process holding the run root's lock until killed."""
-    code = (f"from orchestrator import lock\nimport time\nwith lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n"
+    code = ("from wavealign.orchestrator import lock\nimport time\n"
+            f"with lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n"
             "    print('held', flush=True)\n    time.sleep(300)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
@@ -84,7 +85,7 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_keeping_rows_summary_and_run_record(t
                  "grid.workload=[shape-2h]", "grid.seq_k=[2.048]", "grid.seed=[0,1,2,3,4,5]",
                  "grid.variant=[original]", "grid.reps=40", "grid.warmup=0", "progress=false",
                  "mlflow.enabled=false", "ray.num_cpus=1", f"run_root={runs}"]
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list((runs / "results").rglob("*.parquet")):  # the first group is done: cells are running
@@ -105,7 +106,7 @@ def test_an_mlflow_store_deleted_mid_sweep_is_named_in_one_line_and_no_row_is_lo
                  "grid.workload=[shape-2h]", "grid.seq_k=[2.048]", "grid.seed=[0,1,2,3]", "grid.variant=[original]",
                  "grid.reps=20", "grid.warmup=0", "progress=false", "ray.num_cpus=1", "batch_cells=1",
                  f"run_root={runs}"]
-    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list((runs / "results").rglob("*.parquet")):  # MLflow is in use: rows are being logged

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from jobs import sim_paper
+from wavealign.jobs import sim_paper
 
 
 def test_sim_paper_writes_predictions_beside_the_papers_figures(tmp_path):

@@ -14,9 +14,9 @@ import json
 import pytest
 import torch
 
-from jobs import validate_sim
-from orchestrator import dataset
 from wavealign import kernels, pipeline, reorder, sim, synthetic
+from wavealign.jobs import validate_sim
+from wavealign.orchestrator import dataset
 from wavealign.records import Cell
 from wavealign.sim import packed
 

@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 import wavealign
-from jobs import cli
-from orchestrator import config, dataset, plan
-from orchestrator.progress import summary_table
 from wavealign import environment, pipeline
+from wavealign.jobs import cli
+from wavealign.orchestrator import config, dataset, plan
+from wavealign.orchestrator.progress import summary_table
 from wavealign.records import Cell, CellResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -198,7 +198,7 @@ def test_version_without_a_git_checkout_prints_the_version_alone(capsys, monkeyp
 def test_sweep_cfg_job_prints_the_composed_config_and_runs_nothing(capsys, tmp_path):
     from omegaconf import OmegaConf
 
-    from jobs import sweep as sweep_job
+    from wavealign.jobs import sweep as sweep_job
 
     assert sweep_job.main(["--cfg", "job", "grid.seq_k=[2,3]", f"run_root={tmp_path}"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
@@ -213,7 +213,7 @@ def test_sweep_cfg_job_prints_the_composed_config_and_runs_nothing(capsys, tmp_p
     (["--dryrun"], "unknown option '--dryrun'"),
 ])
 def test_sweep_refuses_hydra_flags_it_does_not_serve_clearly(argv, needle, capsys):
-    from jobs import sweep as sweep_job
+    from wavealign.jobs import sweep as sweep_job
 
     assert sweep_job.main(argv) == 2
     assert needle in capsys.readouterr().err
@@ -223,7 +223,7 @@ def test_every_command_that_reads_a_run_root_calls_it_run_root():
     import subprocess
     import sys
 
-    helps = {name: subprocess.run([sys.executable, "-m", "jobs.cli", name, "--help"], capture_output=True,
+    helps = {name: subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", name, "--help"], capture_output=True,
                                   text=True, timeout=120).stdout for name in ("sweep", "report", "refresh-profiles",
                                                                                "sync-mlflow")}
     assert "run_root=" in helps["sweep"] and "--run-root" in helps["report"]
