@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The H200 call behind this folder: GPU tests, the kernel benchmark grid, then tuning round 3.
 # Run from the repository root on the GPU machine: OUT=<folder> bash benchmarks/results/kernels-h200/run_h200.sh
+# It calls the older bench-kernels (`python -m jobs.bench_kernels --out ...`, up to e879fcf: check that out to
+# repeat it, as README.md's note says); today's is `wavealign bench-kernels`, the sweep sweep=kernels.
 set -u
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 PATH=$PATH:/usr/local/cuda/bin
 OUT=${OUT:-h200-out}
