@@ -19,20 +19,28 @@ MASKS = {"random": synthetic.random_mask, "planted": synthetic.planted_mask}
 
 
 def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reorderer: str = "wavealign",
-              **params) -> list[float]:
-    """Wall-clock milliseconds of each of ``repeats`` plans (synchronised on CUDA), after one warm-up plan where the
-    reorderer needs one."""
+              **params) -> tuple[list[float], list[float]]:
+    """Milliseconds of each of ``repeats`` plans, after one warm-up plan where the reorderer needs one: the wall
+    clock from a synchronised start to a synchronised end (host work included), and on CUDA the GPU's span between
+    two events (an empty list on a CPU)."""
     def plan() -> None:
         reorder.plan(mask, wave_size=wave_size, stages=stages, reorderer=reorderer, **params)
 
     if reorderers.get(reorderer).needs_warmup:
         plan()
-    times = []
+    wall, gpu = [], []
     for _ in range(repeats):
         start = synced_clock(mask.device)
+        if mask.is_cuda:
+            events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            events[0].record()
         plan()
-        times.append((synced_clock(mask.device) - start) * 1e3)
-    return times
+        if mask.is_cuda:
+            events[1].record()
+        wall.append((synced_clock(mask.device) - start) * 1e3)
+        if mask.is_cuda:
+            gpu.append(events[0].elapsed_time(events[1]))
+    return wall, gpu
 
 
 def main(argv: list[str]) -> int:
@@ -61,18 +69,21 @@ def main(argv: list[str]) -> int:
         if not sep:
             parser.error(f"--param {item!r}: expected NAME=VALUE")
         params[key] = yaml.safe_load(value)
-    times = time_plan(mask, args.stages, args.wave_size, args.repeats, args.reorderer, **params)
+    times, gpu_times = time_plan(mask, args.stages, args.wave_size, args.repeats, args.reorderer, **params)
     record = {
         "heads": args.heads, "blocks": args.blocks, "density": args.density, "mask": args.mask,
         "reorderer": args.reorderer, "stages": args.stages, "iters": args.iters, "device": args.device,
         "params": params, "repeats": args.repeats, "plan_ms": times,
-        "median_ms": statistics.median(times), "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "median_ms": statistics.median(times), "gpu_ms": gpu_times,
+        "gpu_median_ms": statistics.median(gpu_times) if gpu_times else None,
+        "torch": torch.__version__, "threads": torch.get_num_threads(),
         "host": platform.node(), "processor": platform.processor() or platform.machine(),
     }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2))
     print(f"reorder.plan {args.reorderer} {args.mask} {args.heads} heads x {args.blocks}x{args.blocks} @ "
-          f"{args.density:.0%}, stages={args.stages} on {args.device}: median {record['median_ms']:.1f} ms "
-          f"over {args.repeats} runs ({torch.get_num_threads()} threads)")
+          f"{args.density:.0%}, stages={args.stages} on {args.device}: median {record['median_ms']:.2f} ms "
+          + (f"(GPU span {record['gpu_median_ms']:.2f} ms) " if gpu_times else "")
+          + f"over {args.repeats} runs ({torch.get_num_threads()} threads)")
     return 0

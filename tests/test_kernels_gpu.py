@@ -4,7 +4,7 @@ import pytest
 import torch
 from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
-from wavealign import kernels, reorder, synthetic
+from wavealign import kernels, reorder, stage1_cuda, synthetic
 from wavealign.kernels.reference import reference_attention
 
 pytestmark = pytest.mark.gpu
@@ -82,6 +82,25 @@ def test_gpu_plan_agrees_with_cpu_plan(stages):
     assert torch.equal(perm.sort(-1).values, torch.arange(600).expand(4, 600))
     # float32 rounding may swap rows at equal angles; the waves they form must be as tight
     assert _wave_union(mask, perm, 64) <= 1.02 * _wave_union(mask, cpu.perm, 64)
+
+
+@pytest.mark.parametrize("kind", ["planted", "random"])
+def test_packed_plan_keeps_the_torch_paths_orders(kind, monkeypatch):
+    """The packed int8 path's launch orders are those of the float32 torch path, on the GPU and on the CPU, up
+    to rows swapped at equal angles (a rounding of 1e-7 decides between them)."""
+    mask = getattr(synthetic, f"{kind}_mask")(8, 1000, 1000, 0.25, seed=7)
+    packed = reorder.plan(mask.cuda()).perm.cpu()
+    cpu = reorder.plan(mask).perm
+    monkeypatch.setattr(stage1_cuda, "usable", lambda m: False)
+    torch_gpu = reorder.plan(mask.cuda()).perm.cpu()
+    for ref in (cpu, torch_gpu):
+        assert (packed == ref).float().mean() >= 0.99
+        assert _wave_union(mask, packed, 132) <= 1.005 * _wave_union(mask, ref, 132)
+
+
+def test_gpu_row_nnz_equals_the_cpu_count():
+    mask = synthetic.random_mask(3, 257, 3001, 0.4, seed=2)
+    assert torch.equal(reorder.row_nnz(mask.cuda()).cpu().long(), mask.sum(-1))
 
 
 def test_gpu_temporal_plan_equals_cpu_plan():

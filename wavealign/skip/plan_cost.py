@@ -6,9 +6,9 @@ sequence of Stage 1's iterations and Stage 2's sort, host-bound) plus a part pro
 (Stage 1 streams the bit-packed mask twice per iteration: memory-bound), scaled by HBM bandwidth from the GPU it was
 measured on.
 
-Measured on the H200 (``benchmarks/results/table2-h200/``, in-cell ``reorder_ms`` of ``variant=wavealign``): 3.0 ms
-for 4 heads and 9.9 ms for 40 heads of 2841 x 2841 blocks (medians over the five masks), hence 2.2 ms fixed and
-23.7 ps per mask entry at 4.8 TB/s.
+Measured on the H200 (``benchmarks/results/plan-h200/``, ``wavealign bench-reorder --device cuda``, medians of two
+rounds of 50 plans of 2841 x 2841 blocks at 25 %): 2.45 ms for 8 heads and 5.11 ms for 40 heads, hence 1.79 ms fixed
+and 10.3 ps per mask entry at 4.8 TB/s.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from wavealign import hardware as hw_registry
 
 MEASURED_ON = "h200"
-FIXED_MS = 2.23
-MS_PER_ENTRY = 2.374e-8  # on MEASURED_ON; scales with 1 / HBM bandwidth
+FIXED_MS = 1.79
+MS_PER_ENTRY = 1.029e-8  # on MEASURED_ON; scales with 1 / HBM bandwidth
 # WaveAlign's own stages: Stage 1 ("wavealign") and Stage 2 alone (the "identity" grouping); the model is of both
-# stages, an upper bound for one (Stage 2 alone took about 1 ms of the 40-head 9.9 ms)
+# stages, an upper bound for one (Stage 2 alone took 0.35 ms of the 40-head 5.1 ms)
 MODELLED_REORDERERS = ("wavealign", "identity")
 
 

@@ -151,8 +151,7 @@ def fastplan_sweep(rows: list, heads: int = 40, blocks: int = 2841) -> None:
         except Exception as exc:
             rows.append({"part": "fastplan2", "config": f"rows{r}-words{w}-warps{wp}", "error": repr(exc)[:300]})
         print(rows[-1], flush=True)
-    steps = {"pack": lambda: stage1_cuda._pack_bits(mask, False), "pack_t": lambda: stage1_cuda._pack_bits(mask, True),
-             "row_nnz": lambda: mask.sum(-1),
+    steps = {"pack (both copies since plan-h200)": lambda: stage1_cuda.pack(mask), "row_nnz": lambda: mask.sum(-1),
              "temporal_order": lambda: reorder.temporal_order(nnz, order0, 132)}
     nnz = mask.sum(-1)
     order0 = torch.arange(blocks, device="cuda").expand(heads, blocks)
