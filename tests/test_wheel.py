@@ -132,7 +132,8 @@ print(json.dumps({"file": wavealign.__file__, "checkout": wavealign.CHECKOUT and
 
 
 def test_wavealign_sweep_dry_run_runs_outside_the_checkout(venv, outside):
-    done = _run(["wavealign", "sweep", "--dry-run", f"run_root={outside / 'runs'}"], cwd=outside, env=_env(venv))
+    done = _run([venv / "bin" / "wavealign", "sweep", "--dry-run", f"run_root={outside / 'runs'}"], cwd=outside,
+                env=_env(venv))
     assert "sweep smoke" in done.stdout and "cells" in done.stdout, done.stdout
 
 
@@ -141,7 +142,7 @@ def test_a_one_cell_cpu_sweep_runs_outside_the_checkout_and_records_its_row(venv
 
     runs = outside / "runs"
     started = time.monotonic()
-    _run(["wavealign", "sweep", *ONE_CELL, f"run_root={runs}"], cwd=outside, env=_env(venv))
+    _run([venv / "bin" / "wavealign", "sweep", *ONE_CELL, f"run_root={runs}"], cwd=outside, env=_env(venv))
     print(f"one-cell sweep in {time.monotonic() - started:.1f} s")
     rows = dataset.read(runs).to_pylist()
     assert len(rows) == 1, rows
