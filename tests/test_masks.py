@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -247,3 +249,20 @@ def test_a_method_module_draws_its_mask_to_a_png(tmp_path):
     out = tmp_path / "dense.png"
     assert draw_main("dense", ["--out", str(out), "--frames", "5"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_mask_file_is_read_once_per_version_and_each_caller_gets_its_own_copy(tmp_path):
+    from wavealign.sim import packed
+
+    path = tmp_path / "mask.npz"
+    first, second = (synthetic.random_mask(2, 6, 6, 0.5, seed=s) for s in (1, 2))
+    packed.save(path, first)
+    got = masks.get("file").for_shape(2, 6, 6, path=str(path))
+    assert torch.equal(got, first)
+    got.fill_(True)  # the caller's copy; the next call must not see it
+    assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), first)
+    packed.save(path, second)
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))  # a later version
+    assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), second)
+    with pytest.raises(ValueError, match=r"path='.*nothere\.npz'"):
+        masks.get("file").for_shape(2, 6, 6, path=str(tmp_path / "nothere.npz"))

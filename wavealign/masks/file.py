@@ -6,6 +6,9 @@ sweep: ``method=file`` with ``path=...``. The file's (H, MB, NB) must match the 
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
 
 from wavealign import masks
@@ -16,12 +19,23 @@ def load(heads: int, q_blocks: int, kv_blocks: int, *, path: str, device: torch.
     """The mask saved at ``path``, checked to be (heads, q_blocks, kv_blocks)."""
     if not path:
         raise ValueError("method file needs path=<a wavealign.sim.packed .npz>, got an empty path")
-    mask = packed.load(path)
+    try:
+        stat = Path(path).stat()
+    except OSError as exc:
+        raise ValueError(f"method file: cannot read path={path!r}: {exc.strerror}") from exc
+    mask = _read(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size, torch.device(device)).clone()
     mask = mask.reshape(-1, *mask.shape[-2:])
     if tuple(mask.shape) != (heads, q_blocks, kv_blocks):
         raise ValueError(f"mask file {path} holds a {tuple(mask.shape)} mask; the cell needs (H, MB, NB) = "
                          f"{(heads, q_blocks, kv_blocks)}")
-    return mask.to(device)
+    return mask
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str, mtime_ns: int, size: int, device: torch.device) -> torch.Tensor:
+    """The file's mask on ``device``, read once per version of the file: a pipeline replays it in every layer and
+    step, where reading and unpacking it again would cost more than the attention it stands for."""
+    return packed.load(path).to(device)
 
 
 masks.register("file", None, {"path": ""}, "a block mask saved as packed bits (wavealign.sim.packed .npz)",

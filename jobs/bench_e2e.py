@@ -1,0 +1,200 @@
+"""Time a diffusers Wan transformer's denoising forward, dense against WaveAlign's block-sparse attention in the
+original order, reordered and adaptive, with a workload's calibrated method mask replayed in every layer.
+
+Random weights give near-uniform attention, so masks built from the live Q/K would be near-dense; the sparse
+variants replay instead the mask the calibrated synthetic workload gives (``method=file``), the same in every
+self-attention layer, and the results say so. The transformer is the Wan2.1-14B configuration (diffusers'
+``WanTransformer3DModel()`` defaults) unless ``--config 1.3b``, with random bf16 weights: no download.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from wavealign import masks, workloads
+from wavealign.integrations import diffusers as wa
+from wavealign.sim import packed
+
+VARIANTS = ("dense", "never", "always", "adaptive")
+# diffusers' WanTransformer3DModel arguments of the 1.3B model (its defaults are the 14B's)
+CONFIGS = {"14b": {}, "1.3b": {"num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30},
+           # for tests on a CPU: two layers of two heads
+           "tiny": {"num_attention_heads": 2, "attention_head_dim": 32, "ffn_dim": 64, "num_layers": 2,
+                    "text_dim": 32, "freq_dim": 32}}
+MODELS = {"14b": "wan2.1-14b", "1.3b": "wan2.1-1.3b"}  # their workload presets (wavealign.workloads)
+LATENT_CHANNELS, TEXT_TOKENS = 16, 512
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """One variant's forwards: medians over the timed forwards (CUDA events), and what its attention did."""
+
+    variant: str
+    forward_ms: float
+    self_attention_ms: float  # the attn1 modules (projections, norms, RoPE and attention), summed over layers
+    mask_ms: float  # replaying the mask file, summed over layers (0 for dense)
+    reorder_ms: float  # planning the orders, summed over layers
+    reordered_layers: int
+    forwards: int
+
+
+def random_transformer(config: str, device: str) -> torch.nn.Module:
+    """A Wan transformer of ``config``, built on ``device`` with diffusers' own random initialisation, in bf16."""
+    from diffusers import WanTransformer3DModel
+
+    with torch.device(device):
+        model = WanTransformer3DModel(**CONFIGS[config])
+    return model.to(torch.bfloat16).eval()
+
+
+def calibrated_mask(config: str, frames: int, resolution: str, method: str, path: Path, device: str) -> float:
+    """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
+    workload's mid-depth layer), save it at ``path``, and return its density."""
+    wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
+    heads = list(range(wl.heads))
+    q, k, v = workloads.synthetic(wl, heads=heads, layer=20, step=25, seed=0, device=device)
+    mask = masks.build_for_heads(method, q, k, v, 128, model=MODELS[config], layer=20, heads=heads)
+    mask = mask.reshape(-1, *mask.shape[-2:])
+    packed.save(path, mask.cpu())
+    return float(mask.float().mean())
+
+
+def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], variant: str, mask_path: Path,
+                  backend: str, block_size: int, forwards: int) -> StepTiming:
+    """Median forward time of ``variant`` after one warm-up forward (compiles kernels), with CUDA events around the
+    whole forward and around every self-attention module."""
+    cuda = inputs["hidden_states"].is_cuda
+    installed = None if variant == "dense" else wa.apply(
+        model, method="file", backend=backend, reorder=variant, block_size=block_size, path=str(mask_path),
+        **({} if cuda else {"hardware": "h200"}))
+    spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+    hooks = []
+    if cuda:
+        for name, module in model.named_modules():
+            if name.endswith(".attn1"):
+                hooks.append(module.register_forward_pre_hook(lambda *_: spans.append(_event_pair())))
+                hooks.append(module.register_forward_hook(lambda *_: spans[-1][1].record()))
+    forward_ms, attention_ms = [], []
+    try:
+        with torch.inference_mode(), _dense_backend(cuda, variant):
+            for i in range(forwards + 1):
+                spans.clear()
+                if installed is not None:
+                    installed.attention.calls.clear()
+                start, end = _event_pair() if cuda else (None, None)
+                model(**inputs, return_dict=False)
+                if cuda:
+                    end.record()
+                    torch.cuda.synchronize()
+                if i and cuda:  # the first forward is the warm-up
+                    forward_ms.append(start.elapsed_time(end))
+                    attention_ms.append(sum(a.elapsed_time(b) for a, b in spans))
+    finally:
+        for hook in hooks:
+            hook.remove()
+        if installed is not None:
+            installed.remove()
+    calls = installed.attention.calls if installed is not None else []
+    return StepTiming(variant=variant, forward_ms=statistics.median(forward_ms) if forward_ms else float("nan"),
+                      self_attention_ms=statistics.median(attention_ms) if attention_ms else float("nan"),
+                      mask_ms=sum(c.mask_ms for c in calls), reorder_ms=sum(c.reorder_ms for c in calls),
+                      reordered_layers=sum(c.reordered for c in calls), forwards=forwards)
+
+
+def _event_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    return start, end
+
+
+def _dense_backend(cuda: bool, variant: str):
+    """cuDNN's fused attention for the dense forward on a GPU (what SDPA dispatches to on Hopper at these lengths
+    when allowed); no change otherwise."""
+    import contextlib
+
+    if not (cuda and variant == "dense"):
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="wavealign bench-e2e", description=__doc__)
+    parser.add_argument("--config", default="14b", choices=sorted(CONFIGS))
+    parser.add_argument("--frames", type=int, default=81)
+    parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")
+    parser.add_argument("--method", default="xattention", help="the mask method built on the calibrated workload")
+    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.sim.packed .npz) instead")
+    parser.add_argument("--latent", help="T,H,W of the latent video (default: the workload preset's); tokens are "
+                                         "T * H/2 * W/2")
+    parser.add_argument("--backend", default="fa4")
+    parser.add_argument("--block-size", type=int, default=128)
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {VARIANTS}")
+    parser.add_argument("--forwards", type=int, default=2, help="timed forwards per variant, after one warm-up")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path, help="write the timings as JSON here")
+    args = parser.parse_args(argv)
+
+    variants = args.variants.split(",")
+    if bad := [v for v in variants if v not in VARIANTS]:
+        parser.error(f"--variants: {bad} not in {VARIANTS}")
+    if args.forwards < 1:
+        parser.error(f"--forwards must be >= 1, got {args.forwards}")
+    if args.config not in MODELS and (args.mask is None or args.latent is None):
+        parser.error(f"--config {args.config} has no workload preset: pass --mask FILE and --latent T,H,W")
+    if args.latent:
+        try:
+            latent = tuple(int(x) for x in args.latent.split(","))
+        except ValueError:
+            latent = ()
+        if len(latent) != 3 or min(latent) < 1 or latent[1] % 2 or latent[2] % 2:
+            parser.error(f"--latent must be T,H,W with positive T and even H, W, got {args.latent!r}")
+    else:
+        wl = workloads.preset(MODELS[args.config], frames=args.frames, resolution=args.resolution)
+        latent = (wl.latent_frames, 2 * wl.grid_height, 2 * wl.grid_width)
+    with tempfile.TemporaryDirectory() as tmp:
+        mask_path, density = args.mask, None
+        if mask_path is None:
+            mask_path = Path(tmp) / "mask.npz"
+            density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path, args.device)
+        mask = packed.load(mask_path)
+        density = float(mask.float().mean()) if density is None else density
+        model = random_transformer(args.config, args.device)
+        gen = torch.Generator(device=args.device).manual_seed(0)
+        inputs = {
+            "hidden_states": torch.randn(1, LATENT_CHANNELS, *latent, generator=gen, device=args.device,
+                                         dtype=torch.bfloat16),
+            "timestep": torch.tensor([500], device=args.device),
+            "encoder_hidden_states": torch.randn(1, TEXT_TOKENS, model.config.text_dim, generator=gen,
+                                                 device=args.device, dtype=torch.bfloat16),
+        }
+        rows = [time_forwards(model, inputs, v, mask_path, args.backend, args.block_size, args.forwards)
+                for v in variants]
+    tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
+    record = {"config": args.config, "tokens": tokens, "latent": latent, "method": args.method,
+              "mask": str(args.mask) if args.mask else f"calibrated {args.method}, replayed in every layer",
+              "density": density, "backend": args.backend, "rows": [asdict(r) for r in rows],
+              "torch": torch.__version__, "host": platform.node(),
+              "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=2))
+    base = {r.variant: r.forward_ms for r in rows}
+    print(f"{args.config} transformer, {tokens} tokens, mask density {density:.3f} ({record['mask']}), "
+          f"backend {args.backend}")
+    for r in rows:
+        ratio = base.get("never", float("nan")) / r.forward_ms
+        print(f"  {r.variant:9s} forward {r.forward_ms:9.1f} ms  self-attention {r.self_attention_ms:9.1f} ms  "
+              f"mask {r.mask_ms:7.1f} ms  reorder {r.reorder_ms:6.1f} ms ({r.reordered_layers} layers)  "
+              f"speedup over original-order sparse {ratio:.3f}x")
+    return 0
+

@@ -1,0 +1,42 @@
+"""``wavealign bench-e2e`` on a CPU: a tiny random Wan transformer in diffusers, a saved mask replayed in every
+self-attention layer through the reference backend, every variant run and recorded."""
+
+import json
+
+import pytest
+
+pytest.importorskip("diffusers")
+
+from wavealign import synthetic  # noqa: E402
+from wavealign.jobs import bench_e2e  # noqa: E402
+from wavealign.sim import packed  # noqa: E402
+
+
+def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
+    # latent 2 x 8 x 8 -> 2 * 4 * 4 = 32 tokens = 2 query blocks of 16, two heads
+    mask = synthetic.random_mask(2, 2, 2, 0.5, seed=0)
+    mask[:, :, 0] = True  # no empty row
+    packed.save(tmp_path / "mask.npz", mask)
+    out = tmp_path / "e2e.json"
+    assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "2,8,8",
+                           "--block-size", "16", "--backend", "reference", "--device", "cpu", "--forwards", "1",
+                           "--variants", "never,always,adaptive", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["tokens"] == 32 and record["density"] == pytest.approx(float(mask.float().mean()))
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert set(rows) == {"never", "always", "adaptive"}
+    # two forwards (warm-up + one timed) of two layers: the last forward's two calls are what is recorded
+    assert rows["always"]["reordered_layers"] == 2 and rows["never"]["reordered_layers"] == 0
+    assert "speedup over original-order sparse" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--variants", "dense,fast"], "--variants"),
+    (["--forwards", "0"], "--forwards"),
+    (["--config", "tiny"], "--config tiny has no workload preset"),
+    (["--config", "tiny", "--mask", "m.npz", "--latent", "2,7,8"], "--latent must be"),
+])
+def test_bad_arguments_are_refused_before_any_work(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        bench_e2e.main(argv)
+    assert message in capsys.readouterr().err
