@@ -286,52 +286,13 @@ def _check_keys(node: DictConfig, schema: type, prefix: str) -> None:
 AXES = tuple(k for k, kind in typing.get_type_hints(GridConfig).items() if typing.get_origin(kind) is list)
 
 
-@dataclass(frozen=True)
-class Interval:
-    """A range of numbers, open or closed at each end; written ``(0, 1]``."""
-
-    low: float
-    high: float
-    low_open: bool = False
-    high_open: bool = False
-
-    def __contains__(self, value: object) -> bool:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return False
-        above = value > self.low if self.low_open else value >= self.low
-        below = value < self.high if self.high_open else value <= self.high
-        return above and below
-
-    def __str__(self) -> str:
-        return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
-
-
-FRACTION = Interval(0.0, 1.0, low_open=True)  # wavealign.masks._common.check_fraction's range
-# Method parameters whose range follows from their name, in any method that has them (a plugin's too): the ranges
-# the mask builders check when a cell runs, checked here before anything runs instead of failing every cell.
-# null (a builder's "none", e.g. minference's budget) is not range-checked.
-METHOD_PARAM_RANGES: dict[str, Interval] = {
-    "density": FRACTION,  # wavealign.synthetic: planted, random, random-fixed-nnz
-    "threshold": FRACTION,  # xattention
-    "gamma": FRACTION,  # flexprefill
-    "tau": Interval(0.0, 1.0),  # flexprefill
-    "cdfthreshd": FRACTION,  # spargeattn
-    "l1_bound": FRACTION,  # spargeattn
-    "simthreshd1": Interval(-1.0, 1.0),  # spargeattn: a cosine
-    "budget": FRACTION,  # minference: a density cap
-    "recall_target": Interval(0.0, 1.0),  # minference
-    "noise": Interval(0.0, 0.5, high_open=True),  # planted: the share of entries flipped
-    "nnz_spread": Interval(0.0, 1.0, high_open=True),  # random-fixed-nnz
-}
-
-
 def param_axes(kind: str, name: str, grid: DictConfig, where: str,
                dirs: Sequence[Path] = (CONF_DIR,)) -> dict[str, list[Any]]:
     """The parameter axes of ``kind`` (method, backend or reorderer) ``name`` in a grid: ``conf/<kind>/<name>.yaml``'s
     params (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list is an axis, a scalar one value).
     Only parameters the YAML declares may be given (none declared: none, unless the backend passes any option
-    through); no axis may be empty, numbers must be finite, ``METHOD_PARAM_RANGES`` holds, and a reorderer's own
-    checks pass."""
+    through); no axis may be empty, numbers must be finite, and a method's or reorderer's own checks pass (the
+    ones its builds use), so a bad value stops the sweep here instead of failing every cell."""
     base: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
     prefix = f"{where}.{kind}_params.{name}"
     given = grid[f"{kind}_params"].get(name)
@@ -350,15 +311,13 @@ def param_axes(kind: str, name: str, grid: DictConfig, where: str,
         if not values:
             raise ConfigError(f"{path}=[] is empty; expected at least one value (a list is an axis: an empty one "
                               "makes no cells)")
-        bounds = METHOD_PARAM_RANGES.get(key) if kind == "method" else None
+        own_checks = {"method": masks.get, "reorderer": reorderers.get}.get(kind)
         for value in values:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{path} has {value!r}; expected a finite number")
-            if bounds is not None and value is not None and value not in bounds:
-                raise ConfigError(f"{path} has {value!r}; expected a number in {bounds}")
-            if kind == "reorderer":
+            if own_checks is not None:
                 try:
-                    reorderers.get(name).resolve({key: value})
+                    own_checks(name).resolve({key: value})
                 except ValueError as exc:
                     raise ConfigError(f"{path} has {value!r}: {exc}") from None
     return axes

@@ -58,7 +58,7 @@ class BlockSparseAttention:
     calls: list[CallRecord] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        masks.get(self.method)._params(self.method_params)  # unknown method or parameter: a ValueError naming it
+        masks.get(self.method).resolve(self.method_params)  # unknown method, parameter or value: a ValueError naming it
         backend = kernels.get(self.backend)
         if backend.simulated:
             raise ValueError(f"backend {self.backend!r} simulates a GPU and computes no attention; expected one of "

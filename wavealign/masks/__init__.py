@@ -2,6 +2,7 @@
 
     m = build("xattention", q, k, v, block_size=128, threshold=0.9)   # bool (B, H, MB, NB)
     get("xattention").params                                          # {"threshold": 0.9, "stride": 8, ...}
+    get("xattention").resolve({"threshold": 2.0})                     # ValueError naming threshold and its range
 
 q, k, v are (B, H, N, D); MB = NB = ceil(N / block_size). Methods work one head at a time and in chunks of
 query rows, so 364K tokens fit on a GPU and 32K on a CPU. ``python -m wavealign.masks.<name>`` draws one.
@@ -17,8 +18,8 @@ sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -30,34 +31,39 @@ from wavealign.registry import Registry
 @dataclass(frozen=True)
 class MaskMethod:
     """A mask method: ``build(q, k, v, block_size, **params)`` and its tunable params with their defaults;
-    ``from_shape`` for a method that needs no Q/K."""
+    ``from_shape`` for a method that needs no Q/K. ``checks`` holds, per param, ``check(name, value)``, which
+    returns the value as the builder takes it or raises a ValueError naming the param: every build and a sweep's
+    config validation go through them, so a range is written once."""
 
     name: str
     build: Callable[..., torch.Tensor]
     params: MappingProxyType
     description: str
     from_shape: Callable[..., torch.Tensor] | None = None
+    checks: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def needs_qk(self) -> bool:
         return self.from_shape is None
 
-    def _params(self, params: dict[str, Any]) -> dict[str, Any]:
+    def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The defaults overridden by ``params``, each through its check; an unknown param is a ValueError."""
         unknown = sorted(set(params) - set(self.params))
         if unknown:
             raise ValueError(f"{self.name} has no parameter(s) {unknown}; expected some of {sorted(self.params)}")
-        return {**self.params, **params}
+        merged = {**self.params, **params}
+        return {key: self.checks[key](key, value) if key in self.checks else value for key, value in merged.items()}
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
                  **params: Any) -> torch.Tensor:
-        return self.build(q, k, v, block_size=block_size, **self._params(params))
+        return self.build(q, k, v, block_size=block_size, **self.resolve(params))
 
     def for_shape(self, heads: int, q_blocks: int, kv_blocks: int, device: torch.device | str = "cpu",
                   **params: Any) -> torch.Tensor:
         """The (heads, q_blocks, kv_blocks) mask of a method that needs no Q/K."""
         if self.from_shape is None:
             raise ValueError(f"method {self.name!r} builds its mask from Q/K; call it on q, k, v")
-        return self.from_shape(heads, q_blocks, kv_blocks, device=device, **self._params(params))
+        return self.from_shape(heads, q_blocks, kv_blocks, device=device, **self.resolve(params))
 
 
 REGISTRY: Registry[MaskMethod] = Registry("mask method", __name__)
@@ -78,13 +84,17 @@ def _on_qkv_shape(from_shape: Callable[..., torch.Tensor]) -> Callable[..., torc
 
 
 def register(name: str, build: Callable[..., torch.Tensor] | None, params: dict[str, Any], description: str,
-             from_shape: Callable[..., torch.Tensor] | None = None) -> MaskMethod:
+             from_shape: Callable[..., torch.Tensor] | None = None,
+             checks: dict[str, Callable[[str, Any], Any]] | None = None) -> MaskMethod:
     """File a method under ``name``; called once by the method's own module. A method that needs no Q/K
-    gives ``from_shape`` and no ``build``."""
+    gives ``from_shape`` and no ``build``; ``checks`` name params of ``params`` (a check across params, such as
+    a minimum below a maximum, stays in the builder)."""
     if (build is None) == (from_shape is None):
         raise ValueError(f"method {name!r} must give exactly one of build (from Q/K) or from_shape")
+    if unknown := sorted(set(checks or {}) - set(params)):
+        raise ValueError(f"method {name!r} has checks for {unknown}, which are not among its params {sorted(params)}")
     method = MaskMethod(name, build or _on_qkv_shape(from_shape), MappingProxyType(dict(params)), description,
-                        from_shape)
+                        from_shape, MappingProxyType(dict(checks or {})))
     if (build or from_shape).__module__ == "__main__":
         # ``python -m wavealign.masks.<name>``: the registry imports the module again under its real name
         return method

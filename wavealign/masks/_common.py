@@ -3,8 +3,6 @@ and the dense-reference measures (attention mass recall, output error) that the 
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -68,21 +66,22 @@ def check_flag(name: str, value: Any) -> bool:
     return value
 
 
-def checked(generator: Callable[..., torch.Tensor], **checks: Callable[[str, Any], Any]) -> Callable[..., torch.Tensor]:
-    """``generator`` (a ``from_shape``, e.g. one of ``wavealign.synthetic``'s) with each param named in ``checks``
-    passed through its check, ``check(name, value)``, whose result it then receives. The signature, defaults
-    included, stays the generator's (``validate-sim`` reads a generator's own defaults from it)."""
-    signature = inspect.signature(generator)
+def optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    """``check`` for a param whose None means "none" (e.g. no budget): None passes as it is."""
+    def check_or_none(name: str, value: Any) -> Any:
+        return None if value is None else check(name, value)
 
-    @functools.wraps(generator)
-    def with_checks(*args: Any, **params: Any) -> torch.Tensor:
-        bound = signature.bind(*args, **params)
-        for name, check in checks.items():
-            if name in bound.arguments:
-                bound.arguments[name] = check(name, bound.arguments[name])
-        return generator(*bound.args, **bound.kwargs)
+    return check_or_none
 
-    return with_checks
+
+def one_of(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
+    """A check that the value is one of ``choices``."""
+    def check_choice(name: str, value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+        return value
+
+    return check_choice
 
 
 def num_blocks(n: int, block_size: int) -> int:

@@ -18,6 +18,7 @@ distance |i - j| and a chosen distance is kept on both sides of the diagonal.
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from wavealign.masks._common import (
     check_number,
     check_qkv,
     num_blocks,
+    optional,
     per_head,
     pool_blocks,
 )
@@ -97,17 +99,16 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
           min_budget: int, max_budget: int | None) -> torch.Tensor:
     """FlexPrefill block mask (B, H, MB, NB) at coverage ``gamma`` (paper setting 0.60)."""
     check_qkv(q, k, v, block_size)
-    check_fraction("gamma", gamma)
-    check_number("tau", tau, 0.0, 1.0)
-    min_budget = check_int("min_budget", min_budget, lo=0)
-    if max_budget is not None:
-        max_budget = check_int("max_budget", max_budget, lo=max(min_budget, 1))
+    if max_budget is not None and max_budget < min_budget:
+        raise ValueError(f"max_budget must be at least min_budget={min_budget} (or None), got {max_budget}")
     return per_head(q, k, v, block_size,
                     lambda _h, qh, kh, _v: head_mask(qh, kh, block_size, gamma, tau, min_budget, max_budget))
 
 
 masks.register("flexprefill", build, PARAMS, "query-aware / vertical-slash by JS distance, gamma coverage "
-               "(FlexPrefill)")
+               "(FlexPrefill)", checks={"gamma": check_fraction, "tau": partial(check_number, lo=0.0, hi=1.0),
+                                        "min_budget": partial(check_int, lo=0),
+                                        "max_budget": optional(partial(check_int, lo=1))})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -27,6 +27,7 @@ can be cached per (model, layer, head) in a JSON file (``tuned_config``), read f
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
@@ -42,12 +43,20 @@ from wavealign.masks._common import (
     check_number,
     check_qkv,
     num_blocks,
+    one_of,
+    optional,
     per_head,
     pool_blocks,
     sample_query_blocks,
 )
 
 PATTERNS = ("vertical_slash", "a_shape", "block_sparse")
+CHECKS: dict[str, Any] = {
+    "pattern": one_of(PATTERNS), "last_q": partial(check_int, lo=1), "search": check_flag,
+    **dict.fromkeys(("vertical_size", "slash_size", "n_init", "n_local", "a_shape_init", "a_shape_local", "top_k"),
+                    partial(check_int, lo=0)),
+    "budget": optional(check_fraction),  # a density cap: None or in (0, 1]
+    "recall_target": partial(check_number, lo=0.0, hi=1.0), "sample_blocks": partial(check_int, lo=1)}
 PARAMS: dict[str, Any] = {"pattern": "vertical_slash", "vertical_size": 1000, "slash_size": 6096, "last_q": 64,
                           "n_init": 30, "n_local": 100, "a_shape_init": 128, "a_shape_local": 3968, "top_k": 100,
                           "search": True, "budget": None, "recall_target": 0.95, "sample_blocks": 8,
@@ -144,14 +153,7 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     ``heads`` names the model heads that q's H heads are (default 0..H-1), to key searched configs.
     """
     check_qkv(q, k, v, block_size)
-    if params["pattern"] not in PATTERNS:
-        raise ValueError(f"pattern must be one of {PATTERNS}, got {params['pattern']!r}")
-    for name in ("vertical_size", "slash_size", "n_init", "n_local", "a_shape_init", "a_shape_local", "top_k"):
-        params[name] = check_int(name, params[name], lo=0)
-    params["last_q"] = check_int("last_q", params["last_q"], lo=1)
-    check_flag("search", params["search"])
     budget = params["budget"]
-    _check_search(budget, params["recall_target"], params["sample_blocks"])
     configs = _tuned.HeadConfigs("minference", params["tuned_config"], params["model"], params["layer"],
                                  params["heads"], q.shape[1])
 
@@ -164,10 +166,9 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
 
 
 def _check_search(budget: float | None, recall_target: float, sample_blocks: int) -> None:
-    if budget is not None:
-        check_fraction("budget", budget)  # a density, so None or in (0, 1]
-    check_number("recall_target", recall_target, 0.0, 1.0)
-    check_int("sample_blocks", sample_blocks, lo=1)
+    """The search's params, for ``search`` run on its own (``build`` has them through the registry)."""
+    for name, value in (("budget", budget), ("recall_target", recall_target), ("sample_blocks", sample_blocks)):
+        CHECKS[name](name, value)
 
 
 def search_head(q: torch.Tensor, k: torch.Tensor, block_size: int = 128, *, budget: float | None = None,
@@ -207,7 +208,8 @@ def search(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 
         model=model, layer=layer, heads=heads, cache=cache)
 
 
-masks.register("minference", build, PARAMS, "vertical-slash / A-shape / block-sparse, searched per head (MInference)")
+masks.register("minference", build, PARAMS, "vertical-slash / A-shape / block-sparse, searched per head (MInference)",
+               checks=CHECKS)
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

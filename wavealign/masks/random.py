@@ -12,15 +12,16 @@ from functools import partial
 
 from wavealign import masks, synthetic
 from wavealign.blockmask import check_seed
-from wavealign.masks._common import check_fraction, check_number, checked
+from wavealign.masks._common import check_fraction, check_number
 
 masks.register("random", None, {"density": 0.25, "seed": 0},
                "iid Bernoulli blocks at a given density, binomial row NNZ (control)",
-               from_shape=checked(synthetic.random_mask, density=check_fraction, seed=check_seed))
+               from_shape=synthetic.random_mask, checks={"density": check_fraction, "seed": check_seed})
 masks.register("random-fixed-nnz", None, {"density": 0.25, "nnz_spread": 0.0, "seed": 0},
                "random columns with a set row NNZ (lock-step control)",
-               from_shape=checked(synthetic.fixed_nnz_mask, density=check_fraction, seed=check_seed,
-                                  nnz_spread=partial(check_number, lo=0.0, hi=1.0, hi_open=True)))
+               from_shape=synthetic.fixed_nnz_mask,
+               checks={"density": check_fraction, "seed": check_seed,
+                       "nnz_spread": partial(check_number, lo=0.0, hi=1.0, hi_open=True)})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -22,6 +22,7 @@ configs can be cached per (model, layer, head) in a JSON file (``tuned_config``)
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Any
 
 import torch
@@ -89,14 +90,9 @@ class _HeadStats:
         return mask
 
 
-def _check(simthreshd1: float, cdfthreshd: float) -> None:
-    check_number("simthreshd1", simthreshd1, -1.0, 1.0)  # a cosine
-    check_fraction("cdfthreshd", cdfthreshd)
-
-
-def _check_tuning(l1_bound: float, sample_blocks: int) -> None:
-    check_fraction("l1_bound", l1_bound)
-    check_int("sample_blocks", sample_blocks, lo=1)
+CHECKS = {"simthreshd1": partial(check_number, lo=-1.0, hi=1.0),  # a cosine
+          "cdfthreshd": check_fraction, "attention_sink": check_flag, "autotune": check_flag,
+          "l1_bound": check_fraction, "sample_blocks": partial(check_int, lo=1)}
 
 
 def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, simthreshd1: float,
@@ -108,10 +104,6 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     ``heads`` names the model heads that q's H heads are (default 0..H-1), to key tuned configs.
     """
     check_qkv(q, k, v, block_size)
-    _check(simthreshd1, cdfthreshd)
-    _check_tuning(l1_bound, sample_blocks)
-    check_flag("attention_sink", attention_sink)
-    check_flag("autotune", autotune)
     configs = _tuned.HeadConfigs("spargeattn", tuned_config, model, layer, heads, q.shape[1])
 
     def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
@@ -174,13 +166,15 @@ def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int 
              sample_blocks: int = 8) -> dict[str, dict[str, float]]:
     """Tune every head of q (1, H, N, D); return {"model/layer/head": config} and merge it into ``cache``."""
     check_qkv(q, k, v, block_size)
-    _check_tuning(l1_bound, sample_blocks)
+    l1_bound = CHECKS["l1_bound"]("l1_bound", l1_bound)  # autotune runs on its own too (tune-masks)
+    sample_blocks = CHECKS["sample_blocks"]("sample_blocks", sample_blocks)
     return _tuned.tune_heads("spargeattn", q, lambda i: tune_head(
         q[0, i], k[0, i], v[0, i], block_size, l1_bound=l1_bound, sample_blocks=sample_blocks),
         model=model, layer=layer, heads=heads, cache=cache)
 
 
-masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)")
+masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)",
+               checks=CHECKS)
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

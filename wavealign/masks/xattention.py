@@ -17,6 +17,7 @@ setting; 16 is the other published value). ``docs/methods.md`` compares every st
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
@@ -95,17 +96,15 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
           stride: int, keep_first_block: bool, keep_diagonal: bool) -> torch.Tensor:
     """XAttention block mask (B, H, MB, NB) at cumulative-mass ``threshold`` (paper: 0.9)."""
     check_qkv(q, k, v, block_size)
-    check_fraction("threshold", threshold)
-    stride = check_int("stride", stride, lo=1)
     if block_size % stride:
         raise ValueError(f"block_size must be a multiple of stride, got block_size={block_size}, stride={stride}")
-    check_flag("keep_first_block", keep_first_block)
-    check_flag("keep_diagonal", keep_diagonal)
     return per_head(q, k, v, block_size, lambda _h, qh, kh, _v: select_blocks(
         block_scores(qh, kh, block_size, stride), threshold, keep_first_block, keep_diagonal))
 
 
-masks.register("xattention", build, PARAMS, "antidiagonal scoring + cumulative threshold (XAttention)")
+masks.register("xattention", build, PARAMS, "antidiagonal scoring + cumulative threshold (XAttention)",
+               checks={"threshold": check_fraction, "stride": partial(check_int, lo=1),
+                       "keep_first_block": check_flag, "keep_diagonal": check_flag})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main
