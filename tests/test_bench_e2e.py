@@ -7,9 +7,9 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from wavealign import synthetic  # noqa: E402
-from wavealign.jobs import bench_e2e  # noqa: E402
-from wavealign.sim import packed  # noqa: E402
+from wavealign import synthetic
+from wavealign.jobs import bench_e2e
+from wavealign.sim import packed
 
 
 def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):

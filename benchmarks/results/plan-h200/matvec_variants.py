@@ -69,13 +69,13 @@ def main() -> None:
     for rows, words, warps in [(64, 4, 4)]:
         out = torch.empty(g, n, 2, device="cuda")
 
-        def run_bf16():
+        def run_bf16(rows=rows, words=words, warps=warps, out=out):
             stage1_cuda._centered_matvec_kernel[(triton.cdiv(n, rows), g)](
                 packed, y, c, out, n, n, w, BLOCK_R=rows, BLOCK_W=words, LIMB=tl.bfloat16, ONE_BITS=0x3F80,
                 TRANSPOSED=False, num_warps=warps)
         run_bf16()
         centred = ref - (c.double().unsqueeze(-1) * y.double()).sum(1, keepdim=True) / n
-        err = float(((out.double() - centred).abs().max() / ref.abs().max()))
+        err = float((out.double() - centred).abs().max() / ref.abs().max())
         rows_out[f"bf16 {rows}x{words}x{warps}"] = {"us": do_bench(run_bf16, warmup=50, rep=300) * 1e3, "rel_err": err}
 
     for rows, words, warps, stages in [(128, 4, 4, 1), (128, 4, 4, 2), (128, 4, 4, 3), (128, 4, 4, 4),
@@ -84,7 +84,7 @@ def main() -> None:
         out = torch.empty(g, n, 2, device="cuda")
         scale = (2.0 ** 22) / y.abs().amax(1).clamp_min(1e-30)
 
-        def run_i8():
+        def run_i8(rows=rows, words=words, warps=warps, stages=stages, out=out, scale=scale):
             return _i8_matvec[(triton.cdiv(n, rows), g)](packed, y, scale, out, n, n, w, BLOCK_R=rows,
                                                           BLOCK_W=words, num_warps=warps, num_stages=stages)
         try:
@@ -92,7 +92,7 @@ def main() -> None:
         except Exception as exc:  # a shape Triton refuses: record and go on
             rows_out[f"int8 {rows}x{words}x{warps}x{stages}"] = {"error": repr(exc)[:200]}
             continue
-        err = float(((out.double() - ref).abs().max() / ref.abs().max()))
+        err = float((out.double() - ref).abs().max() / ref.abs().max())
         rows_out[f"int8 {rows}x{words}x{warps}x{stages}"] = {
             "us": do_bench(run_i8, warmup=50, rep=300) * 1e3, "rel_err": err, "regs": kern.n_regs,
             "spills": kern.n_spills, "smem": kern.metadata.shared}
