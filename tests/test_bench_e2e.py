@@ -20,19 +20,21 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     out = tmp_path / "e2e.json"
     assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "2,8,8",
                            "--block-size", "16", "--backend", "reference", "--device", "cpu", "--forwards", "1",
-                           "--variants", "never,always,adaptive", "--out", str(out)]) == 0
+                           "--variants", "never,always,adaptive", "--layers", "1", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
-    assert record["tokens"] == 32 and record["density"] == pytest.approx(float(mask.float().mean()))
+    assert record["tokens"] == 32 and record["layers"] == 1
+    assert record["density"] == pytest.approx(float(mask.float().mean()))
     rows = {r["variant"]: r for r in record["rows"]}
     assert set(rows) == {"never", "always", "adaptive"}
-    # two forwards (warm-up + one timed) of two layers: the last forward's two calls are what is recorded
-    assert rows["always"]["reordered_layers"] == 2 and rows["never"]["reordered_layers"] == 0
+    # one block (--layers 1): the last forward's one self-attention call is what is recorded
+    assert rows["always"]["reordered_layers"] == 1 and rows["never"]["reordered_layers"] == 0
     assert "speedup over original-order sparse" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--variants", "dense,fast"], "--variants"),
     (["--forwards", "0"], "--forwards"),
+    (["--layers", "0"], "--layers must be >= 1"),
     (["--config", "tiny"], "--config tiny has no workload preset"),
     (["--config", "tiny", "--mask", "m.npz", "--latent", "2,7,8"], "--latent must be"),
 ])
