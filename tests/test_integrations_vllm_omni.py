@@ -22,22 +22,24 @@ HEADS, DIM, GRID = 2, 32, (4, 4, 4)  # 64 video tokens = 4 blocks of 16
 VIDEO = AttentionMetadata(video_layout=VideoTokenLayout(prefix_len=0, latent_grid=GRID))
 
 
-def impl(monkeypatch, **settings):
+def impl(monkeypatch, dim=DIM, scale=None, causal=False, **settings):
     base = {"method": "xattention", "backend": "reference", "reorder": "always", "hardware": "h200",
             "block_size": 16, "method_params": {"threshold": 0.5}}
     monkeypatch.setenv(wa.SETTINGS_ENV, json.dumps({**base, **settings}))
-    return wa.WaveAlignBackend.get_impl_cls()(num_heads=HEADS, head_size=DIM, softmax_scale=DIM ** -0.5,
-                                               qkv_layout="BSND")
+    return wa.WaveAlignBackend.get_impl_cls()(num_heads=HEADS, head_size=dim, causal=causal, qkv_layout="BSND",
+                                               softmax_scale=dim ** -0.5 if scale is None else scale)
 
 
-def qkv(seed=0):
+def qkv(seed=0, dim=DIM, kv_heads=HEADS):
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(1, 64, HEADS, DIM, generator=gen) for _ in range(3))
+    q = torch.randn(1, 64, HEADS, dim, generator=gen)
+    return (q, *(torch.randn(1, 64, kv_heads, dim, generator=gen) for _ in range(2)))
 
 
-def sdpa(q, k, v, mask=None):
+def sdpa(q, k, v, mask=None, scale=None, **options):
     q, k, v = (x.transpose(1, 2) for x in (q, k, v))
-    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                                            **options).transpose(1, 2)
 
 
 def test_vllm_omnis_plugin_loader_registers_the_backend():
@@ -76,6 +78,31 @@ def test_a_call_block_sparse_cannot_serve_goes_to_sdpa(monkeypatch, meta):
     mask = None if meta.attn_mask is None else meta.attn_mask[:, None, None, :]
     torch.testing.assert_close(out, sdpa(q, k, v, mask))
     assert layer.attention.calls == []
+
+
+def test_vllm_omnis_own_wan_scale_takes_the_block_sparse_path(monkeypatch):
+    """WanSelfAttention passes 1.0 / head_dim**0.5, one ulp from head_dim**-0.5 at 128."""
+    layer = impl(monkeypatch, dim=128, scale=1.0 / (128 ** 0.5))
+    layer.forward_cuda(*qkv(2, dim=128), VIDEO)
+    assert [c.reordered for c in layer.attention.calls] == [True]
+
+
+@pytest.mark.parametrize("case", ["causal", "other_scale", "fewer_kv_heads"])
+def test_attention_block_sparse_does_not_compute_goes_to_sdpa(monkeypatch, case):
+    q, k, v = qkv(3, kv_heads=1 if case == "fewer_kv_heads" else HEADS)
+    scale = 0.5 if case == "other_scale" else None
+    layer = impl(monkeypatch, causal=case == "causal", scale=scale)
+    expected = sdpa(q, k, v, scale=scale, is_causal=case == "causal", enable_gqa=case == "fewer_kv_heads")
+    torch.testing.assert_close(layer.forward_cuda(q, k, v, VIDEO), expected)
+    assert layer.attention.calls == []
+
+
+def test_a_layer_keeps_only_its_latest_call_records(monkeypatch):
+    monkeypatch.setattr(wa, "KEPT_CALLS", 2)
+    layer = impl(monkeypatch, reorder="never")
+    for seed in range(3):
+        layer.forward_cuda(*qkv(seed), VIDEO)
+    assert len(layer.attention.calls) == 2
 
 
 def test_bad_settings_and_layouts_are_refused_when_the_layer_is_built(monkeypatch):

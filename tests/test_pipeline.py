@@ -96,13 +96,16 @@ def test_a_sim_cell_of_a_reorderer_without_a_gpu_cost_model_leaves_its_cost_unkn
     assert aligned.speedup_vs_original > 0  # the kernel's own speedup stands
 
 
-def test_the_predicted_plan_cost_grows_with_the_mask_and_shrinks_with_bandwidth():
+def test_the_predicted_plan_cost_grows_with_the_mask_and_shrinks_with_more_sms():
     h200 = plan_cost.predicted_plan_ms(40, 2841, 2841, "h200")
     # what it was fitted to: the H200's 40- and 8-head plans (benchmarks/results/plan-h200)
     assert h200.ms == pytest.approx(5.11, rel=0.02)
     assert plan_cost.predicted_plan_ms(8, 2841, 2841, "h200").ms == pytest.approx(2.45, rel=0.02)
-    assert plan_cost.predicted_plan_ms(40, 2841, 2841, "a40").ms > plan_cost.predicted_plan_ms(40, 2841, 2841,
-                                                                                                "h100").ms > h200.ms
+    # H100 has the H200's 132 SMs; A40 has 84, so its per-entry part is 132/84 times the H200's
+    assert plan_cost.predicted_plan_ms(40, 2841, 2841, "h100").ms == h200.ms
+    a40 = plan_cost.predicted_plan_ms(40, 2841, 2841, "a40")
+    assert a40.ms - plan_cost.FIXED_MS == pytest.approx((h200.ms - plan_cost.FIXED_MS) * 132 / 84)
+    assert "x 1.57 for SM count" in a40.source and "SM count" not in h200.source
 
 
 def test_a_cell_that_raises_is_failed_with_its_error_and_traceback():

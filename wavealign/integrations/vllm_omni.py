@@ -8,8 +8,8 @@ vLLM-Omni loads the plugins of its ``vllm_omni.general_plugins`` entry-point gro
 the model is built; ``register`` adds the ``WAVEALIGN`` member to its backend enum. The backend's impl runs each
 self-attention call (q, k, v as (B, S, H, D), ``qkv_layout="BSND"``) through ``BlockSparseAttention``: the method's
 mask from the live Q/K, the skip policy, the reorder, the kernel, the output back in the original order. A call it
-cannot serve block-sparse (an attention mask, joint text tokens, a non-video prefix, cross-attention, a causal
-mask) goes to PyTorch's SDPA, as vLLM-Omni's own SDPA backend would run it. The settings come from the JSON in
+cannot serve block-sparse (an attention mask, joint text tokens, a non-video prefix, cross-attention, fewer K/V
+heads, a causal mask, a scale other than 1/sqrt(D)) goes to PyTorch's SDPA. The settings come from the JSON in
 ``WAVEALIGN_VLLM_OMNI`` (keys of ``BlockSparseAttention``), read when a layer is built, since vLLM-Omni's typed
 attention config has no place for another backend's options.
 """
@@ -17,6 +17,7 @@ attention config has no place for another backend's options.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import fields
 from typing import Any
@@ -29,6 +30,8 @@ NAME = "WAVEALIGN"
 SETTINGS_ENV = "WAVEALIGN_VLLM_OMNI"
 # what the backend takes from SETTINGS_ENV: BlockSparseAttention's own fields, less its call log
 SETTINGS = tuple(f.name for f in fields(BlockSparseAttention) if f.name != "calls")
+# a server runs for days: each layer keeps the records of its latest calls only
+KEPT_CALLS = 1000
 
 try:
     from vllm_omni.diffusion.attention.backends.abstract import AttentionBackend, AttentionImpl, AttentionMetadata
@@ -71,7 +74,7 @@ class WaveAlignImpl(AttentionImpl):
         """Whether this call is plain video self-attention the block-sparse path computes exactly."""
         if self.causal or query.shape != key.shape:
             return False
-        if self.softmax_scale != self.head_size ** -0.5:  # the kernels scale by 1/sqrt(D)
+        if not math.isclose(self.softmax_scale, self.head_size ** -0.5, rel_tol=1e-6):  # the kernels' 1/sqrt(D)
             return False
         if meta is None:
             return True
@@ -89,10 +92,12 @@ class WaveAlignImpl(AttentionImpl):
             mask = None if attn_metadata is None else attn_metadata.attn_mask
             if mask is not None and mask.dim() == 2:  # (B, S_kv) keep-mask over keys
                 mask = mask.bool()[:, None, None, :]
-            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal,
-                                                                   scale=self.softmax_scale)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, is_causal=self.causal, scale=self.softmax_scale,
+                enable_gqa=q.shape[1] != k.shape[1])
         else:
             out = self.attention(q, k, v)
+            del self.attention.calls[:-KEPT_CALLS]
         return out.transpose(1, 2)
 
 
