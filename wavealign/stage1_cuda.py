@@ -203,12 +203,12 @@ def _start(mb: int, seed: int, device: torch.device) -> torch.Tensor:
 
 
 def centered_top2(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool, *, rows: int | None = None,
-                  words: int | None = None, warps: int | None = None, stages: int | None = None):
+                  words: int | None = None, warps: int | None = None, pipeline_stages: int | None = None):
     """``centered_top2`` on a CUDA mask through the packed tensor-core kernels (same start, same iterations)."""
     g, mb, nb = mask.shape
     opts = {"BLOCK_R": rows or _rows_per_program(g * triton.cdiv(min(mb, nb), FAST_BLOCKS["rows"]), mask.device),
             "BLOCK_W": words or FAST_BLOCKS["words"],
-            "num_warps": warps or FAST_BLOCKS["warps"], "num_stages": stages or FAST_BLOCKS["stages"]}
+            "num_warps": warps or FAST_BLOCKS["warps"], "num_stages": pipeline_stages or FAST_BLOCKS["stages"]}
     packed, packed_t, c = pack(mask)
     z = _start(mb, seed, mask.device).expand(g, mb, 2).contiguous()
     y = torch.empty(g, nb, 2, dtype=torch.float32, device=mask.device)

@@ -25,6 +25,11 @@ from typing import Any
 
 import torch
 
+from wavealign.masks._common import check_flag as check_flag  # the checks a method declares (re-exported)
+from wavealign.masks._common import check_fraction as check_fraction
+from wavealign.masks._common import check_number as check_number
+from wavealign.masks._common import one_of as one_of
+from wavealign.masks._common import optional as optional
 from wavealign.registry import Registry
 
 

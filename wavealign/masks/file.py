@@ -23,7 +23,8 @@ def load(heads: int, q_blocks: int, kv_blocks: int, *, path: str, device: torch.
         stat = Path(path).stat()
     except OSError as exc:
         raise ValueError(f"method file: cannot read path={path!r}: {exc.strerror}") from exc
-    mask = _read(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size, torch.device(device)).clone()
+    version = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+    mask = _read(str(Path(path).resolve()), version, torch.device(device)).clone()
     mask = mask.reshape(-1, *mask.shape[-2:])
     if tuple(mask.shape) != (heads, q_blocks, kv_blocks):
         raise ValueError(f"mask file {path} holds a {tuple(mask.shape)} mask; the cell needs (H, MB, NB) = "
@@ -32,9 +33,10 @@ def load(heads: int, q_blocks: int, kv_blocks: int, *, path: str, device: torch.
 
 
 @functools.lru_cache(maxsize=4)
-def _read(path: str, mtime_ns: int, size: int, device: torch.device) -> torch.Tensor:
-    """The file's mask on ``device``, read once per version of the file: a pipeline replays it in every layer and
-    step, where reading and unpacking it again would cost more than the attention it stands for."""
+def _read(path: str, version: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The file's mask on ``device``, read once per version of the file (inode, size, modification and change
+    times): a pipeline replays it in every layer and step, where reading and unpacking it again would cost more than
+    the attention it stands for. At most four masks stay cached on their devices."""
     return packed.load(path).to(device)
 
 
