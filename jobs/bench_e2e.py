@@ -58,11 +58,11 @@ def random_transformer(config: str, device: str, layers: int | None = None) -> t
 
 def calibrated_mask(config: str, frames: int, resolution: str, method: str, path: Path, device: str) -> float:
     """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
-    workload's mid-depth layer), save it at ``path``, and return its density."""
+    model's mid-depth layer, mid-denoising), save it at ``path``, and return its density."""
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
-    heads = list(range(wl.heads))
-    q, k, v = workloads.synthetic(wl, heads=heads, layer=20, step=25, seed=0, device=device)
-    mask = masks.build_for_heads(method, q, k, v, 128, model=MODELS[config], layer=20, heads=heads)
+    heads, layer = list(range(wl.heads)), wl.layers // 2
+    q, k, v = workloads.synthetic(wl, heads=heads, layer=layer, step=25, seed=0, device=device)
+    mask = masks.build_for_heads(method, q, k, v, 128, model=MODELS[config], layer=layer, heads=heads)
     mask = mask.reshape(-1, *mask.shape[-2:])
     packed.save(path, mask.cpu())
     return float(mask.float().mean())
@@ -174,6 +174,11 @@ def main(argv: list[str]) -> int:
             density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path, args.device)
         mask = packed.load(mask_path)
         density = float(mask.float().mean()) if density is None else density
+        tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
+        blocks = -(-tokens // args.block_size)
+        if mask.shape[-2:] != (blocks, blocks):
+            parser.error(f"--mask {mask_path} is {tuple(mask.shape)}; the latent {latent} has {tokens} tokens = "
+                         f"{blocks} blocks of --block-size {args.block_size}, so (H, {blocks}, {blocks}) is expected")
         model = random_transformer(args.config, args.device, args.layers)
         gen = torch.Generator(device=args.device).manual_seed(0)
         inputs = {
@@ -183,7 +188,6 @@ def main(argv: list[str]) -> int:
             "encoder_hidden_states": torch.randn(1, TEXT_TOKENS, model.config.text_dim, generator=gen,
                                                  device=args.device, dtype=torch.bfloat16),
         }
-        tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
         described = str(args.mask) if args.mask else f"calibrated {args.method}, replayed in every layer"
         print(f"{args.config} transformer ({model.config.num_layers} blocks), {tokens} tokens, "
               f"mask density {density:.3f} ({described}), backend {args.backend}", flush=True)
@@ -191,12 +195,14 @@ def main(argv: list[str]) -> int:
         for variant in variants:  # each line as it is measured
             rows.append(r := time_forwards(model, inputs, variant, mask_path, args.backend, args.block_size,
                                            args.forwards))
-            original = next((o.forward_ms for o in rows if o.variant == "never"), float("nan"))
+            original = next((o.forward_ms for o in rows if o.variant == "never"), None)
+            speedup = "" if original is None else f"speedup over original-order sparse {original / r.forward_ms:.3f}x"
             print(f"  {r.variant:9s} forward {r.forward_ms:9.1f} ms  self-attention {r.self_attention_ms:9.1f} ms  "
-                  f"mask {r.mask_ms:7.1f} ms  reorder {r.reorder_ms:6.1f} ms ({r.reordered_layers} layers)  "
-                  f"speedup over original-order sparse {original / r.forward_ms:.3f}x", flush=True)
+                  f"mask {r.mask_ms:7.1f} ms  reorder {r.reorder_ms:6.1f} ms ({r.reordered_layers} layers)  {speedup}",
+                  flush=True)
     record = {"config": args.config, "layers": model.config.num_layers, "tokens": tokens, "latent": latent,
-              "method": args.method, "mask": described, "density": density, "backend": args.backend,
+              "method": None if args.mask else args.method, "mask": described, "density": density,
+              "backend": args.backend,
               "rows": [asdict(r) for r in rows], "torch": torch.__version__, "host": platform.node(),
               "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
     if args.out:

@@ -29,6 +29,7 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     # one block (--layers 1): the last forward's one self-attention call is what is recorded
     assert rows["always"]["reordered_layers"] == 1 and rows["never"]["reordered_layers"] == 0
     assert "speedup over original-order sparse" in capsys.readouterr().out
+    assert record["method"] is None  # the mask came from --mask, not from a method
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -37,8 +38,11 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     (["--layers", "0"], "--layers must be >= 1"),
     (["--config", "tiny"], "--config tiny has no workload preset"),
     (["--config", "tiny", "--mask", "m.npz", "--latent", "2,7,8"], "--latent must be"),
+    (["--config", "tiny", "--mask", "MASK", "--latent", "2,8,16", "--block-size", "16", "--device", "cpu"],
+     "the latent (2, 8, 16) has 64 tokens = 4 blocks of --block-size 16, so (H, 4, 4) is expected"),
 ])
-def test_bad_arguments_are_refused_before_any_work(argv, message, capsys):
+def test_bad_arguments_are_refused_before_any_work(argv, message, capsys, tmp_path):
+    packed.save(tmp_path / "mask.npz", synthetic.random_mask(2, 2, 2, 0.5, seed=0))  # 2 blocks
     with pytest.raises(SystemExit):
-        bench_e2e.main(argv)
+        bench_e2e.main([str(tmp_path / "mask.npz") if a == "MASK" else a for a in argv])
     assert message in capsys.readouterr().err
