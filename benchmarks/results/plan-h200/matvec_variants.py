@@ -1,7 +1,9 @@
-"""Round 1 of the Stage-1 speed work: one packed product M Y (40 heads x 2841^2, 25 %) with the mask operand
-unpacked to bfloat16 (today: 3 bf16 limbs of Y) or to int8 (Y as 3 balanced base-256 digits of a 22-bit
+"""Rounds 1 and 2 of the Stage-1 speed work: one packed product M Y (40 heads x 2841^2, 25 %) with the mask operand
+unpacked to bfloat16 (fb2f6e0's kernel: 3 bf16 limbs of Y) or to int8 (Y as 3 balanced base-256 digits of a 22-bit
 fixed-point value per column, exact int32 accumulation), at several launch shapes; and the row-NNZ options
-for Stage 2. Prints times (triton.testing.do_bench medians) and the error of each product against float64."""
+for Stage 2. It calls fb2f6e0's ``stage1_cuda._pack_bits`` and ``_centered_matvec_kernel``: run it with that tree's
+``wavealign`` on PYTHONPATH. Prints times (triton.testing.do_bench medians) and each product's error against
+float64."""
 
 from __future__ import annotations
 
