@@ -292,7 +292,8 @@ def param_axes(kind: str, name: str, grid: DictConfig, where: str,
     params (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list is an axis, a scalar one value).
     Only parameters the YAML declares may be given (none declared: none, unless the backend passes any option
     through); no axis may be empty, numbers must be finite, and a method's or reorderer's own checks pass (the
-    ones its builds use), so a bad value stops the sweep here instead of failing every cell."""
+    ones its builds use), so a bad value stops the sweep here instead of failing every cell. Checks across two
+    params (flexprefill's max_budget >= min_budget) run only where a cell builds its mask."""
     base: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
     prefix = f"{where}.{kind}_params.{name}"
     given = grid[f"{kind}_params"].get(name)
