@@ -42,6 +42,8 @@ class SweepOutcome:
     startup_s: float = 0.0
     dispatch_s: float = 0.0
     mlflow_drain_s: float = 0.0
+    gpu_workers: int = 0
+    kernel_busy_fraction: float | None = None  # ``kernel_busy_fraction``, set with the run record
 
 
 def repro_command(cfg: DictConfig, cell: Cell) -> str:
@@ -105,13 +107,15 @@ def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_work
 
 def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, list[Any]]) -> None:
     """One JSON per run of the sweep: counts and wall times, for the overhead and GPU-busy figures (and the
-    metrics of the sweep's MLflow parent run)."""
+    metrics of the sweep's MLflow parent run); the GPU workers and their busy share go on ``outcome`` too."""
     gpu_workers = sum(len(ws) for key, ws in workers.items() if key != CPU)
+    outcome.gpu_workers = gpu_workers
+    outcome.kernel_busy_fraction = kernel_busy_fraction(outcome.rows, outcome.dispatch_s, gpu_workers)
     record = {"sweep_id": outcome.sweep_id, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "counts": dict(outcome.counts), "skipped_done": outcome.skipped_done, "interrupted": outcome.interrupted,
               "workers": {key: len(ws) for key, ws in workers.items()}, "startup_s": outcome.startup_s,
               "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
-              "kernel_busy_fraction": kernel_busy_fraction(outcome.rows, outcome.dispatch_s, gpu_workers)}
+              "kernel_busy_fraction": outcome.kernel_busy_fraction}
     path = sweep_dir / f"{_RUN_RECORD_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     path.write_text(json.dumps(record, indent=2, default=str))
 

@@ -28,6 +28,10 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
         Console(file=fh, width=200).print(table)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
+    if outcome.kernel_busy_fraction is not None:
+        console.print(f"GPU busy: {outcome.kernel_busy_fraction:.0%} of {outcome.gpu_workers} GPU worker(s)' "
+                      f"{outcome.dispatch_s:.0f} s in timed kernel launches (the rest: building inputs and masks, "
+                      "planning orders, compiling)")
     console.print(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")
     console.print(f"next: wavealign report --run-root {cfg.run_root}  (the paper's figures and tables as PNGs and one "
                   "HTML page)", soft_wrap=True)

@@ -229,3 +229,34 @@ def test_every_command_that_reads_a_run_root_calls_it_run_root():
     assert "run_root=" in helps["sweep"] and "--run-root" in helps["report"]
     assert "run_root=" in helps["refresh-profiles"] and "run_root=" in helps["sync-mlflow"]
     assert not any(re.search(r"--runs\b|\bruns=", text) for text in helps.values())
+
+
+def test_the_gpu_busy_share_is_timed_kernel_time_over_the_gpu_workers_dispatch_time(tmp_path):
+    """Two GPU workers dispatching for 2 s; two done rows timed with CUDA events, (1 + 3) x 100 ms each, are 0.8 s
+    busy: 0.8 / (2 x 2) = 20 %. A simulated row, a failed row and the CPU worker do not count."""
+    import json
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+    from rich.console import Console
+
+    from wavealign.orchestrator.record import SweepOutcome, write_run_record
+    from wavealign.orchestrator.summary import print_summary
+
+    timed = {"status": "done", "timer": "cuda_events", "warmup": 1, "reps": 3, "kernel_ms_median": 100.0}
+    failed = {**timed, "status": "failed", "cell_id": "c", "hardware": "h200", "backend": "fa4", "method": "random",
+              "variant": "original", "error": "boom"}
+    rows = [timed, timed, {**timed, "timer": "simulated"}, failed]
+    outcome = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
+    write_run_record(tmp_path, outcome, {"h200": ["a", "b"], "cpu": ["c"]})
+    assert json.loads(next(tmp_path.glob("run-*.json")).read_text())["kernel_busy_fraction"] == pytest.approx(0.2)
+    assert outcome.gpu_workers == 2 and outcome.kernel_busy_fraction == pytest.approx(0.2)
+    console = Console(record=True, width=200)
+    plan = SimpleNamespace(grid=SimpleNamespace(cells=[]), sweep_id="s")
+    print_summary(OmegaConf.create({"name": "t", "run_root": str(tmp_path)}), plan, outcome, console,
+                  tmp_path / "summary.txt")
+    assert "GPU busy: 20% of 2 GPU worker(s)' 2 s in timed kernel launches" in console.export_text()
+    # a sweep without GPU workers has no such share, and says nothing of it
+    cpu_only = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
+    write_run_record(tmp_path, cpu_only, {"cpu": ["c"]})
+    assert cpu_only.kernel_busy_fraction is None
