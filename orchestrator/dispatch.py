@@ -10,6 +10,7 @@ cells of a type left with none are ``failed``).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from typing import Any
@@ -19,7 +20,7 @@ from rich.console import Console
 
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder
-from wavealign.pipeline import placement
+from wavealign.pipeline import inputs_key, placement
 from wavealign.records import CPU, ORIGINAL_VARIANT, Cell
 
 
@@ -27,15 +28,20 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
     """Pending cells grouped per placement, and the ids of baselines added to them.
 
     A group resumed without its ``original`` cell (done earlier) gets that cell back as a baseline that runs
-    but is not recorded again, so every speedup still comes from cells timed back to back.
+    but is not recorded again, so every speedup still comes from cells timed back to back. Groups on the same
+    inputs (other backends on one mask) are queued one after another, in the order of their first, so a worker
+    builds the mask and Q/K/V once for them (``pipeline.group_inputs``).
     """
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(cell.group_id, []).append(cell)
+    first: dict[str, int] = {}
+    for group in groups.values():
+        first.setdefault(inputs_key(group[0]), len(first))
     originals = {c.group_id: c for c in grid_cells if c.variant == ORIGINAL_VARIANT}
     baselines: set[str] = set()
     queues: dict[str, deque[list[Cell]]] = {}
-    for group_id, group in groups.items():
+    for group_id, group in sorted(groups.items(), key=lambda item: first[inputs_key(item[1][0])]):
         original = originals.get(group_id)
         if original is not None and all(c.variant != ORIGINAL_VARIANT for c in group):
             group.insert(0, original)
@@ -125,13 +131,16 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     import ray
 
     idle = {k: list(ws) for k, ws in workers.items()}
+    holds: dict[int, str] = {}  # id(worker) -> inputs_key of its latest group (the inputs it keeps)
     inflight: dict[Any, tuple[str, Any, list[Cell]]] = {}
     probes: dict[Any, tuple[str, Any, float]] = {}  # where() of a worker that died -> placement, worker, deadline
     try:
         while any(queues.values()) or inflight:
             for key, queue in queues.items():
                 while queue and idle[key]:
-                    actor, group = idle[key].pop(), queue.popleft()
+                    actor = idle[key].pop()
+                    group = next_group(queue, holds.get(id(actor)))
+                    holds[id(actor)] = inputs_key(group[0])
                     inflight[actor.run.remote(group)] = (key, actor, group)
                     progress.add(key, running=len(recorder.recordable(group)))
                 coming = any(k == key for k, _, _ in (*inflight.values(), *probes.values()))
@@ -154,6 +163,16 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     except KeyboardInterrupt:
         return True
     return False
+
+
+def next_group(queue: deque[list[Cell]], held: str | None, look_ahead: int = 64) -> list[Cell]:
+    """The first group on the inputs ``held`` (the ones a worker keeps) among the next ``look_ahead`` queued, else
+    the queue's head; taken off the queue."""
+    for index, group in enumerate(itertools.islice(queue, look_ahead)):
+        if held is not None and inputs_key(group[0]) == held:
+            del queue[index]
+            return group
+    return queue.popleft()
 
 
 def _collect(ref, actor, group: list[Cell], key: str, idle: dict[str, list[Any]], recorder: Recorder,

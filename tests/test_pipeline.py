@@ -137,3 +137,20 @@ def test_nsight_compute_on_a_cpu_cell_says_why_there_are_no_counters():
     result = pipeline.run_cell(make_cell(ncu=True))
     assert result.status == "done" and "CPU" in result.ncu_unavailable
     assert math.isnan(result.ncu_l2_hit_pct)
+
+
+def test_a_workers_next_group_on_the_same_inputs_reuses_them_and_another_builds_its_own(monkeypatch):
+    """Groups of two backends on one (dense) mask: one build; a group of another seed builds again."""
+    built = []
+    build = pipeline.build_inputs
+    monkeypatch.setattr(pipeline, "build_inputs", lambda cell, device: built.append(cell.group_id) or build(cell,
+                                                                                                          device))
+    reference = variants(group_id="ref", method="dense")  # sdpa computes dense attention only
+    sdpa = [replace(c, backend="sdpa", group_id="sdpa", cell_id=c.cell_id + "-sdpa") for c in reference]
+    reseeded = [replace(c, seed=1, group_id="seed1", cell_id=c.cell_id + "-s1") for c in reference]
+    first, second, third = (pipeline.run_group(g) for g in (reference, sdpa, reseeded))
+    assert built == ["ref", "seed1"]
+    assert all(r.status == "done" for r in (*first, *second, *third)), [r.traceback for r in second]
+    assert pipeline.inputs_key(reference[0]) == pipeline.inputs_key(sdpa[0]) != pipeline.inputs_key(reseeded[0])
+    # a simulated backend needs no Q/K/V, so its inputs are not those of one that computes attention
+    assert pipeline.inputs_key(replace(reference[0], backend="sim")) != pipeline.inputs_key(reference[0])
