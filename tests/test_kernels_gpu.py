@@ -4,7 +4,7 @@ import pytest
 import torch
 from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
-from wavealign import kernels, reorder, stage1_cuda, synthetic
+from wavealign import blockmask, kernels, reorder, stage1_cuda, synthetic
 from wavealign.kernels.reference import reference_attention
 
 pytestmark = pytest.mark.gpu
@@ -60,8 +60,6 @@ def test_triton_pointer_and_tma_loads_agree():
 
 
 def test_triton_reads_the_kv_index_form():
-    from wavealign import blockmask
-
     q, k, v, mask = attention_inputs(1, 2, 900, 128, 128, seed=17)
     run = kernels.get("triton")
     assert torch.equal(run(q, k, v, blockmask.to_kv_indices(mask)), run(q, k, v, mask))
@@ -100,7 +98,7 @@ def test_packed_plan_keeps_the_torch_paths_orders(kind, monkeypatch):
 
 def test_gpu_row_nnz_equals_the_cpu_count():
     mask = synthetic.random_mask(3, 257, 3001, 0.4, seed=2)
-    assert torch.equal(reorder.row_nnz(mask.cuda()).cpu().long(), mask.sum(-1))
+    assert torch.equal(blockmask.row_nnz(mask.cuda()).cpu().long(), mask.sum(-1))
 
 
 def test_gpu_temporal_plan_equals_cpu_plan():

@@ -16,7 +16,7 @@ pytest.importorskip("triton")
 
 CHILD = r"""
 import json, torch
-from wavealign import reorder, stage1_cuda, synthetic
+from wavealign import blockmask, reorder, stage1_cuda, synthetic
 out = {}
 for name, (mb, nb, seed) in {"tall": (70, 50, 1), "wide": (45, 90, 2), "ragged_words": (33, 65, 3)}.items():
     mask = synthetic.planted_mask(2, mb, nb, 0.3, prototypes=3, noise=0.05, seed=seed)
@@ -32,7 +32,7 @@ for name, (mb, nb, seed) in {"tall": (70, 50, 1), "wide": (45, 90, 2), "ragged_w
     ref_plan = reorder.plan(mask, wave_size=8, seed=seed).perm
     usable, stage1_cuda.usable = stage1_cuda.usable, lambda m: True  # the CPU mask takes the packed path
     fast_plan = reorder.plan(mask, wave_size=8, seed=seed).perm
-    nnz = reorder.row_nnz(mask)
+    nnz = blockmask.row_nnz(mask)
     stage1_cuda.usable = usable
     out[name] = {"sigma_rel": float(((s_fast - s_ref).abs() / s_ref).max()),
                  "vector_err": float((u_fast * sign - u_ref).abs().max()),

@@ -99,10 +99,20 @@ def to_kv_indices(mask: torch.Tensor) -> KVIndices:
     """The kv-index form of a dense bool mask: counts (…, MB) and ascending indices (…, MB, NB), int32."""
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must have dtype torch.bool, got {mask.dtype}")
-    kv_num_blocks = mask.sum(-1, dtype=torch.int32)
+    kv_num_blocks = row_nnz(mask)
     # a stable sort of "not selected" puts the selected columns first, in ascending order
     kv_indices = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True).to(torch.int32)
     return kv_num_blocks, kv_indices
+
+
+def row_nnz(mask: torch.Tensor) -> torch.Tensor:
+    """Selected blocks per row, int32 (…, MB), of a bool (…, MB, NB) mask: on a CUDA GPU one read of the mask by a
+    Triton kernel (``torch``'s sums widen every entry first, to 4-8 times the mask's bytes)."""
+    from wavealign import stage1_cuda  # imports Triton: only when counting
+
+    if mask.numel() and stage1_cuda.usable(mask):
+        return stage1_cuda.row_nnz(mask)
+    return mask.sum(-1, dtype=torch.int32)
 
 
 def as_dense(mask: MaskLike, name: str = "mask") -> torch.Tensor:

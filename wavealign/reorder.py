@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from wavealign import stage1_cuda, subspace
-from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed, kv_pair
+from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed, kv_pair, row_nnz
 
 STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
@@ -100,13 +100,8 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
     if stages in ("spatial", "both") and rows.shape[0]:
         order = grouping.group(rows, wave_size=wave_size, seed=seed, **params).to(dense.device)
     if stages in ("temporal", "both"):
-        order = temporal_order(row_nnz(rows), order, wave_size)
+        order = temporal_order(row_nnz(rows), order, wave_size)  # the row lengths Stage 2 sorts by
     return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer)
-
-
-def row_nnz(mask: torch.Tensor) -> torch.Tensor:
-    """Set blocks per row (…, MB) of a bool (…, MB, NB) mask: the row lengths Stage 2 sorts by."""
-    return stage1_cuda.row_nnz(mask) if stage1_cuda.usable(mask) else mask.sum(-1)
 
 
 def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,

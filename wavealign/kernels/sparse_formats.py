@@ -113,7 +113,7 @@ def paged_bsr(mask: torch.Tensor, block_size: int, q_len: int, kv_len: int) -> P
     _check_blocks(nb, kv_len, block_size, "kv_len")
     rows = dense.reshape(-1, mb, nb)
     heads = rows.shape[0]
-    kv_indptr = _indptr(rows.sum(-1).flatten())
+    kv_indptr = _indptr(blockmask.row_nnz(rows).flatten())
     # flat positions come out row-major, i.e. by (head, query block, kv block): rows ascending
     flat = torch.nonzero(rows.reshape(-1)).flatten()
     kv_indices = ((flat // (mb * nb)) * nb + flat % nb).to(torch.int32)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from wavealign import hardware as hw_registry
-from wavealign.blockmask import MaskLike, as_dense
+from wavealign.blockmask import MaskLike, as_dense, row_nnz
 
 # the inputs of a fitted model, in this order; log of counts and ratios, raw for bounded features
 MODEL_FEATURES = ("log_num_q_blocks", "log_density", "nnz_cv", "adjacent_jaccard", "log_working_set_over_l2",
@@ -72,7 +72,7 @@ def features(mask: MaskLike, hardware: str | hw_registry.Hardware, block_size: i
     rows = dense.reshape(-1, *dense.shape[-2:])
     g, mb, nb = rows.shape
     wave = hw.sm_count if wave_size is None else int(wave_size)
-    nnz = rows.sum(-1, dtype=torch.float32)
+    nnz = row_nnz(rows).float()
     nnz_mean = float(nnz.mean())
     nnz_cv = float(nnz.std(correction=0) / nnz.mean()) if nnz_mean > 0 else 0.0
     if mb > 1:
