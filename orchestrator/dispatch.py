@@ -35,13 +35,14 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(cell.group_id, []).append(cell)
+    keys = {group_id: inputs_key(group[0]) for group_id, group in groups.items()}
     first: dict[str, int] = {}
-    for group in groups.values():
-        first.setdefault(inputs_key(group[0]), len(first))
+    for key in keys.values():
+        first.setdefault(key, len(first))
     originals = {c.group_id: c for c in grid_cells if c.variant == ORIGINAL_VARIANT}
     baselines: set[str] = set()
     queues: dict[str, deque[list[Cell]]] = {}
-    for group_id, group in sorted(groups.items(), key=lambda item: first[inputs_key(item[1][0])]):
+    for group_id, group in sorted(groups.items(), key=lambda item: first[keys[item[0]]]):
         original = originals.get(group_id)
         if original is not None and all(c.variant != ORIGINAL_VARIANT for c in group):
             group.insert(0, original)
