@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from wavealign import masks, workloads
+from wavealign import pipeline, workloads
 from wavealign.integrations import diffusers as wa
+from wavealign.records import Cell
 from wavealign.sim import packed
 
 VARIANTS = ("dense", "never", "always", "adaptive")
@@ -58,12 +59,17 @@ def random_transformer(config: str, device: str, layers: int | None = None) -> t
 
 def calibrated_mask(config: str, frames: int, resolution: str, method: str, path: Path, device: str) -> float:
     """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
-    model's mid-depth layer, mid-denoising), save it at ``path``, and return its density."""
+    model's mid-depth layer, mid-denoising) the way a sweep cell on that workload builds it
+    (``pipeline.build_inputs``), save it at ``path``, and return its density."""
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
-    heads, layer = list(range(wl.heads)), wl.layers // 2
-    q, k, v = workloads.synthetic(wl, heads=heads, layer=layer, step=25, seed=0, device=device)
-    mask = masks.build_for_heads(method, q, k, v, 128, model=MODELS[config], layer=layer, heads=heads)
-    mask = mask.reshape(-1, *mask.shape[-2:])
+    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated backend: no Q/K/V kept)
+    # only place the cell
+    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="sim", method=method,
+                variant="original", stages="none", skip_mode="force", workload=f"{MODELS[config]}-{resolution}",
+                seq_len_tokens=wl.seq_len, num_heads=wl.heads, head_dim=wl.head_dim, block_size=128, wave_size=132,
+                model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
+                layer=wl.layers // 2, step=25)
+    mask, _ = pipeline.build_inputs(cell, torch.device(device))
     packed.save(path, mask.cpu())
     return float(mask.float().mean())
 
