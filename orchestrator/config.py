@@ -69,7 +69,7 @@ class GridConfig:
     block_size: Any = None  # None: the hardware's default block size
     cpu_profile: str = "h100"  # GPU description whose wave size and skip profile "cpu" cells plan for
     reps: int = 5
-    warmup: int = 1
+    warmup: int = 1  # calls before the timed reps; the first call (timed apart: first_call_ms) is one of them
     ncu: bool = False  # GPU cells also profile one launch under Nsight Compute (ncu_* columns)
 
 

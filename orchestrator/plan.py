@@ -18,7 +18,7 @@ from wavealign import fingerprint, hardware, kernels
 from wavealign.orchestrator import dataset
 from wavealign.orchestrator.config import ConfigError
 from wavealign.orchestrator.grid import Grid, count_cells, expand, stable_hash
-from wavealign.pipeline import placement
+from wavealign.pipeline import placement, timed_calls
 from wavealign.records import CPU, Cell
 
 # keys that change what is measured; the rest (where, how, resume...) do not change a sweep's identity
@@ -120,7 +120,7 @@ def describe(plan: SweepPlan, cfg: DictConfig, console: Console) -> None:
                           f"results, and no time model for CPU or simulated cells")
     if any(est.model_cells for est in estimates.values()):
         console.print(f"roofline model: attention FLOPs 4·N²·D·H·density at the GPU's peak bf16 x the backend's MMA "
-                      f"efficiency, or Q/K/V/O bytes at its HBM bandwidth if slower; x (warmup + reps + 1) runs, "
+                      f"efficiency, or Q/K/V/O bytes at its HBM bandwidth if slower; x max(warmup, 1) + reps runs, "
                       f"+ {CELL_OVERHEAD_S:g} s per cell")
 
 
@@ -153,8 +153,8 @@ def cell_density(cell: Cell) -> float | None:
 def model_seconds(cell: Cell, density: float = 1.0) -> float | None:
     """A GPU cell's wall time on a worker from its GPU's description: the roofline of one launch (attention FLOPs
     4·N²·D·H·density at ``peak_bf16_flops`` x the backend's MMA efficiency, against Q/K/V/O read or written once at
-    ``hbm_bytes_per_s``), run warmup + reps + 1 (the first call) times, plus ``CELL_OVERHEAD_S``. None for CPU and
-    simulated cells and backends without execution facts."""
+    ``hbm_bytes_per_s``), run ``pipeline.timed_calls`` times (the first call is the first warm-up), plus
+    ``CELL_OVERHEAD_S``. None for CPU and simulated cells and backends without execution facts."""
     execution = kernels.get(cell.backend).execution
     if placement(cell) == CPU or execution is None:
         return None
@@ -162,7 +162,7 @@ def model_seconds(cell: Cell, density: float = 1.0) -> float | None:
     n, d, h = cell.seq_len_tokens, cell.head_dim, cell.num_heads
     compute_s = 4.0 * n * n * d * h * density / (gpu.peak_bf16_flops * execution.mma_efficiency)
     memory_s = 4.0 * n * d * h * execution.element_bytes / gpu.hbm_bytes_per_s
-    return max(compute_s, memory_s) * (cell.warmup + cell.reps + 1) + CELL_OVERHEAD_S
+    return max(compute_s, memory_s) * timed_calls(cell.warmup, cell.reps) + CELL_OVERHEAD_S
 
 
 def estimate_seconds(cells: list[Cell], run_root: str | Path) -> dict[str, PlacementEstimate]:

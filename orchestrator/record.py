@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from wavealign.orchestrator import dataset, tracking
 from wavealign.orchestrator.plan import SweepPlan
+from wavealign.pipeline import timed_calls
 from wavealign.records import CPU, Cell
 
 _RUN_RECORD_PREFIX = "run-"  # sweeps/<sweep_id>/run-<UTC time>.json: one per run of the sweep
@@ -96,11 +97,14 @@ class Recorder:
 
 
 def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_workers: int) -> float | None:
-    """Share of the GPU workers' dispatch time spent in timed kernel launches ((warm-up + reps) x median);
-    mask building, reorder planning and first-call compilation count as not busy."""
+    """Share of the GPU workers' dispatch time spent in the kernel calls of timed GPU cells: per done cell, the
+    calls it made (``pipeline.timed_calls``: the first call, the remaining warm-ups, the repetitions) x its kernel
+    median. The first call is counted at the median like the others, though the compile/JIT time inside it is not
+    kernel time and is left out (it is ``first_call_ms`` minus about one median); mask building, reorder and launch
+    planning count as not busy."""
     if not gpu_workers or dispatch_s <= 0:
         return None
-    busy_s = sum((r["warmup"] + r["reps"]) * r["kernel_ms_median"] / 1e3 for r in rows
+    busy_s = sum(timed_calls(r["warmup"], r["reps"]) * r["kernel_ms_median"] / 1e3 for r in rows
                  if r["status"] == "done" and r["timer"] == "cuda_events")
     return busy_s / (dispatch_s * gpu_workers)
 

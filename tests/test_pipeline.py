@@ -154,3 +154,17 @@ def test_a_workers_next_group_on_the_same_inputs_reuses_them_and_another_builds_
     assert pipeline.inputs_key(reference[0]) == pipeline.inputs_key(sdpa[0]) != pipeline.inputs_key(reseeded[0])
     # a simulated backend needs no Q/K/V, so its inputs are not those of one that computes attention
     assert pipeline.inputs_key(replace(reference[0], backend="sim")) != pipeline.inputs_key(reference[0])
+
+
+@pytest.mark.parametrize(("warmup", "reps", "calls"), [(3, 2, 5), (1, 2, 3), (0, 2, 3)])
+def test_a_cell_calls_its_launch_warmup_plus_reps_times_the_first_call_being_the_first_warmup(monkeypatch, warmup,
+                                                                                             reps, calls):
+    from wavealign.kernels import reference
+
+    made = []
+    run = reference.ReferenceLaunch.run
+    monkeypatch.setattr(reference.ReferenceLaunch, "run", lambda self, q, k, v: made.append(1) or run(self, q, k, v))
+    result = pipeline.run_cell(make_cell(warmup=warmup, reps=reps))
+    assert result.status == "done", result.traceback
+    assert len(made) == calls == pipeline.timed_calls(warmup, reps)
+    assert result.reps_done == reps and result.first_call_ms > 0  # the first call is timed apart on a CPU too

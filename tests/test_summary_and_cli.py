@@ -232,8 +232,9 @@ def test_every_command_that_reads_a_run_root_calls_it_run_root():
 
 
 def test_the_gpu_busy_share_is_timed_kernel_time_over_the_gpu_workers_dispatch_time(tmp_path):
-    """Two GPU workers dispatching for 2 s; two done rows timed with CUDA events, (1 + 3) x 100 ms each, are 0.8 s
-    busy: 0.8 / (2 x 2) = 20 %. A simulated row, a failed row and the CPU worker do not count."""
+    """Two GPU workers dispatching for 2 s; two done rows timed with CUDA events, 4 calls x 100 ms each, are 0.8 s
+    busy: 0.8 / (2 x 2) = 20 %. A cell with warmup=0 still makes its first call (1 + 3 reps), one with warmup=1
+    makes 1 + 3 (the first call is its warm-up). A simulated row, a failed row and the CPU worker do not count."""
     import json
     from types import SimpleNamespace
 
@@ -246,7 +247,7 @@ def test_the_gpu_busy_share_is_timed_kernel_time_over_the_gpu_workers_dispatch_t
     timed = {"status": "done", "timer": "cuda_events", "warmup": 1, "reps": 3, "kernel_ms_median": 100.0}
     failed = {**timed, "status": "failed", "cell_id": "c", "hardware": "h200", "backend": "fa4", "method": "random",
               "variant": "original", "error": "boom"}
-    rows = [timed, timed, {**timed, "timer": "simulated"}, failed]
+    rows = [timed, {**timed, "warmup": 0}, {**timed, "timer": "simulated"}, failed]
     outcome = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
     write_run_record(tmp_path, outcome, {"h200": ["a", "b"], "cpu": ["c"]})
     assert json.loads(next(tmp_path.glob("run-*.json")).read_text())["kernel_busy_fraction"] == pytest.approx(0.2)

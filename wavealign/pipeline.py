@@ -288,20 +288,30 @@ def _simulated_into(result: CellResult, launch: Any) -> None:
     result.l2_hit_pct, result.hbm_read_bytes = predicted.l2_hit_pct, float(predicted.hbm_read_bytes)
 
 
+def timed_calls(warmup: int, reps: int) -> int:
+    """How many times a timed cell calls its launch: the first call (timed apart: compile/JIT plus one full run)
+    is its first warm-up, then ``warmup - 1`` more warm-ups and ``reps`` timed repetitions; with ``warmup=0`` the
+    first call still runs."""
+    return max(warmup, 1) + reps
+
+
 def _timed_into(result: CellResult, cell: Cell, launch: Launch, qkv, device: torch.device) -> None:
-    """Time ``launch.run`` with ``wavealign.measure.timing``: on a GPU, the first call (compile/JIT) apart, then
-    CUDA events after warm-up with L2 flushed between repetitions; on a CPU, wall clock. Median and IQR."""
+    """Time ``launch.run`` with ``wavealign.measure.timing``: the first call (compile/JIT plus one run) timed apart
+    as ``first_call_ms`` and counted as the first warm-up, then the remaining warm-ups and the repetitions (in all
+    ``timed_calls(cell.warmup, cell.reps)`` calls): on a GPU with CUDA events, L2 flushed between repetitions; on a
+    CPU with the wall clock. Median and IQR."""
     q, k, v = qkv
 
     def call() -> torch.Tensor:
         return launch.run(q, k, v)
 
+    result.first_call_ms = timing.time_first_call_ms(call, device)
+    warmup = max(cell.warmup - 1, 0)
     if device.type == "cuda":
-        result.first_call_ms = timing.time_first_call_ms(call)
-        measured = timing.time_cuda(call, reps=cell.reps, warmup=cell.warmup)
+        measured = timing.time_cuda(call, reps=cell.reps, warmup=warmup)
         result.device, result.timer = torch.cuda.get_device_name(), "cuda_events"
     else:
-        measured = timing.time_wall_clock(call, reps=cell.reps, warmup=cell.warmup)
+        measured = timing.time_wall_clock(call, reps=cell.reps, warmup=warmup)
         result.device, result.timer = CPU, "wall_clock"
     result.kernel_ms_median, result.kernel_ms_iqr = float(measured.median_ms), float(measured.iqr_ms)
     result.reps_done = measured.reps

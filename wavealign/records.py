@@ -94,7 +94,8 @@ class CellResult:
     reps_done: int = 0
     kernel_ms_median: float = math.nan  # launch.run: the kernel, plus Q gather / O scatter where the backend needs them
     kernel_ms_iqr: float = math.nan
-    first_call_ms: float = math.nan  # GPU: the first call's wall time (compile/JIT + one run), kept apart
+    # the first call's wall time (compile/JIT + one run), kept apart; it is the first of the ``warmup`` calls
+    first_call_ms: float = math.nan
     reorder_ms: float = math.nan  # reorder.plan cost (0 when no reorder was applied); see reorder_cost
     # "measured" (timed where the kernel runs), or how a simulated cell's cost on its GPU was predicted
     reorder_cost: str | None = None

@@ -99,10 +99,8 @@ def time_wall_clock(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2
     return summarize(samples)
 
 
-def time_first_call_ms(fn: Callable[[], object]) -> float:
-    """Wall time (ms) of one synchronised call: on a fresh shape this is compile/JIT plus one run."""
-    torch.cuda.synchronize()
-    start = time.perf_counter()
+def time_first_call_ms(fn: Callable[[], object], device: torch.device | str = "cuda") -> float:
+    """Wall time (ms) of one synchronised call on ``device``: on a fresh shape this is compile/JIT plus one run."""
+    start = synced_clock(device)
     fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3
+    return (synced_clock(device) - start) * 1e3
