@@ -20,7 +20,7 @@ from rich.console import Console
 
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder
-from wavealign.pipeline import inputs_key, placement
+from wavealign.pipeline import inputs_key, placement, timed_calls
 from wavealign.records import CPU, ORIGINAL_VARIANT, Cell
 
 
@@ -29,26 +29,37 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
 
     A group resumed without its ``original`` cell (done earlier) gets that cell back as a baseline that runs
     but is not recorded again, so every speedup still comes from cells timed back to back. Groups on the same
-    inputs (other backends on one mask) are queued one after another, in the order of their first, so a worker
-    builds the mask and Q/K/V once for them (``pipeline.group_inputs``).
+    inputs (other backends on one mask) form a block queued one after another, in their order in ``cells``, so a
+    worker builds the mask and Q/K/V once for them (``pipeline.group_inputs``). Blocks are queued longest first
+    (``predicted_cost``, ties in the order of their first group): with several workers the last groups handed out
+    are the short ones, so the sweep does not end waiting on one worker's long group.
     """
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(cell.group_id, []).append(cell)
-    keys = {group_id: inputs_key(group[0]) for group_id, group in groups.items()}
-    first: dict[str, int] = {}
-    for key in keys.values():
-        first.setdefault(key, len(first))
     originals = {c.group_id: c for c in grid_cells if c.variant == ORIGINAL_VARIANT}
     baselines: set[str] = set()
-    queues: dict[str, deque[list[Cell]]] = {}
-    for group_id, group in sorted(groups.items(), key=lambda item: first[keys[item[0]]]):
+    blocks: dict[str, list[list[Cell]]] = {}  # inputs_key -> its groups, in the order of ``cells``
+    for group_id, group in groups.items():
         original = originals.get(group_id)
         if original is not None and all(c.variant != ORIGINAL_VARIANT for c in group):
             group.insert(0, original)
             baselines.add(original.cell_id)
-        queues.setdefault(placement(group[0]), deque()).append(group)
+        blocks.setdefault(inputs_key(group[0]), []).append(group)
+    queues: dict[str, deque[list[Cell]]] = {}
+    for block in sorted(blocks.values(), key=lambda b: -sum(predicted_cost(g) for g in b)):  # stable: ties keep order
+        for group in block:
+            queues.setdefault(placement(group[0]), deque()).append(group)
     return queues, baselines
+
+
+def predicted_cost(group: list[Cell]) -> float:
+    """A group's GPU time before it runs, up to a constant: per cell, the launch calls it makes
+    (``pipeline.timed_calls``) x seq_len_tokens² x num_heads x head_dim, dense attention's work. The mask's density
+    is unknown until the worker builds it, so a sparse group counts as a dense one of its shape; mask building,
+    reorder and launch planning are left out."""
+    return float(sum(timed_calls(c.warmup, c.reps) * c.seq_len_tokens ** 2 * c.num_heads * c.head_dim
+                     for c in group))
 
 
 def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder: Recorder,
