@@ -13,7 +13,7 @@ from rich.console import Console
 
 from wavealign import analysis
 from wavealign.jobs import sync_mlflow
-from wavealign.orchestrator import config, dataset, sweep, tracking
+from wavealign.orchestrator import config, dataset, record, sweep, tracking
 
 # two tiny exact reference-kernel cells on this CPU: the original and its reordered variant
 TINY = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
@@ -85,6 +85,25 @@ def test_the_parent_run_carries_counts_wall_times_and_the_median_speedup_as_metr
     assert metrics["speedup_vs_original_median"] == pytest.approx(reordered["speedup_vs_original"])
     assert metrics["net_speedup_vs_original_median"] == pytest.approx(reordered["net_speedup_vs_original"])
     assert metrics["startup_s"] > 0 and metrics["dispatch_s"] > 0
+    assert "kernel_busy_fraction" not in metrics  # no GPU worker: no GPU-busy share to log
+
+
+def test_the_parent_run_carries_the_gpu_busy_fraction_of_the_sweep_s_latest_run(tmp_path):
+    """Two GPU workers dispatching for 4 s, one done cell of 3 warm-ups + 7 reps at 100 ms: 1 s busy of 8, and that
+    share, from the run record, is the parent run's ``kernel_busy_fraction`` in the sqlite store."""
+    uri = tracking.default_tracking_uri(tmp_path)
+    tracker = tracking.Tracker(uri, "wavealign", artifact_root=tmp_path / "mlartifacts")
+    parent = tracker.parent_run("s-busy", "busy")
+    timed = {"status": "done", "timer": "cuda_events", "warmup": 3, "reps": 7, "kernel_ms_median": 100.0}
+    outcome = record.SweepOutcome(sweep_id="s-busy", run_root=tmp_path, tracking_uri=uri, rows=[timed],
+                                  dispatch_s=4.0)
+    sweep_dir = tmp_path / "sweeps" / "s-busy"
+    sweep_dir.mkdir(parents=True)
+    record.write_run_record(sweep_dir, outcome, {"h200": ["w0", "w1"], "cpu": ["w2"]})
+    record.end_parent_run(tracker, parent, tmp_path, "s-busy", sweep_rows=[])
+    run = parent_run(uri, "s-busy")
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["kernel_busy_fraction"] == pytest.approx(0.125) == outcome.kernel_busy_fraction
 
 
 def test_the_printed_ui_hint_is_the_address_of_the_experiments_runs_table(finished):
