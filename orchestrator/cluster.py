@@ -103,7 +103,8 @@ def inventory() -> Inventory:
 
 class CellRunner:
     """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep.
-    A plain class, so that tests can subclass it (e.g. to inject a worker death)."""
+    A plain class, so that tests can subclass it (e.g. to inject a worker death). Started with
+    ``max_concurrency=2`` (``ray.prefetch_inputs``), it takes ``prefetch`` calls while a group runs."""
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
@@ -118,16 +119,24 @@ class CellRunner:
         where = self.where()
         return [{"result": r, "started_at": started, "finished_at": finished, **where} for r in results]
 
+    def prefetch(self, cells: list[Cell]) -> bool:
+        """Start building the inputs of the group this worker runs next, in the background
+        (``pipeline.prefetch``); returns at once. Never raises: its run records a failure."""
+        from wavealign import pipeline
+
+        return pipeline.prefetch(cells)
+
 
 CellWorker = ray.remote(CellRunner)
 
 
-def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory) -> list[Any]:
+def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory, prefetch: bool = False) -> list[Any]:
     """Up to ``count`` actors for ``hardware``: one whole GPU of that type each (never more than the
-    cluster has), or one CPU each for ``cpu``."""
+    cluster has), or one CPU each for ``cpu``. With ``prefetch``, each takes two calls at once (a threaded actor):
+    the group it runs and the ``prefetch`` of the next."""
     # a dead worker is always restarted (max_restarts is a lifetime count: a long sweep would otherwise lose
     # the type's only worker after a few deaths); each group is retried at most max_retries times
-    restart = {"max_restarts": -1, "max_task_retries": max_retries}
+    restart = {"max_restarts": -1, "max_task_retries": max_retries, "max_concurrency": 2 if prefetch else 1}
     if hardware == CPU:
         return [CellWorker.options(num_cpus=1, **restart).remote() for _ in range(count)]
     workers: list[Any] = []

@@ -86,6 +86,9 @@ class RayConfig:
     wait_timeout_s: float = 3600.0
     # a worker not up this long after it is started (or back after dying) is dropped: Ray may never place it
     worker_start_timeout_s: float = 300.0
+    # build the inputs (mask, Q/K/V) of a worker's next group in the background while its current group is timed
+    # (on a stream of their own on a GPU); off by default until it is shown not to move the kernel medians
+    prefetch_inputs: bool = False
 
 
 @dataclass

@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 
 from wavealign.records import Cell, CellResult, Environment
 
-SCHEMA_VERSION = 3  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
-#                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2)
+SCHEMA_VERSION = 4  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
+#                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2); 4: inputs_prefetched
 PARTITION_COLUMNS = ("hardware", "method")
 STATUSES = ("done", "failed", "unschedulable")
 

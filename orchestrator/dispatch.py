@@ -89,10 +89,11 @@ def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder:
                     recorder.add(cell, None, status="unschedulable", error=reason)
                 progress.add(hw, unschedulable=len(recorder.recordable(group)))
             continue
-        workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv)
+        workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv, cfg.ray.prefetch_inputs)
     if CPU in queues:
         spare = inv.cpus - sum(len(ws) for ws in workers.values())
-        workers[CPU] = cluster.start_workers(CPU, max(1, min(spare, len(queues[CPU]))), cfg.ray.max_retries, inv)
+        workers[CPU] = cluster.start_workers(CPU, max(1, min(spare, len(queues[CPU]))), cfg.ray.max_retries, inv,
+                                             cfg.ray.prefetch_inputs)
     return workers
 
 
@@ -134,27 +135,46 @@ def fail_unstarted(queues: dict[str, deque[list[Cell]]], workers: dict[str, list
 
 
 def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]], recorder: Recorder,
-             progress: SweepProgress, probe_timeout_s: float, console: Console) -> bool:
+             progress: SweepProgress, probe_timeout_s: float, console: Console, prefetch: bool = False) -> bool:
     """Keep every worker busy with one group at a time until the queues drain; True if interrupted.
 
     A worker that died on a group (Ray's retries spent) is asked ``where`` once: Ray restarts it, and it takes
     the next group if it answers within ``probe_timeout_s``; otherwise it is dropped.
+
+    With ``prefetch`` (``ray.prefetch_inputs``), once no worker of a placement is left idle, each worker just handed
+    a group also gets the group it would take next (``reserve_next``: only when that one is on other inputs), kept
+    for it, and is asked to build that group's inputs while the current one is timed (``CellWorker.prefetch``).
+    Not while a group profiles under Nsight Compute. A worker left idle with its queue empty takes a group kept
+    for a busy one (``take``), and a worker dropped gives its kept group back to the queue.
     """
     import ray
 
     idle = {k: list(ws) for k, ws in workers.items()}
     holds: dict[int, str] = {}  # id(worker) -> inputs_key of its latest group (the inputs it keeps)
+    reserved: dict[int, tuple[str, list[Cell]]] = {}  # id(worker) -> (placement, the group it prefetches)
     inflight: dict[Any, tuple[str, Any, list[Cell]]] = {}
     probes: dict[Any, tuple[str, Any, float]] = {}  # where() of a worker that died -> placement, worker, deadline
     try:
-        while any(queues.values()) or inflight:
+        while any(queues.values()) or inflight or reserved:
             for key, queue in queues.items():
-                while queue and idle[key]:
-                    actor = idle[key].pop()
-                    group = next_group(queue, holds.get(id(actor)))
+                started = []
+                while idle[key]:
+                    index = next((i for i, a in enumerate(idle[key]) if id(a) in reserved), len(idle[key]) - 1)
+                    actor = idle[key][index]
+                    group = take(key, queue, id(actor), holds, reserved)
+                    if group is None:
+                        break
+                    del idle[key][index]
                     holds[id(actor)] = inputs_key(group[0])
                     inflight[actor.run.remote(group)] = (key, actor, group)
                     progress.add(key, running=len(recorder.recordable(group)))
+                    started.append((actor, group))
+                if prefetch and not idle[key]:
+                    for actor, group in started:
+                        upcoming = None if any(c.ncu for c in group) else reserve_next(queue, holds[id(actor)])
+                        if upcoming is not None:
+                            reserved[id(actor)] = (key, upcoming)
+                            actor.prefetch.remote(upcoming)  # returns at once; its failure surfaces in the run
                 coming = any(k == key for k, _, _ in (*inflight.values(), *probes.values()))
                 if queue and not idle[key] and not coming:
                     _fail_all(queue, recorder, progress, key, "every worker of this type died")
@@ -164,17 +184,49 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
             for ref in ready:
                 if ref in probes:
                     key, actor, _ = probes.pop(ref)
-                    _readmit(ref, actor, key, idle, console)
+                    if not _readmit(ref, actor, key, idle, console):
+                        _give_back(actor, reserved, queues)
                     continue
                 key, actor, group = inflight.pop(ref)
                 progress.add(key, running=-len(recorder.recordable(group)))
                 if _collect(ref, actor, group, key, idle, recorder, progress):
                     probes[actor.where.remote()] = (key, actor, time.monotonic() + probe_timeout_s)
                 recorder.flush()  # a group's rows reach Parquet as soon as it finishes: a killed driver loses none
-            _drop_expired(probes, probe_timeout_s, console)
+            for actor in _drop_expired(probes, probe_timeout_s, console):
+                _give_back(actor, reserved, queues)
     except KeyboardInterrupt:
         return True
     return False
+
+
+def take(key: str, queue: deque[list[Cell]], worker: int, holds: dict[int, str],
+         reserved: dict[int, tuple[str, list[Cell]]]) -> list[Cell] | None:
+    """The group an idle worker (``id`` ``worker``) of placement ``key`` runs next, taken off the queue or the
+    reservations: the one kept for it (whose inputs it prefetched); else ``next_group``; else, the queue being
+    empty, one kept for a busy worker of its placement (which would otherwise run it after its current group while
+    this one idles; its prefetch is lost); else None."""
+    if worker in reserved:
+        return reserved.pop(worker)[1]
+    if queue:
+        return next_group(queue, holds.get(worker))
+    other = next((w for w, (k, _) in reserved.items() if k == key), None)
+    return reserved.pop(other)[1] if other is not None else None
+
+
+def reserve_next(queue: deque[list[Cell]], held: str, look_ahead: int = 64) -> list[Cell] | None:
+    """The group a worker keeping the inputs ``held`` would take next (``next_group``), taken off the queue when
+    it is on other inputs (to be prefetched and kept for that worker); None when the worker would reuse what it
+    keeps, or the queue is empty."""
+    if not queue or any(inputs_key(g[0]) == held for g in itertools.islice(queue, look_ahead)):
+        return None
+    return queue.popleft()
+
+
+def _give_back(actor, reserved: dict[int, tuple[str, list[Cell]]], queues: dict[str, deque[list[Cell]]]) -> None:
+    """Put the group kept for a dropped worker back at the head of its queue."""
+    kept = reserved.pop(id(actor), None)
+    if kept is not None:
+        queues[kept[0]].appendleft(kept[1])
 
 
 def next_group(queue: deque[list[Cell]], held: str | None, look_ahead: int = 64) -> list[Cell]:
@@ -212,29 +264,34 @@ def _collect(ref, actor, group: list[Cell], key: str, idle: dict[str, list[Any]]
     return False
 
 
-def _readmit(ref, actor, key: str, idle: dict[str, list[Any]], console: Console) -> None:
-    """Return a worker that died to ``idle`` if its ``where`` answered (Ray restarted it); else drop it."""
+def _readmit(ref, actor, key: str, idle: dict[str, list[Any]], console: Console) -> bool:
+    """Return a worker that died to ``idle`` if its ``where`` answered (Ray restarted it); else drop it (False)."""
     import ray
 
     try:
         ray.get(ref)
     except ray.exceptions.RayError as exc:
         console.print(f"[yellow]dropped a {key} worker: it died and Ray cannot restart it ({exc})[/yellow]")
-        return
+        return False
     idle[key].append(actor)
+    return True
 
 
-def _drop_expired(probes: dict[Any, tuple[str, Any, float]], timeout_s: float, console: Console) -> None:
-    """Kill and forget the workers that died and are not back by their deadline (Ray cannot place them again)."""
+def _drop_expired(probes: dict[Any, tuple[str, Any, float]], timeout_s: float, console: Console) -> list[Any]:
+    """Kill and forget the workers that died and are not back by their deadline (Ray cannot place them again);
+    returns them."""
     import ray
 
     now = time.monotonic()
+    dropped = []
     for ref, (key, actor, deadline) in list(probes.items()):
         if now > deadline:
             del probes[ref]
             ray.kill(actor)
+            dropped.append(actor)
             console.print(f"[yellow]dropped a {key} worker: it died and was not back within "
                           f"ray.worker_start_timeout_s={timeout_s:g}[/yellow]")
+    return dropped
 
 
 def _fail_all(queue: deque[list[Cell]], recorder: Recorder, progress: SweepProgress, key: str, reason: str) -> None:

@@ -136,7 +136,8 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
                     on_workers(where)
                 started = time.monotonic()
                 outcome.interrupted = dispatch.dispatch(queues, workers, recorder, progress,
-                                                        cfg.ray.worker_start_timeout_s, console)
+                                                        cfg.ray.worker_start_timeout_s, console,
+                                                        prefetch=cfg.ray.prefetch_inputs)
                 recorder.flush()
                 outcome.dispatch_s = time.monotonic() - started
     except KeyboardInterrupt:  # during start-up; dispatch.dispatch handles it once cells run

@@ -15,9 +15,10 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _fresh_pipeline_inputs():
-    """Each test builds its own inputs: the pipeline keeps the latest group's mask and Q/K/V for the next group."""
+    """Each test builds its own inputs: the pipeline keeps the latest group's mask and Q/K/V (and a
+    prefetched set) for the next group."""
     from wavealign import pipeline
 
-    pipeline._last_inputs.clear()
+    pipeline.forget_inputs()
     yield
-    pipeline._last_inputs.clear()
+    pipeline.forget_inputs()

@@ -3,8 +3,12 @@ inputs it keeps (``pipeline.group_inputs``), so a mask shared by several backend
 
 from __future__ import annotations
 
+import math
+import time
 from collections import deque
 from dataclasses import replace
+
+import pytest
 
 from wavealign.orchestrator import dispatch
 from wavealign.pipeline import inputs_key
@@ -57,3 +61,113 @@ def test_a_group_s_predicted_cost_is_its_launch_calls_times_the_dense_work_of_it
     group = [replace(cell("reference", 0, 2048), reps=4, warmup=0), replace(cell("reference", 0, 2048), reps=4)]
     # warmup 0 and 1 both make the first call: 5 calls each
     assert dispatch.predicted_cost(group) == 2 * 5 * 2048**2 * 2 * 32
+
+
+def test_the_next_group_is_reserved_for_prefetch_only_when_it_is_on_other_inputs():
+    groups = [[cell("reference", 1)], [cell("sdpa", 0)], [cell("sdpa", 1)]]
+    held = inputs_key(cell("reference", 0))
+    queue = deque(groups)
+    assert dispatch.reserve_next(queue, held) is None and len(queue) == 3  # sdpa-0 shares the inputs held
+    queue = deque([groups[0], groups[2]])
+    assert dispatch.reserve_next(queue, held) is groups[0] and list(queue) == [groups[2]]  # the head, taken off
+    assert dispatch.reserve_next(deque(), held) is None
+
+
+def test_an_idle_worker_takes_its_reserved_group_else_the_queue_else_a_busy_worker_s_reservation():
+    mine, queued, theirs, elsewhere = ([cell("reference", s)] for s in range(4))
+    reserved = {1: ("cpu", mine), 2: ("cpu", theirs), 3: ("h200", elsewhere)}
+    queue = deque([queued])
+    assert dispatch.take("cpu", queue, 1, {}, reserved) is mine  # its own, before the queue
+    assert dispatch.take("cpu", queue, 1, {}, reserved) is queued
+    assert dispatch.take("cpu", queue, 1, {}, reserved) is theirs  # queue empty: a busy cpu worker's
+    assert dispatch.take("cpu", queue, 1, {}, reserved) is None  # never another placement's
+    assert reserved == {3: ("h200", elsewhere)}
+
+
+# ---- on a real local Ray: one CPU worker; six groups on six inputs, the `file` method's three failing in the worker
+SWEEP = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random,file]",
+         "+grid.method_params.file.path=missing.npz", "grid.workload=[shape-2h]", "grid.seq_k=[0.5]",
+         "grid.seed=[0,1,2]", "grid.variant=[original,wavealign]", "grid.reps=1", "grid.warmup=0", "progress=false",
+         "ray.num_cpus=1", "mlflow.enabled=false"]
+
+
+@pytest.fixture(scope="module")
+def with_and_without_prefetch(tmp_path_factory):
+    from rich.console import Console
+
+    from wavealign.orchestrator import config, dataset, sweep
+
+    rows = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAY_ADDRESS", "local")  # a fresh embedded Ray even if another cluster runs on this machine
+        for prefetch in (False, True):
+            root = tmp_path_factory.mktemp(f"prefetch-{prefetch}")
+            cfg = config.load([*SWEEP, f"run_root={root}", f"ray.prefetch_inputs={str(prefetch).lower()}"])
+            outcome = sweep.run(cfg, Console(quiet=True))
+            assert outcome.workers == 1 and not outcome.interrupted
+            rows[prefetch] = {r["cell_id"]: r for r in dataset.read(root).to_pylist()}
+    return rows[False], rows[True]
+
+
+def test_a_sweep_with_prefetch_records_every_cell_and_its_groups_after_the_first_as_prefetched(
+        with_and_without_prefetch):
+    _, rows = with_and_without_prefetch
+    assert len(rows) == 12
+    done = [r for r in rows.values() if r["status"] == "done"]
+    failed = [r for r in rows.values() if r["status"] == "failed"]
+    assert len(done) == len(failed) == 6 and all("missing.npz" in r["error"] for r in failed)
+    # one worker: each group it is handed has the next (on other inputs) prefetched, so all but the first are
+    # built ahead; a failed prefetch fails its group as a failed build would (and prefetched nothing)
+    by_start = sorted({(r["started_at"], r["group_id"]) for r in rows.values()})
+    first = by_start[0][1]
+    assert {r["group_id"]: r["inputs_prefetched"] for r in done} == {g: g != first for _, g in by_start
+                                                                     if g in {r["group_id"] for r in done}}
+    assert not any(r["inputs_prefetched"] for r in failed)
+    assert any("_build_ahead" in r["traceback"] for r in failed)
+
+
+def test_a_sweep_with_prefetch_measures_what_one_without_does(with_and_without_prefetch):
+    without, with_ = with_and_without_prefetch
+    assert set(without) == set(with_)
+    assert not any(r["inputs_prefetched"] for r in without.values())
+    same = ("status", "error", "group_id", "num_q_blocks", "density", "nnz_mean", "nnz_cv", "adjacent_jaccard",
+            "wave_working_set_bytes", "reordered_wave_working_set_bytes", "stages_applied", "reorder_applied",
+            "skip_reorder", "skip_reason", "reps_done")
+
+    def fields(row):  # NaN (a failed cell's figures) equal to NaN
+        return {k: "nan" if isinstance(row[k], float) and math.isnan(row[k]) else row[k] for k in same}
+
+    for cell_id, row in without.items():
+        assert fields(row) == fields(with_[cell_id]), cell_id
+
+
+def test_a_worker_started_for_prefetch_takes_the_prefetch_call_while_its_group_runs(tmp_path, monkeypatch):
+    """The group's run waits until the prefetch call has reached the worker (a file it writes): only a worker that
+    takes two calls at once sees it; one call at a time, the run gives up after 60 s and says so."""
+    import ray
+
+    from wavealign.orchestrator import cluster
+
+    seen = tmp_path / "prefetch-called"
+
+    class Waiting(cluster.CellRunner):
+        def run(self, cells):
+            deadline = time.monotonic() + 60
+            while not seen.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return seen.exists()
+
+        def prefetch(self, cells):
+            seen.write_text(cells[0].group_id)
+            return super().prefetch(cells)
+
+    monkeypatch.setattr(cluster, "CellWorker", ray.remote(Waiting))
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        inv = cluster.inventory()
+        (worker,) = cluster.start_workers("cpu", 1, 0, inv, prefetch=True)
+        running = worker.run.remote([cell("reference", 0)])
+        assert ray.get(worker.prefetch.remote([cell("reference", 1)]), timeout=60) is True  # a build was started
+        assert ray.get(running, timeout=120) is True
+    finally:
+        ray.shutdown()

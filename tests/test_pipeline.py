@@ -168,3 +168,90 @@ def test_a_cell_calls_its_launch_warmup_plus_reps_times_the_first_call_being_the
     assert result.status == "done", result.traceback
     assert len(made) == calls == pipeline.timed_calls(warmup, reps)
     assert result.reps_done == reps and result.first_call_ms > 0  # the first call is timed apart on a CPU too
+
+
+def _counting_builds(monkeypatch) -> list[tuple[str, str]]:
+    """(group id, thread name) of every build_inputs call from now on, through the real build."""
+    import threading
+
+    built: list[tuple[str, str]] = []
+    build = pipeline.build_inputs
+
+    def counted(cell, device):
+        built.append((cell.group_id, threading.current_thread().name))
+        return build(cell, device)
+
+    monkeypatch.setattr(pipeline, "build_inputs", counted)
+    return built
+
+
+def test_a_prefetched_group_takes_the_inputs_built_in_the_background_and_a_reusing_group_keeps_the_flag(monkeypatch):
+    built = _counting_builds(monkeypatch)
+    first, second = variants(group_id="seed0"), variants(group_id="seed1", seed=1)
+    sdpa = [replace(c, backend="sdpa", method="dense", group_id="sdpa1", cell_id=c.cell_id + "-sdpa") for c in second]
+    dense = [replace(c, method="dense", group_id="dense1") for c in second]
+    assert [r.inputs_prefetched for r in pipeline.run_group(first)] == [False, False]
+    assert pipeline.prefetch(dense)
+    assert not pipeline.prefetch(dense)  # already being built (or built): not twice
+    results = pipeline.run_group(dense)
+    assert all(r.status == "done" and r.inputs_prefetched for r in results), [r.traceback for r in results]
+    assert [r.inputs_prefetched for r in pipeline.run_group(sdpa)] == [True, True]  # reused: the same inputs
+    assert not pipeline.prefetch(sdpa)  # kept already
+    assert [g for g, _ in built] == ["seed0", "dense1"]
+    assert built[0][1] == "MainThread" and built[1][1] == "prefetch-dense1"
+
+
+def test_prefetched_inputs_give_the_results_built_inputs_give():
+    cells = variants(group_id="g", seed=3)
+    built = pipeline.run_group(cells)
+    pipeline.forget_inputs()
+    assert pipeline.prefetch(cells)
+    prefetched = pipeline.run_group(cells)
+    assert [r.inputs_prefetched for r in (*built, *prefetched)] == [False, False, True, True]
+    for a, b in zip(built, prefetched, strict=True):
+        for name in ("status", "density", "nnz_mean", "nnz_cv", "adjacent_jaccard", "wave_working_set_bytes",
+                     "reordered_wave_working_set_bytes", "stages_applied", "skip_reason"):
+            assert getattr(a, name) == getattr(b, name), name
+
+
+def test_a_prefetch_that_fails_fails_its_group_with_the_error_and_the_worker_goes_on(monkeypatch):
+    built = _counting_builds(monkeypatch)
+    broken = variants(group_id="broken", method_params={"density": 2.0})  # the planted mask refuses it
+    assert pipeline.prefetch(broken)
+    failed = pipeline.run_group(broken)
+    assert [r.status for r in failed] == ["failed", "failed"]
+    assert all("density" in r.error and "_build_ahead" in r.traceback for r in failed)  # raised in the prefetch
+    assert built == [("broken", "prefetch-broken")]  # not built again by the group
+    fine = pipeline.run_group(variants(group_id="fine"))
+    assert [r.status for r in fine] == ["done", "done"]
+
+
+def test_a_newer_prefetch_replaces_one_not_taken_so_one_set_waits_at_most(monkeypatch):
+    built = _counting_builds(monkeypatch)
+    a, b = variants(group_id="a", seed=1), variants(group_id="b", seed=2)
+    assert pipeline.prefetch(a) and pipeline.prefetch(b)
+    assert pipeline._prefetched.key == pipeline.inputs_key(b[0])
+    assert [r.inputs_prefetched for r in pipeline.run_group(b)] == [True, True]
+    assert [r.inputs_prefetched for r in pipeline.run_group(a)] == [False, False]  # a's set was dropped
+    assert [g for g, _ in built] == ["a", "b", "a"]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_prefetch_builds_on_a_stream_of_its_own_the_inputs_a_plain_build_gives(monkeypatch):
+    import torch
+
+    cell = make_cell(hardware="h200", profile_hardware="h200", seq_len_tokens=4096, num_heads=4, head_dim=64,
+                     wave_size=132, method="random", method_params={"density": 0.3})
+    device = pipeline.device_for(cell)
+    assert device.type == "cuda"
+    mask, qkv = pipeline.build_inputs(cell, device)
+    streams = []
+    build = pipeline.build_inputs
+    monkeypatch.setattr(pipeline, "build_inputs",
+                        lambda c, d: streams.append(torch.cuda.current_stream(d)) or build(c, d))
+    assert pipeline.prefetch([cell])
+    got_mask, got_qkv, _, prefetched = pipeline.group_inputs(cell, device)
+    assert prefetched and streams and streams[0] != torch.cuda.default_stream(device)
+    assert torch.equal(got_mask, mask) and all(torch.equal(a, b) for a, b in zip(got_qkv, qkv, strict=True))
+    result = pipeline.run_group([replace(cell, group_id="again")])[0]  # the kept inputs, timed on the GPU
+    assert result.status == "done" and result.inputs_prefetched and result.timer == "cuda_events", result.traceback

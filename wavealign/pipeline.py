@@ -5,7 +5,8 @@
 
 A worker calls ``run_group`` for cells sharing one mask (``group_id``): the mask is built once and every
 variant is timed back to back on the same device, so speedups are ratios from one run. A worker's next group on
-the same inputs (another backend's; the dispatcher sends them one after another) reuses its mask and Q/K/V.
+the same inputs (another backend's; the dispatcher sends them one after another) reuses its mask and Q/K/V, and
+``prefetch`` builds the inputs of the group it will run next in the background while this one is timed.
 Every job that measures a cell (the sweep, ``bench-kernels``, ``validate-sim``) goes through here. This module
 knows nothing of Ray, Hydra or MLflow; the records it returns are ``wavealign.records`` dataclasses.
 """
@@ -17,10 +18,11 @@ import math
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,27 @@ PLAN_BUDGET_S = 2.0
 # what decides a group's mask and Q/K/V (with its placement and whether its backend computes attention)
 INPUT_FIELDS = ("workload", "method", "method_params", "seed", "block_size", "seq_len_tokens", "num_heads",
                 "head_dim", "model", "captured", "resolution", "frames", "heads", "layer", "step")
-# the inputs of this process's latest group: {inputs_key: (mask, qkv, build ms)}, one entry at most
-_last_inputs: dict[str, tuple[torch.Tensor, Any, float]] = {}
+# the inputs of this process's latest group: {inputs_key: (mask, qkv, build ms, prefetched)}, one entry at most
+_last_inputs: dict[str, tuple[torch.Tensor, Any, float, bool]] = {}
+
+
+@dataclass
+class _Prefetch:
+    """One group's inputs being built (or built) in the background by ``prefetch``: its ``inputs`` (mask, qkv,
+    build ms) or the ``error`` that stopped it, once ``done`` is set."""
+
+    key: str
+    done: threading.Event = field(default_factory=threading.Event)
+    inputs: tuple[torch.Tensor, Any, float] | None = None
+    error: BaseException | None = None
+
+
+# what ``group_inputs`` and ``prefetch`` share between a worker's two threads (the timed group and the prefetch):
+# the prefetched set not yet taken (one at most), the key a group is building now, and the prefetch CUDA streams
+_inputs_lock = threading.Lock()
+_prefetched: _Prefetch | None = None
+_building: str | None = None
+_streams: dict[torch.device, torch.cuda.Stream] = {}
 
 
 def placement(cell: Cell) -> str:
@@ -78,7 +99,7 @@ def run_group(cells: list[Cell]) -> list[CellResult]:
     env = environment.capture()
     try:
         device = device_for(cells[0])
-        mask, qkv, build_ms = group_inputs(cells[0], device)
+        mask, qkv, build_ms, prefetched = group_inputs(cells[0], device)
         start = time.perf_counter()
         feats = _features(cells[0], mask)
     except Exception as exc:
@@ -90,6 +111,7 @@ def run_group(cells: list[Cell]) -> list[CellResult]:
             results.append(_run_on_mask(cell, mask, feats, qkv, mask_ms, env))
         except Exception as exc:
             results.append(_failed(cell, exc, env))
+        results[-1].inputs_prefetched = prefetched
     _speedups(cells, results)
     profiled = [(c, r) for c, r in zip(cells, results, strict=True) if c.ncu and r.status == "done"]
     for _, r in profiled:
@@ -116,17 +138,107 @@ def inputs_key(cell: Cell) -> str:
                        "qkv": not kernels.get(cell.backend).simulated}, sort_keys=True, default=str)
 
 
-def group_inputs(cell: Cell, device: torch.device) -> tuple[torch.Tensor, Any, float]:
-    """The group's mask, Q/K/V and the ms it took to build them (recorded as the mask's cost even when reused):
-    built now, or kept from this worker's previous group on the same inputs. One set is kept at a time, and the
-    previous one is dropped before the next is built (a 364K x 40-head set is ~11 GB of GPU memory)."""
+def group_inputs(cell: Cell, device: torch.device) -> tuple[torch.Tensor, Any, float, bool]:
+    """The group's mask, Q/K/V, the ms it took to build them (recorded as the mask's cost even when reused), and
+    whether a prefetch built them: kept from this worker's previous group on the same inputs (with that group's
+    flag), taken from ``prefetch`` (waiting for it if it is still building; its error, if it failed, is raised
+    here, so the group fails as it would have building them itself), or built now.
+
+    One set is kept at a time besides one prefetched set, and the kept one is dropped before the next is built or
+    taken (a 364K x 40-head set is ~11 GB of GPU memory)."""
+    global _prefetched, _building
     key = inputs_key(cell)
-    if key not in _last_inputs:
-        _last_inputs.clear()
+    with _inputs_lock:
+        kept = _last_inputs.get(key)
+        job = None
+        if kept is None:
+            _last_inputs.clear()
+            job, _building = (_prefetched, key) if _prefetched is not None and _prefetched.key == key else (None, key)
+            if job is not None:
+                _prefetched = None
+    if kept is not None:
+        return kept
+    try:
+        if job is not None:
+            job.done.wait()
+            if job.error is not None:
+                raise job.error
+            mask, qkv, build_ms = job.inputs
+            if device.type == "cuda":  # made on the prefetch stream, used and freed on this one
+                for t in (mask, *(qkv or ())):
+                    t.record_stream(torch.cuda.current_stream(device))
+        else:
+            start = time.perf_counter()
+            mask, qkv = build_inputs(cell, device)
+            build_ms = (time.perf_counter() - start) * 1e3
+        with _inputs_lock:
+            _last_inputs[key] = (mask, qkv, build_ms, job is not None)
+    finally:
+        with _inputs_lock:
+            _building = None
+    return mask, qkv, build_ms, job is not None
+
+
+def prefetch(cells: list[Cell]) -> bool:
+    """Start building the inputs of the group ``cells`` (``build_inputs``) in a background thread, on a CUDA stream
+    of its own (the lowest priority) for a GPU cell, so that the group timed meanwhile keeps the default stream;
+    ``group_inputs`` then takes them. Returns whether a build was started: not when this worker keeps or is
+    building those inputs already. A prefetched set not taken yet is replaced (its build finishes first, so at most
+    one prefetched set lives besides the kept one). Never raises: an error is raised by ``group_inputs``, where the
+    group's cells are recorded failed with it."""
+    global _prefetched
+    try:
+        key = inputs_key(cells[0])
+    except Exception:  # group_inputs meets the same error when the group runs
+        return False
+    with _inputs_lock:
+        if key in _last_inputs or key == _building or (_prefetched is not None and _prefetched.key == key):
+            return False
+        previous, _prefetched = _prefetched, _Prefetch(key)
+        job = _prefetched
+    threading.Thread(target=_build_ahead, args=(job, cells[0], previous), name=f"prefetch-{cells[0].group_id}",
+                     daemon=True).start()
+    return True
+
+
+def _build_ahead(job: _Prefetch, cell: Cell, previous: _Prefetch | None) -> None:
+    """``prefetch``'s thread: wait for the set it replaces to finish building (then drop it), build, and say done."""
+    try:
+        if previous is not None:
+            previous.done.wait()
+            previous.inputs = None
+        device = device_for(cell)
         start = time.perf_counter()
-        mask, qkv = build_inputs(cell, device)
-        _last_inputs[key] = (mask, qkv, (time.perf_counter() - start) * 1e3)
-    return _last_inputs[key]
+        if device.type == "cuda":
+            stream = _prefetch_stream(device)
+            with torch.cuda.stream(stream):
+                mask, qkv = build_inputs(cell, device)
+            stream.synchronize()
+        else:
+            mask, qkv = build_inputs(cell, device)
+        job.inputs = (mask, qkv, (time.perf_counter() - start) * 1e3)
+    except BaseException as exc:  # kept for group_inputs to raise
+        job.error = exc
+    finally:
+        job.done.set()
+
+
+def _prefetch_stream(device: torch.device) -> torch.cuda.Stream:
+    """This process's prefetch stream on ``device``, at CUDA's lowest priority (0; lower numbers run first)."""
+    with _inputs_lock:
+        if device not in _streams:
+            _streams[device] = torch.cuda.Stream(device=device, priority=0)
+        return _streams[device]
+
+
+def forget_inputs() -> None:
+    """Drop the kept and the prefetched inputs (waiting for a prefetch still building)."""
+    global _prefetched
+    with _inputs_lock:
+        job, _prefetched = _prefetched, None
+        _last_inputs.clear()
+    if job is not None:
+        job.done.wait()
 
 
 def build_inputs(cell: Cell, device: torch.device) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:

@@ -135,6 +135,9 @@ class CellResult:
     ncu_ctas_per_sm: int | None = None
     ncu_registers_per_thread: int | None = None
     ncu_unavailable: str | None = None  # why there are no counters, when asked for and none were read
-    mask_ms: float = math.nan  # building workload + mask, shared by the group
+    mask_ms: float = math.nan  # building workload + mask, shared by the group (in the background if prefetched)
+    # whether the group's mask and Q/K/V were built ahead by a prefetch (ray.prefetch_inputs) while the worker's
+    # previous group ran; also for the groups after it that reuse them
+    inputs_prefetched: bool = False
     cell_wall_s: float = math.nan  # the cell's own work on the worker
     environment: Environment = field(default_factory=Environment)

@@ -1,6 +1,8 @@
 """CUDA-event timing of one launch: warm-up first, L2 flushed between repetitions, median and IQR.
 
-Compile/JIT time is measured on its own (the first call's wall time) and never mixed into kernel time.
+Compile/JIT time is measured on its own (the first call's wall time) and never mixed into kernel time. Every wait
+here is for the calling thread's current stream only, not the whole device: a sweep worker may be building its next
+group's inputs on another stream meanwhile (``pipeline.prefetch``), and the timed work must not wait for that.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ FLUSH_BYTES = 256 << 20
 
 
 def synced_clock(device: torch.device | str) -> float:
-    """``time.perf_counter()`` once ``device``'s queued work has finished (CUDA is asynchronous): two of these
-    bracket host-side work such as planning a reorder or building a mask."""
+    """``time.perf_counter()`` once the work queued on ``device``'s current stream has finished (CUDA is
+    asynchronous): two of these bracket host-side work such as planning a reorder or building a mask."""
     if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.current_stream(device).synchronize()
     return time.perf_counter()
 
 
@@ -73,14 +75,15 @@ def time_cuda(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2, flus
     flush = L2Flusher() if flush_l2 else None
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    torch.cuda.synchronize()
+    stream = torch.cuda.current_stream()
+    stream.synchronize()
     for start, end in zip(starts, ends, strict=True):
         if flush is not None:
             flush()
         start.record()
         fn()
         end.record()
-    torch.cuda.synchronize()
+    stream.synchronize()
     return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
 
 
