@@ -4,7 +4,7 @@ import pytest
 import torch
 from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
-from wavealign import blockmask, kernels, reorder, stage1_cuda, synthetic
+from wavealign import blockmask, kernels, plan_graphs, reorder, stage1_cuda, synthetic
 from wavealign.kernels.reference import reference_attention
 
 pytestmark = pytest.mark.gpu
@@ -114,3 +114,63 @@ def test_gpu_stage1_finds_the_cpu_subspace():
     cosines = torch.linalg.svdvals(torch.bmm(u_cpu.double().transpose(1, 2), u_gpu.cpu().double()))
     assert cosines.min() > 1 - 1e-5
     assert torch.allclose(s_gpu.cpu(), s_cpu, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("heads", "mb", "nb"), [(2, 70, 50), (2, 45, 90), (3, 33, 65), (140, 40, 300)],
+                         ids=["tall", "wide", "ragged_words", "more_heads_than_sms"])
+def test_packed_products_match_the_torch_path_on_ragged_shapes(heads, mb, nb):
+    """The persistent product kernel on shapes whose rows end inside a word and inside a 16-row tile, and with more
+    heads than blocks in its grid: the subspace and the singular values of the float32 torch path."""
+    mask = synthetic.planted_mask(heads, mb, nb, 0.3, prototypes=3, noise=0.05, seed=mb)
+    u_ref, s_ref = reorder.centered_top2(mask)
+    u, s = stage1_cuda.centered_top2(mask.cuda(), 10, 0, True)
+    cosines = torch.linalg.svdvals(torch.bmm(u_ref.double().transpose(1, 2), u.cpu().double()))
+    assert cosines.min() > 1 - 1e-5
+    assert torch.allclose(s.cpu(), s_ref, rtol=1e-4)
+
+
+def _unpacked(words: torch.Tensor) -> torch.Tensor:
+    """The bool columns of packed words (..., W): column 4m + i of a word sits at bit 8i + m (stage1.cu)."""
+    bit_of_column = torch.tensor([8 * (c % 4) + c // 4 for c in range(32)], device=words.device)
+    return ((words.unsqueeze(-1) >> bit_of_column) & 1).flatten(-2).bool()
+
+
+@pytest.mark.parametrize(("mb", "nb"), [(70, 50), (45, 90), (33, 65), (600, 513)])
+def test_pack_holds_every_bit_zero_padding_and_the_column_sums(mb, nb):
+    mask = synthetic.random_mask(3, mb, nb, 0.3, seed=mb, device="cuda")
+    packed, packed_t, col_sums = stage1_cuda.pack(mask)
+    assert torch.equal(col_sums, mask.sum(1).float())
+    assert packed.shape[-1] == stage1_cuda.padded_words(nb) and packed_t.shape[-1] == stage1_cuda.padded_words(mb)
+    assert torch.equal(_unpacked(packed)[..., :nb], mask) and not _unpacked(packed)[..., nb:].any()
+    assert torch.equal(_unpacked(packed_t)[..., :mb], mask.transpose(1, 2)) and not _unpacked(packed_t)[..., mb:].any()
+
+
+def test_pack_and_row_counts_read_a_view_that_starts_and_ends_mid_vector():
+    """A view's bytes start at any address and may end at its allocation's last byte: 16-byte loads must not read
+    past either end, nor count the neighbours' bytes."""
+    full = synthetic.random_mask(4, 33, 65, 0.5, seed=3, device="cuda")
+    view = full[1:3]  # starts 2145 bytes in, ends 2145 bytes before the allocation's end
+    assert view.data_ptr() % 16 != 0
+    packed, _, _ = stage1_cuda.pack(view)
+    assert torch.equal(_unpacked(packed)[..., :65], view)
+    assert torch.equal(stage1_cuda.row_nnz(view).long(), view.sum(-1))
+    assert torch.equal(stage1_cuda.row_nnz(full[3:]).long(), full[3:].sum(-1))
+
+
+def test_packed_plan_is_the_same_on_every_run():
+    """Every reduction of the product kernel runs in a fixed order: two plans of one mask are equal."""
+    mask = synthetic.random_mask(40, 700, 700, 0.25, seed=4, device="cuda")
+    assert torch.equal(reorder.plan(mask).perm, reorder.plan(mask).perm)
+
+
+@pytest.mark.parametrize("stages", ["both", "temporal"])
+def test_graphed_plan_equals_the_launched_one_for_each_mask(stages, monkeypatch):
+    """A CUDA plan replays one captured graph per shape: each mask through it gets its own order, the order the
+    launches give without the graph."""
+    masks = [synthetic.planted_mask(8, 500, 500, 0.25, seed=s).cuda() for s in (1, 2)]
+    graphed = [reorder.plan(m, stages=stages).perm for m in (*masks, masks[0])]
+    monkeypatch.setattr(plan_graphs, "replay", lambda mask, key, plan: plan(mask))
+    launched = [reorder.plan(m, stages=stages).perm for m in masks]
+    assert not torch.equal(launched[0], launched[1])
+    for got, want in zip(graphed, (*launched, launched[0]), strict=True):
+        assert torch.equal(got, want)

@@ -99,16 +99,16 @@ def test_the_wheel_installs_one_top_level_package_wavealign(wheel):
     assert top_level == ["wavealign"]
 
 
-def test_the_wheel_holds_every_module_and_yaml_of_the_checkout_under_wavealign(wheel):
+def test_the_wheel_holds_every_module_yaml_and_kernel_source_of_the_checkout_under_wavealign(wheel):
     expected = set()
     for package, folder in SOURCES.items():
         for path in (REPO / folder).rglob("*"):
-            if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
+            if path.suffix in (".py", ".yaml", ".cu") and "__pycache__" not in path.parts:
                 expected.add("/".join([*package.split("."), *path.relative_to(REPO / folder).parts]))
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
     assert {"wavealign/conf/config.yaml", "wavealign/conf/sweep/smoke.yaml", "wavealign/jobs/cli.py",
-            "wavealign/orchestrator/config.py", "wavealign/analysis/load.py"} <= expected
+            "wavealign/orchestrator/config.py", "wavealign/analysis/load.py", "wavealign/stage1.cu"} <= expected
     assert sorted(expected - names) == []
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from wavealign import stage1_cuda
+
 KVIndices = tuple[torch.Tensor, torch.Tensor]
 MaskLike = torch.Tensor | KVIndices
 # torch.Generator.manual_seed's range, non-negative: the seeds of Stage 1's start block and of the masks
@@ -107,9 +109,7 @@ def to_kv_indices(mask: torch.Tensor) -> KVIndices:
 
 def row_nnz(mask: torch.Tensor) -> torch.Tensor:
     """Selected blocks per row, int32 (…, MB), of a bool (…, MB, NB) mask: on a CUDA GPU one read of the mask by a
-    Triton kernel (``torch``'s sums widen every entry first, to 4-8 times the mask's bytes)."""
-    from wavealign import stage1_cuda  # imports Triton: only when counting
-
+    kernel of ``stage1.cu`` (``torch``'s sums widen every entry first, to 4-8 times the mask's bytes)."""
     if mask.numel() and stage1_cuda.usable(mask):
         return stage1_cuda.row_nnz(mask)
     return mask.sum(-1, dtype=torch.int32)

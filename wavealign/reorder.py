@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from wavealign import stage1_cuda, subspace
+from wavealign import plan_graphs, stage1_cuda, subspace
 from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed, kv_pair, row_nnz
 
 STAGES = ("none", "spatial", "temporal", "both")
@@ -82,7 +82,9 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
     ``stages`` picks the paper's ablation variant: "none" (Original), "spatial" (O+S1), "temporal" (O+S2) or
     "both" (O+S1+S2). ``reorderer`` names the spatial step (``wavealign.reorderers``: WaveAlign's Stage 1 or a
     Table II baseline such as "minhash"), ``params`` its parameters (Stage 1's ``iters`` and ``rayleigh_ritz``);
-    Stage 2 is the same for all. The result is deterministic for a given seed and device.
+    Stage 2 is the same for all. The result is deterministic for a given seed and device. On a GPU, a plan whose
+    steps all run there (Stage 2 alone, or a reorderer with ``cuda_graph``) is one replay of a CUDA graph per mask
+    shape and options (``wavealign.plan_graphs``).
     """
     from wavealign import reorderers
 
@@ -96,11 +98,20 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
     lead = dense.shape[:-2] if not (dense.dim() == 4 and dense.shape[0] == 1) else dense.shape[1:-2]
     mb, nb = dense.shape[-2:]
     rows = dense.reshape(-1, mb, nb)
-    order = torch.arange(mb, device=dense.device).expand(rows.shape[0], mb)
-    if stages in ("spatial", "both") and rows.shape[0]:
-        order = grouping.group(rows, wave_size=wave_size, seed=seed, **params).to(dense.device)
-    if stages in ("temporal", "both"):
-        order = temporal_order(row_nnz(rows), order, wave_size)  # the row lengths Stage 2 sorts by
+
+    def order_of(rows: torch.Tensor) -> torch.Tensor:
+        order = torch.arange(mb, device=rows.device).expand(rows.shape[0], mb)
+        if stages in ("spatial", "both") and rows.shape[0]:
+            order = grouping.group(rows, wave_size=wave_size, seed=seed, **params).to(rows.device)
+        if stages in ("temporal", "both"):
+            order = temporal_order(row_nnz(rows), order, wave_size)  # the row lengths Stage 2 sorts by
+        return order
+
+    if (stages != "none" and rows.numel() and stage1_cuda.usable(rows)
+            and (grouping.cuda_graph or stages == "temporal")):
+        order = plan_graphs.replay(rows, (wave_size, stages, seed, reorderer, tuple(sorted(params.items()))), order_of)
+    else:
+        order = order_of(rows)
     return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer)
 
 

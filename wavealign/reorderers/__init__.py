@@ -37,6 +37,8 @@ class Reorderer:
     reference: str
     # a compiled host library with no JIT times its first call; torch code is timed after a warm-up call
     needs_warmup: bool = True
+    # its CUDA path never waits for the GPU, so a plan on a CUDA mask can be captured as one CUDA graph
+    cuda_graph: bool = False
 
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``params``, each checked; an unknown name is an error listing the known."""
@@ -53,14 +55,14 @@ REGISTRY: Registry[Reorderer] = Registry("reorderer", __name__)
 
 def register(name: str, group: Callable[..., torch.Tensor], params: dict[str, Any], description: str,
              reference: str, checks: dict[str, Callable[[str, Any], Any]] | None = None,
-             needs_warmup: bool = True) -> Reorderer:
+             needs_warmup: bool = True, cuda_graph: bool = False) -> Reorderer:
     """File a reorderer under ``name``; called once by its own module."""
     checks = dict(checks or {})
     missing = sorted(set(params) - set(checks))
     if missing:
         raise ValueError(f"reorderer {name!r} gives no check for parameter(s) {missing}")
     entry = Reorderer(name, group, MappingProxyType(dict(params)), MappingProxyType(checks), description, reference,
-                      needs_warmup)
+                      needs_warmup, cuda_graph)
     return REGISTRY.register(name)(entry)
 
 

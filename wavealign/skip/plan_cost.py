@@ -1,14 +1,15 @@
 """What ``reorder.plan`` (WaveAlign, both stages) costs on a GPU a cell only simulates.
 
 A simulated cell's kernel time is the simulator's prediction for that GPU; the reorder the host planned on its CPU
-took CPU time, which says nothing about the GPU. Its cost there is predicted instead: a fixed part (the launch
-sequence, the sorts and small kernels) plus a part proportional to the mask's entries (Stage 1's products unpack
-every bit of the L2-resident packed mask into tensor-core operands: per-SM integer work, not bytes), scaled by SM
-count from the GPU it was measured on (clocks and per-SM rates are not modelled).
+took CPU time, which says nothing about the GPU. Its cost there is predicted instead: a fixed part (the graph's
+small kernels, the grid barriers of the product kernel) plus a part proportional to the mask's entries (the byte
+reads of the packing and the row counts, and Stage 1's products, which mask every bit of the packed mask into int8
+MMA operands: per-SM integer work), scaled by SM count from the GPU it was measured on (clocks, per-SM rates and HBM
+bandwidth are not modelled).
 
-Measured on the H200 (``benchmarks/results/plan-h200/``, ``wavealign bench-reorder --device cuda``, medians of two
-rounds of 50 plans of 2841 x 2841 blocks at 25 %): 2.45 ms for 8 heads and 5.11 ms for 40 heads, hence 1.79 ms fixed
-and 10.3 ps per mask entry at 4.8 TB/s.
+Measured on the H200 (``benchmarks/results/plan-h200/``, round 2: ``wavealign bench-reorder --device cuda``, medians
+of two rounds of 50 plans of 2841 x 2841 blocks at 25 %): 0.85 ms for 8 heads and 1.835 ms for 40 heads, hence
+0.60 ms fixed and 3.8 ps per mask entry.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from dataclasses import dataclass
 from wavealign import hardware as hw_registry
 
 MEASURED_ON = "h200"
-FIXED_MS = 1.79
-MS_PER_ENTRY = 1.029e-8  # on MEASURED_ON; scales with 1 / SM count
+FIXED_MS = 0.60
+MS_PER_ENTRY = 3.81e-9  # on MEASURED_ON; scales with 1 / SM count
 # WaveAlign's own stages: Stage 1 ("wavealign") and Stage 2 alone (the "identity" grouping); the model is of both
-# stages, an upper bound for one (Stage 2 alone took 0.35 ms of the 40-head 5.1 ms)
+# stages, an upper bound for one
 MODELLED_REORDERERS = ("wavealign", "identity")
 
 

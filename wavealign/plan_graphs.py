@@ -1,0 +1,59 @@
+"""A CUDA mask's launch order as one CUDA graph per mask shape and plan options.
+
+A 40-head plan of 364K tokens is ~100 launches (the packing, the persistent Stage-1 kernel, then dozens of small
+torch ops for the angles, the sorts and Stage 2): issuing them keeps the host busy for ~2 ms while the GPU's work
+takes ~1.5 ms, so the plan's time depends on the host's CPU. Captured once, a plan is a copy of the mask into the
+graph's own buffer and one replay. Each graph holds its mask buffer and its pool (~1.5x the mask's bytes); the
+``MAX_GRAPHS`` latest are kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import torch
+
+MAX_GRAPHS = 2
+
+
+class PlanGraph:
+    """``plan(mask)`` captured on a static mask buffer of one shape and device; ``__call__`` copies a mask in,
+    replays, and returns a copy of the order (the graph's own output is overwritten by the next replay)."""
+
+    def __init__(self, shape: tuple[int, ...], device: torch.device, plan: Callable[[torch.Tensor], torch.Tensor]):
+        self.mask = torch.zeros(shape, dtype=torch.bool, device=device)
+        self.lock = threading.Lock()
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            plan(self.mask)  # compiles the kernels and fills the caches a capture must not create
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.order = plan(self.mask)
+
+    def __call__(self, mask: torch.Tensor) -> torch.Tensor:
+        with self.lock:
+            self.mask.copy_(mask)
+            self.graph.replay()
+            return self.order.clone()
+
+
+_graphs: OrderedDict[Hashable, PlanGraph] = OrderedDict()
+_graphs_lock = threading.Lock()
+
+
+def replay(mask: torch.Tensor, key: Hashable, plan: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``plan(mask)`` through the graph of ``mask``'s shape and ``key`` (the plan's options), captured on first use.
+    ``plan`` must not wait for the GPU; ``key`` must name everything it depends on besides the mask."""
+    full_key = (tuple(mask.shape), mask.device, key)
+    with _graphs_lock:
+        graph = _graphs.pop(full_key, None)
+        if graph is None:
+            while len(_graphs) >= MAX_GRAPHS:
+                _graphs.popitem(last=False)
+            graph = PlanGraph(tuple(mask.shape), mask.device, plan)
+        _graphs[full_key] = graph
+    return graph(mask)
