@@ -174,3 +174,39 @@ def test_graphed_plan_equals_the_launched_one_for_each_mask(stages, monkeypatch)
     assert not torch.equal(launched[0], launched[1])
     for got, want in zip(graphed, (*launched, launched[0]), strict=True):
         assert torch.equal(got, want)
+
+
+def test_a_plan_is_captured_while_another_thread_works_on_the_gpu():
+    """A sweep worker builds its next group's inputs on a side stream in a thread while it plans (and so captures)
+    the current one: the capture must not fail on the other thread's allocations and launches."""
+    import threading
+
+    stop = threading.Event()
+
+    def busy() -> None:
+        with torch.cuda.stream(torch.cuda.Stream()):
+            while not stop.is_set():
+                torch.randn(1 << 20, device="cuda").sum()
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        mask = synthetic.random_mask(4, 333, 333, 0.25, seed=8, device="cuda")  # a shape no other test plans
+        perm = reorder.plan(mask).perm
+    finally:
+        stop.set()
+        worker.join()
+    assert torch.equal(perm.sort(-1).values, torch.arange(333, device="cuda").expand(4, 333))
+
+
+def test_the_stage1_kernels_launch_from_a_thread_that_has_not_used_cuda_yet():
+    """A Ray worker with two concurrent calls runs a group on a thread of its pool that may never have touched CUDA:
+    the driver-API launches must make the context current themselves."""
+    import threading
+
+    mask = synthetic.random_mask(2, 100, 300, 0.3, seed=5, device="cuda")
+    counts = []
+    worker = threading.Thread(target=lambda: counts.append(stage1_cuda.row_nnz(mask).long().cpu()))
+    worker.start()
+    worker.join()
+    assert len(counts) == 1 and torch.equal(counts[0], mask.sum(-1).cpu())

@@ -31,7 +31,9 @@ class PlanGraph:
             plan(self.mask)  # compiles the kernels and fills the caches a capture must not create
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        # thread_local: another thread's CUDA work (a sweep worker building its next group's inputs) may go on
+        # during the capture; only this thread's calls must be capturable
+        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.order = plan(self.mask)
 
     def __call__(self, mask: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ Z = X R never needs forming) are folded in; grid-wide barriers separate the prod
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from pathlib import Path
 
@@ -50,7 +51,25 @@ def _kernels(device_index: int) -> dict:
 
 def _launch(name: str, device: torch.device, blocks: int, threads: int, *args) -> None:
     with torch.cuda.device(device):
+        _make_context_current(device.index)
         _kernels(device.index)[name](grid=(blocks, 1, 1), block=(threads, 1, 1), args=list(args))
+
+
+def _make_context_current(device_index: int) -> None:
+    """Make the GPU's primary context current on this thread, as torch's own calls do lazily: a driver-API launch
+    from a thread that has not touched CUDA yet (a Ray worker's second thread) would otherwise fail with "invalid
+    device context"."""
+    from torch.cuda._utils import _get_gpu_runtime_library
+
+    lib = _get_gpu_runtime_library()
+    current = ctypes.c_void_p()
+    if lib.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value:
+        return
+    device, context = ctypes.c_int(), ctypes.c_void_p()
+    for result in (lib.cuDeviceGet(ctypes.byref(device), device_index),
+                   lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), lib.cuCtxSetCurrent(context)):
+        if result != 0:
+            raise RuntimeError(f"CUDA driver error {result} making GPU {device_index}'s context current")
 
 
 def padded_words(bits: int) -> int:
