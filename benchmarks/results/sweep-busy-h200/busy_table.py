@@ -106,25 +106,26 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['cells_failed']} |")
 
     marked = beside_prefetch(on_rows)
-    # the cell ids of both runs agree: ray.prefetch_inputs is not part of a sweep's identity
-    off_by = {r["cell_id"]: r for r in off_rows if r["status"] == "done"}
-    on_by = {r["cell_id"]: r for r in on_rows if r["status"] == "done"}
+    # cells pair by what they measure, not by id: a cell's id carries the code's fingerprint, which differs when the
+    # two runs ran on different commits
+    off_by = {tuple(str(r[k]) for k in CELL): r for r in off_rows if r["status"] == "done"}
+    on_by = {tuple(str(r[k]) for k in CELL): r for r in on_rows if r["status"] == "done"}
     cells = []
     print()
     print("| backend | method | variant | seq_k | seed | off median ms | on median ms | on / off | "
           "on: inputs prefetched | on: timed beside a prefetch |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    shown = {cell_id: tuple(str(r[k]) for k in CELL) for cell_id, r in (*off_by.items(), *on_by.items())}
-    for cell_id in sorted(shown, key=shown.get):
-        off, on = off_by.get(cell_id), on_by.get(cell_id)
+    for key in sorted({*off_by, *on_by}):
+        off, on = off_by.get(key), on_by.get(key)
         ratio = on["kernel_ms_median"] / off["kernel_ms_median"] if off and on else None
-        cell = {"cell_id": cell_id, **dict(zip(CELL, shown[cell_id], strict=True)),
+        cell_id = on["cell_id"] if on else off["cell_id"]
+        cell = {"cell_id": cell_id, **dict(zip(CELL, key, strict=True)),
                 "off_ms": off and off["kernel_ms_median"], "on_ms": on and on["kernel_ms_median"], "ratio": ratio,
                 "off_iqr_ms": off and off["kernel_ms_iqr"], "on_iqr_ms": on and on["kernel_ms_iqr"],
                 "inputs_prefetched": bool(on and on.get("inputs_prefetched")),
                 "beside_prefetch": bool(on and on["cell_id"] in marked)}
         cells.append(cell)
-        print(f"| {' | '.join(shown[cell_id])} | {fmt(cell['off_ms'], '.2f')} | {fmt(cell['on_ms'], '.2f')} | "
+        print(f"| {' | '.join(key)} | {fmt(cell['off_ms'], '.2f')} | {fmt(cell['on_ms'], '.2f')} | "
               f"{fmt(ratio, '.4f')} | {'yes' if cell['inputs_prefetched'] else 'no'} | "
               f"{'YES' if cell['beside_prefetch'] else 'no'} |")
     print()

@@ -5,7 +5,8 @@
 #
 # From the repository root on the GPU machine, FA4's bundle staged in /tmp/stage (../fa4-flashinfer/host_env.sh)
 # and the sweep tools (ray, hydra, mlflow) in /tmp/site or as .devsite/site.tar.xz:
-#   OUT=<folder> bash benchmarks/results/sweep-busy-h200/run_h200.sh [off|on|table|all]   (default: all)
+#   OUT=<folder> [BACKENDS=fa4,triton] bash benchmarks/results/sweep-busy-h200/run_h200.sh [off|on|table|all]
+# (default: all; BACKENDS=triton needs no FA4 bundle)
 # Each sweep takes about 4 minutes of GPU time (12 cells x 23 calls of 0.4-1.2 s, plus start-up and mask builds):
 # to stay under a 10-minute command limit, run `off` and `on` as two calls on the same (still warm) machine. Run
 # roots stay in /tmp/busy-off and /tmp/busy-on; each call copies those there are to $OUT/off and $OUT/on and prints
@@ -20,7 +21,7 @@ if [ ! -e /tmp/site/.done ] && [ -e .devsite/site.tar.xz ]; then
 fi
 export PYTHONPATH=$PYTHONPATH:/tmp/site
 export WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-GRID=(sweep=h200 'grid.seq_k=[364]' 'grid.backend=[fa4,triton]' '~grid.backend_params.flashinfer'
+GRID=(sweep=h200 'grid.seq_k=[364]' "grid.backend=[${BACKENDS:-fa4,triton}]" '~grid.backend_params.flashinfer'
       'grid.method=[flexprefill,spargeattn]' 'grid.variant=[original,wavealign,adaptive]' grid.reps=20
       grid.warmup=3 grid.ncu=false '~extra_grids.dense_baseline' mlflow.enabled=false progress=false)
 
