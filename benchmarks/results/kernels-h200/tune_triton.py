@@ -1,5 +1,7 @@
 """Tuning sweep of the ``triton`` backend on one GPU, beside the flex and cuDNN baselines: the script
-behind TUNING.md. Also times ``reorder.plan`` on CUDA and captures one raw Nsight Compute CSV.
+behind TUNING.md. Also times ``reorder.plan`` on CUDA, captures one raw Nsight Compute CSV and, with
+``--parts stalls``, Nsight Compute's stall and pipe sections of the kernel. (The packed Stage-1 launch shapes it once
+swept are gone with their Triton kernels: ``../plan-h200/`` has Stage 1's scripts.)
 
     PYTHONPATH=$PWD python3 benchmarks/results/kernels-h200/tune_triton.py --out $OUT
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from wavealign import blockmask, kernels, reorder, stage1_cuda, synthetic
+from wavealign import blockmask, kernels, reorder, synthetic
 from wavealign.kernels import flex as flex_backend
 from wavealign.kernels.triton_blocksparse import KernelConfig, attention
 from wavealign.measure import derived, ncu
@@ -134,33 +136,6 @@ def reorder_timing(rows: list, heads: int = 40, blocks: int = 2841) -> None:
         print(rows[-1], flush=True)
 
 
-def fastplan_sweep(rows: list, heads: int = 40, blocks: int = 2841) -> None:
-    """Round 2 of the packed Stage 1 (in reorder.py): launch shapes, a breakdown, plan() end to end."""
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    mask = torch.rand(heads, blocks, blocks, generator=gen, device="cuda") < 0.25
-    for stages in ("spatial", "temporal", "both"):
-        t = time_cuda(lambda s=stages: reorder.plan(mask, 132, s), reps=10, warmup=2)
-        rows.append({"part": "fastplan2", "config": f"plan:{stages}", "ms": t.median_ms, "iqr_ms": t.iqr_ms})
-        print(rows[-1], flush=True)
-    for r, w, wp in ((64, 4, 4), (128, 4, 4), (64, 8, 8), (32, 4, 4), (128, 8, 8)):
-        fn = lambda r=r, w=w, wp=wp: stage1_cuda.centered_top2(mask, 10, 0, True, rows=r, words=w, warps=wp)  # noqa: E731
-        try:
-            time_first_call_ms(fn)
-            t = time_cuda(fn, reps=5, warmup=1)
-            rows.append({"part": "fastplan2", "config": f"rows{r}-words{w}-warps{wp}", "ms": t.median_ms})
-        except Exception as exc:
-            rows.append({"part": "fastplan2", "config": f"rows{r}-words{w}-warps{wp}", "error": repr(exc)[:300]})
-        print(rows[-1], flush=True)
-    steps = {"pack (both copies since plan-h200)": lambda: stage1_cuda.pack(mask), "row_nnz": lambda: mask.sum(-1),
-             "temporal_order": lambda: reorder.temporal_order(nnz, order0, 132)}
-    nnz = mask.sum(-1)
-    order0 = torch.arange(blocks, device="cuda").expand(heads, blocks)
-    for name, fn in steps.items():
-        t = time_cuda(fn, reps=5, warmup=1)
-        rows.append({"part": "fastplan2", "config": f"step:{name}", "ms": t.median_ms})
-        print(rows[-1], flush=True)
-
-
 def eviction_sweep(rows: list, seq_len: int = 363600, heads: int = 2) -> None:
     """K/V L2 eviction hints (pointer loads) against TMA loads, original order and S1+S2."""
     q, k, v = _qkv(heads, seq_len, 128)
@@ -210,11 +185,25 @@ def ncu_capture(out: Path, rows: list) -> None:
     print(rows[-1], flush=True)
 
 
+def ncu_stalls(out: Path) -> None:
+    """Where the triton kernel's time goes (issue 17, item 3): Nsight Compute's throughput, pipe, scheduler and
+    warp-stall sections for the launches of ``ncu_child``, as ncu prints them, in ``ncu_stalls.txt``."""
+    sections = ["SpeedOfLight", "ComputeWorkloadAnalysis", "SchedulerStats", "WarpStateStats", "InstructionStats",
+                "Occupancy"]
+    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--kernel-name",
+           "regex:_block_sparse_attn_fwd", *[arg for name in sections for arg in ("--section", name)],
+           "--print-details", "all", sys.executable, __file__, "--ncu-child"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    (out / "ncu_stalls.txt").write_text(done.stdout + done.stderr)
+    print(f"ncu stalls: exit {done.returncode}, {out / 'ncu_stalls.txt'}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("tune-out"))
     parser.add_argument("--ncu-child", action="store_true")
-    parser.add_argument("--parts", default="fastplan2,evict")
+    parser.add_argument("--parts", default="dense,baselines,sparse",
+                        help="comma-separated: dense, baselines, sparse, reorder, evict, ncu, stalls")
     args = parser.parse_args()
     if args.ncu_child:
         ncu_child()
@@ -231,9 +220,9 @@ def main() -> int:
         "baselines": lambda: baselines_dense(rows),
         "sparse": lambda: sweep_sparse(rows, CONFIGS_128[:5], flex=False),
         "reorder": lambda: reorder_timing(rows),
-        "fastplan2": lambda: fastplan_sweep(rows),
         "evict": lambda: eviction_sweep(rows),
         "ncu": lambda: ncu_capture(args.out, rows),
+        "stalls": lambda: ncu_stalls(args.out),
     }
     for name in args.parts.split(","):
         try:
