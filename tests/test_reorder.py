@@ -183,3 +183,23 @@ def test_permute_mask_refuses_kv_lists_of_other_rows():
     kv = blockmask.to_kv_indices(mask[:, :5])
     with pytest.raises(ValueError, match=r"\(H, MB\)"):
         reorder.permute_mask(kv, reorder.plan(mask))
+
+
+def test_the_gpu_paths_closed_form_2x2_eigenproblem_matches_torch():
+    """``stage1_cuda._eigh2`` (the Rayleigh-Ritz step of the GPU Stage 1) against ``torch.linalg.eigh``."""
+    from wavealign import stage1_cuda
+
+    a = torch.randn(64, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    sym = a @ a.transpose(1, 2)
+    values, vectors = stage1_cuda._eigh2(sym)
+    ref_values, ref_vectors = torch.linalg.eigh(sym)
+    assert torch.allclose(values, ref_values.flip(-1), atol=1e-12)
+    # eigenvectors agree up to sign, column by column
+    cos = (vectors * ref_vectors.flip(-1)).sum(1).abs()
+    assert torch.allclose(cos, torch.ones_like(cos), atol=1e-12)
+
+
+def test_packed_rows_are_padded_to_whole_16_word_chunks():
+    from wavealign import stage1_cuda
+
+    assert [stage1_cuda.padded_words(bits) for bits in (1, 31, 32, 512, 513, 2841)] == [16, 16, 16, 16, 32, 96]

@@ -4,7 +4,8 @@ A 40-head plan of 364K tokens is ~100 launches (the packing, the persistent Stag
 torch ops for the angles, the sorts and Stage 2): issuing them keeps the host busy for ~2 ms while the GPU's work
 takes ~1.5 ms, so the plan's time depends on the host's CPU. Captured once, a plan is a copy of the mask into the
 graph's own buffer and one replay. Each graph holds its mask buffer and its pool (~1.5x the mask's bytes); the
-``MAX_GRAPHS`` latest are kept.
+``MAX_GRAPHS`` latest are kept (a workload cycling through more shapes recaptures). A plan made while the caller is
+itself capturing a graph is launched into that capture instead (``wavealign.reorder``).
 """
 
 from __future__ import annotations
@@ -23,24 +24,36 @@ class PlanGraph:
     replays, and returns a copy of the order (the graph's own output is overwritten by the next replay)."""
 
     def __init__(self, shape: tuple[int, ...], device: torch.device, plan: Callable[[torch.Tensor], torch.Tensor]):
+        self.device = device
         self.mask = torch.zeros(shape, dtype=torch.bool, device=device)
         self.lock = threading.Lock()
+        with torch.cuda.device(device):  # the capture runs on the current device's streams
+            self._capture(plan)
+
+    def _capture(self, plan: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        device = self.device
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
             plan(self.mask)  # compiles the kernels and fills the caches a capture must not create
         torch.cuda.current_stream(device).wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        # thread_local: another thread's CUDA work (a sweep worker building its next group's inputs) may go on
-        # during the capture; only this thread's calls must be capturable
-        with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+        # a capture stream of the mask's device (torch's shared default one lives on the first device it was made
+        # on); thread_local: another thread's CUDA work (a sweep worker building its next group's inputs) may go on
+        # during the capture, only this thread's calls must be capturable
+        with torch.cuda.graph(self.graph, stream=torch.cuda.Stream(device), capture_error_mode="thread_local"):
             self.order = plan(self.mask)
+        self.done = torch.cuda.Event()  # the last caller's copy of the order, which the next copy-in must follow
+        self.done.record(torch.cuda.current_stream(device))
 
     def __call__(self, mask: torch.Tensor) -> torch.Tensor:
-        with self.lock:
+        with self.lock, torch.cuda.device(self.device):
+            torch.cuda.current_stream().wait_event(self.done)  # a caller on another stream may still be reading
             self.mask.copy_(mask)
             self.graph.replay()
-            return self.order.clone()
+            order = self.order.clone()
+            self.done.record()
+            return order
 
 
 _graphs: OrderedDict[Hashable, PlanGraph] = OrderedDict()

@@ -107,7 +107,7 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
             order = temporal_order(row_nnz(rows), order, wave_size)  # the row lengths Stage 2 sorts by
         return order
 
-    if (stages != "none" and rows.numel() and stage1_cuda.usable(rows)
+    if (stages != "none" and rows.numel() and stage1_cuda.usable(rows) and not torch.cuda.is_current_stream_capturing()
             and (grouping.cuda_graph or stages == "temporal")):
         order = plan_graphs.replay(rows, (wave_size, stages, seed, reorderer, tuple(sorted(params.items()))), order_of)
     else:
@@ -132,7 +132,7 @@ def centered_top2(mask: torch.Tensor, iters: int = 10, seed: int = 0,
 
     The 2-column blocks are kept transposed, (G, 2, MB), so both products stream M row-major
     (X^T M and Y^T M^T), several times faster on CPU BLAS than M^T X. A CUDA mask takes the packed
-    tensor-core path below (same start, same iterations, float32-level accuracy).
+    int8 tensor-core path of ``wavealign.stage1_cuda`` (same start, same iterations, float32-level accuracy).
     """
     if stage1_cuda.usable(mask):
         return stage1_cuda.centered_top2(mask, iters, seed, rayleigh_ritz)

@@ -3,7 +3,7 @@
 //
 // pack_rows and transpose_bits pack a (heads, MB, NB) bool mask into 32-bit words twice, along rows and along columns,
 // each row padded with zero words to a multiple of 16. Within a word, column 4m + i of its 32 sits at bit 8i + m (the
-// MMA layout: lane t of a quad takes columns 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3 as 0/1 bytes with one shift
+// MMA layout: lane t of a quad takes columns 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3 as 0/1 bytes with two shifts
 // and two masks). stage1_products then runs all of Alg. 1's products for every
 // head in ONE persistent launch. A product multiplies the bits by a two-column block U, turned into three balanced
 // base-256 digits of a 22-bit fixed-point value per column, so an int8 MMA with int32 accumulation gives the exact
@@ -20,13 +20,16 @@
 
 #define WARPS 16
 #define THREADS (WARPS * 32)
-#define FIXED_ONE 4194304.0f
+#define FIXED_ONE 4194304.0f  // 2^22: a column's largest magnitude maps here; three signed digits hold it
+// a block that waits this long at a grid barrier traps instead of hanging: the grid was not co-resident (another
+// launch of this kernel, or a partition of the GPU's SMs, took some of them)
+#define BARRIER_TIMEOUT_NS 20000000000ull
 #ifndef PIPE
 #define PIPE 2  // chunks of 16 words per row in flight in the product phase
 #endif
 #ifndef DIGIT_PARTS
 #define DIGIT_PARTS 0  // blocks per head in the digits phase; 0: as many as the grid has per head
-#endif  // 2^22: a column's largest magnitude maps here; three signed digits hold it
+#endif
 
 __device__ __forceinline__ unsigned digit_byte(float x, int which) {
     // balanced base-256 digit `which` (0 low, 1 mid, 2 high) of trunc(x), x in [-2^22, 2^22]
@@ -39,6 +42,12 @@ __device__ __forceinline__ unsigned digit_byte(float x, int which) {
     return (unsigned)((q - mid) >> 8) & 255u;
 }
 
+__device__ __forceinline__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 __device__ void grid_barrier(unsigned* counter, unsigned& target) {
     // every block of the (co-resident) grid arrives once per barrier; the counter only grows
     __syncthreads();
@@ -46,7 +55,11 @@ __device__ void grid_barrier(unsigned* counter, unsigned& target) {
     if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(counter, 1u);
-        while (*((volatile unsigned*)counter) < target) __nanosleep(40);
+        unsigned long long start = now_ns();
+        while (*((volatile unsigned*)counter) < target) {
+            __nanosleep(40);
+            if (now_ns() - start > BARRIER_TIMEOUT_NS) __trap();
+        }
         __threadfence();
     }
     __syncthreads();
@@ -106,7 +119,9 @@ __device__ void digits_of_head(const float* u, const float* col_sums, int n_in, 
         if (transposed) {
             float r11 = sqrtf(fmaxf(g00, 1e-30f));
             float r12 = g01 / r11;
-            out[4] = r11; out[5] = r12; out[6] = sqrtf(fmaxf(g11 - r12 * r12, 1e-30f));
+            // relative floor: on a nearly rank-1 mask the second column's residual cancels to <= 0 in float32, and
+            // an absolute floor would scale it by ~1e15 per product until the sums overflow
+            out[4] = r11; out[5] = r12; out[6] = sqrtf(fmaxf(g11 - r12 * r12, fmaxf(1e-12f * g11, 1e-30f)));
         }
         for (int i = 0; i < 7; ++i) __stcg(stats + i, out[i]);
     }

@@ -7,8 +7,8 @@ turned into three balanced base-256 digits of a 22-bit fixed-point value per col
 integer product; the packed words keep each MMA lane's columns 8 bits apart, so a lane masks its 0/1 bytes of the
 MMA's registers straight out of a word.
 Centering (lines 4-5) and the orthonormalisation (line 6, as Cholesky-QR: Y depends on Z only through span(Z), so
-Z = X R never needs forming) are folded in; grid-wide barriers separate the products, so a plan is three launches
-(pack, products, the last product after orth) and the host waits for nothing.
+Z = X R never needs forming) are folded in; grid-wide barriers separate the products, so Stage 1 is four launches
+(two to pack, the products, the last product after orth) and the host waits for nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from wavealign import subspace
 
 KERNEL_SOURCE = Path(__file__).with_name("stage1.cu")
 KERNELS = ("stage1_products", "pack_rows", "transpose_bits", "row_nnz")
-# threads per block of the product kernel (its WARPS * 32); one block per SM, so the whole grid is co-resident, as
-# its grid-wide barriers need
+# threads per block of the product kernel (its WARPS * 32); one block per SM, so the whole grid can be resident at once,
+# as its grid-wide barriers need (a block left waiting 20 s traps instead of hanging: stage1.cu)
 PRODUCT_THREADS = 512
 # the pack and row-count kernels: 8 warps per block, one warp per task (32 words of a row, 256 x 128 bits, a row)
 WARP_KERNEL_THREADS = 256
@@ -35,8 +35,8 @@ def usable(mask: torch.Tensor) -> bool:
     helpers present."""
     from torch.cuda import _utils
 
-    return (mask.is_cuda and hasattr(_utils, "_nvrtc_compile") and hasattr(_utils, "_cuda_load_module")
-            and torch.cuda.get_device_capability(mask.device)[0] >= 8)
+    return (mask.is_cuda and torch.version.hip is None and hasattr(_utils, "_nvrtc_compile")
+            and hasattr(_utils, "_cuda_load_module") and torch.cuda.get_device_capability(mask.device)[0] >= 8)
 
 
 @functools.lru_cache(maxsize=8)
@@ -57,13 +57,14 @@ def _launch(name: str, device: torch.device, blocks: int, threads: int, *args) -
 
 def _make_context_current(device_index: int) -> None:
     """Make the GPU's primary context current on this thread, as torch's own calls do lazily: a driver-API launch
-    from a thread that has not touched CUDA yet (a Ray worker's second thread) would otherwise fail with "invalid
-    device context"."""
+    from a thread that has not touched CUDA yet (a Ray worker's second thread), or whose current context is another
+    GPU's, would otherwise fail with "invalid device context"."""
     from torch.cuda._utils import _get_gpu_runtime_library
 
     lib = _get_gpu_runtime_library()
-    current = ctypes.c_void_p()
-    if lib.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value:
+    current, current_device = ctypes.c_void_p(), ctypes.c_int(-1)
+    if (lib.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value
+            and lib.cuCtxGetDevice(ctypes.byref(current_device)) == 0 and current_device.value == device_index):
         return
     device, context = ctypes.c_int(), ctypes.c_void_p()
     for result in (lib.cuDeviceGet(ctypes.byref(device), device_index),
@@ -97,7 +98,7 @@ def pack(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def row_nnz(mask: torch.Tensor) -> torch.Tensor:
     """Set entries per row of a (..., MB, NB) bool CUDA mask, int32 (..., MB), in one read (``mask.sum(-1)`` widens
-    every entry to int64 first: 20x the bytes)."""
+    every entry to int64 first: 8x the bytes)."""
     flat = mask.contiguous().view(torch.uint8).reshape(-1, mask.shape[-1])
     nnz = torch.empty(flat.shape[0], dtype=torch.int32, device=mask.device)
     warps = WARP_KERNEL_THREADS // 32
@@ -116,10 +117,11 @@ def _eigh2(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack((mean + half, mean - half), -1), vecs
 
 
-@functools.lru_cache(maxsize=16)
+@functools.cache
 def _start(mb: int, seed: int, device: torch.device) -> torch.Tensor:
     """The CPU path's orthonormal start block for one head, (MB, 2), kept on ``device``: copying it from the host
-    on every plan would make the host wait for the GPU's queue to drain."""
+    on every plan would make the host wait for the GPU's queue to drain. Never evicted: a captured plan
+    (``wavealign.plan_graphs``) reads it by address (8 bytes per row per (MB, seed, device))."""
     return subspace.start_block(1, mb, seed, device)[0].t().contiguous()
 
 
@@ -148,7 +150,7 @@ def _products(packed: torch.Tensor, packed_t: torch.Tensor, col_sums: torch.Tens
     nb, words_t = packed_t.shape[1:]
     device = packed.device
     # each product's B fragments get their own slice: no address is rewritten within the launch (see stage1.cu)
-    frags = torch.empty(max(count, 1), g, 32 * max(words, words_t), 2, dtype=torch.int32, device=device)
+    frags = torch.empty(count, g, 32 * max(words, words_t), 2, dtype=torch.int32, device=device)
     stats = torch.empty(g, 8, dtype=torch.float32, device=device)
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     blocks = torch.cuda.get_device_properties(device).multi_processor_count
