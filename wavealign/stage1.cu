@@ -12,8 +12,8 @@
 // are never unpacked one by one.
 //
 // Each product has two phases, each followed by a grid-wide barrier:
-//   digits: one block per head reduces U (column maxima -> fixed-point scale, plus the centring and Cholesky-QR sums)
-//           and writes U's digits already laid out as the MMA's B fragments;
+//   digits: the blocks of each head reduce U (column maxima -> fixed-point scale, plus the centring and Cholesky-QR
+//           sums) and each writes its share of U's digits, already laid out as the MMA's B fragments;
 //   product: warps stream the packed rows and write the centred (and, for M^T, orthonormalised) output.
 // Products alternate M^T (input Z of MB rows -> Y of NB rows) and M (Y -> Z), starting with M^T. Every reduction
 // runs in a fixed order, so a plan is the same on every run.
