@@ -103,40 +103,33 @@ def inventory() -> Inventory:
 
 class CellRunner:
     """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep.
-    A plain class, so that tests can subclass it (e.g. to inject a worker death). Started with
-    ``max_concurrency=2`` (``ray.prefetch_inputs``), it takes ``prefetch`` calls while a group runs."""
+    A plain class, so that tests can subclass it (e.g. to inject a worker death)."""
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
         return {"ray_node_id": ctx.get_node_id(), "worker_pid": os.getpid()}
 
-    def run(self, cells: list[Cell]) -> list[dict[str, Any]]:
+    def run(self, cells: list[Cell], then: list[Cell] | None = None) -> list[dict[str, Any]]:
+        """Run ``cells``; ``then`` (``ray.prefetch_inputs``), the group this worker is handed next, has its inputs
+        built in the background meanwhile."""
         from wavealign import pipeline
 
         started = time.time()
-        results = pipeline.run_group(cells)
+        results = pipeline.run_group(cells, then)
         finished = time.time()
         where = self.where()
         return [{"result": r, "started_at": started, "finished_at": finished, **where} for r in results]
-
-    def prefetch(self, cells: list[Cell]) -> bool:
-        """Start building the inputs of the group this worker runs next, in the background
-        (``pipeline.prefetch``); returns at once. Never raises: its run records a failure."""
-        from wavealign import pipeline
-
-        return pipeline.prefetch(cells)
 
 
 CellWorker = ray.remote(CellRunner)
 
 
-def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory, prefetch: bool = False) -> list[Any]:
+def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory) -> list[Any]:
     """Up to ``count`` actors for ``hardware``: one whole GPU of that type each (never more than the
-    cluster has), or one CPU each for ``cpu``. With ``prefetch``, each takes two calls at once (a threaded actor):
-    the group it runs and the ``prefetch`` of the next."""
+    cluster has), or one CPU each for ``cpu``."""
     # a dead worker is always restarted (max_restarts is a lifetime count: a long sweep would otherwise lose
     # the type's only worker after a few deaths); each group is retried at most max_retries times
-    restart = {"max_restarts": -1, "max_task_retries": max_retries, "max_concurrency": 2 if prefetch else 1}
+    restart = {"max_restarts": -1, "max_task_retries": max_retries}
     if hardware == CPU:
         return [CellWorker.options(num_cpus=1, **restart).remote() for _ in range(count)]
     workers: list[Any] = []

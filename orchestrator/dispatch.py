@@ -89,11 +89,10 @@ def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder:
                     recorder.add(cell, None, status="unschedulable", error=reason)
                 progress.add(hw, unschedulable=len(recorder.recordable(group)))
             continue
-        workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv, cfg.ray.prefetch_inputs)
+        workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv)
     if CPU in queues:
         spare = inv.cpus - sum(len(ws) for ws in workers.values())
-        workers[CPU] = cluster.start_workers(CPU, max(1, min(spare, len(queues[CPU]))), cfg.ray.max_retries, inv,
-                                             cfg.ray.prefetch_inputs)
+        workers[CPU] = cluster.start_workers(CPU, max(1, min(spare, len(queues[CPU]))), cfg.ray.max_retries, inv)
     return workers
 
 
@@ -142,8 +141,8 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     the next group if it answers within ``probe_timeout_s``; otherwise it is dropped.
 
     With ``prefetch`` (``ray.prefetch_inputs``), once no worker of a placement is left idle, each worker just handed
-    a group also gets the group it would take next (``reserve_next``: only when that one is on other inputs), kept
-    for it, and is asked to build that group's inputs while the current one is timed (``CellWorker.prefetch``).
+    a group is also handed, in the same call, the group it would take next (``reserve_next``: only when that one
+    is on other inputs), kept for it, whose inputs it builds while the current one is timed (``CellRunner.run``).
     Not while a group profiles under Nsight Compute. A worker left idle with its queue empty takes a group kept
     for a busy one (``take``), and a worker dropped gives its kept group back to the queue.
     """
@@ -166,15 +165,15 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
                         break
                     del idle[key][index]
                     holds[id(actor)] = inputs_key(group[0])
-                    inflight[actor.run.remote(group)] = (key, actor, group)
-                    progress.add(key, running=len(recorder.recordable(group)))
                     started.append((actor, group))
-                if prefetch and not idle[key]:
-                    for actor, group in started:
-                        upcoming = None if any(c.ncu for c in group) else reserve_next(queue, holds[id(actor)])
-                        if upcoming is not None:
-                            reserved[id(actor)] = (key, upcoming)
-                            actor.prefetch.remote(upcoming)  # returns at once; its failure surfaces in the run
+                for actor, group in started:
+                    upcoming = None
+                    if prefetch and not idle[key] and not any(c.ncu for c in group):
+                        upcoming = reserve_next(queue, holds[id(actor)])
+                    if upcoming is not None:
+                        reserved[id(actor)] = (key, upcoming)
+                    inflight[actor.run.remote(group, upcoming)] = (key, actor, group)
+                    progress.add(key, running=len(recorder.recordable(group)))
                 coming = any(k == key for k, _, _ in (*inflight.values(), *probes.values()))
                 if queue and not idle[key] and not coming:
                     _fail_all(queue, recorder, progress, key, "every worker of this type died")

@@ -4,7 +4,6 @@ inputs it keeps (``pipeline.group_inputs``), so a mask shared by several backend
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from dataclasses import replace
 
@@ -141,33 +140,20 @@ def test_a_sweep_with_prefetch_measures_what_one_without_does(with_and_without_p
         assert fields(row) == fields(with_[cell_id]), cell_id
 
 
-def test_a_worker_started_for_prefetch_takes_the_prefetch_call_while_its_group_runs(tmp_path, monkeypatch):
-    """The group's run waits until the prefetch call has reached the worker (a file it writes): only a worker that
-    takes two calls at once sees it; one call at a time, the run gives up after 60 s and says so."""
+def test_a_ray_worker_handed_a_group_and_the_next_runs_the_next_on_inputs_built_ahead():
+    """The run call carries the next group: its prefetch starts after the current group took its inputs, in the
+    same worker process, so the next run always finds them (calls on one actor run in order)."""
     import ray
 
     from wavealign.orchestrator import cluster
 
-    seen = tmp_path / "prefetch-called"
-
-    class Waiting(cluster.CellRunner):
-        def run(self, cells):
-            deadline = time.monotonic() + 60
-            while not seen.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            return seen.exists()
-
-        def prefetch(self, cells):
-            seen.write_text(cells[0].group_id)
-            return super().prefetch(cells)
-
-    monkeypatch.setattr(cluster, "CellWorker", ray.remote(Waiting))
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     try:
-        inv = cluster.inventory()
-        (worker,) = cluster.start_workers("cpu", 1, 0, inv, prefetch=True)
-        running = worker.run.remote([cell("reference", 0)])
-        assert ray.get(worker.prefetch.remote([cell("reference", 1)]), timeout=60) is True  # a build was started
-        assert ray.get(running, timeout=120) is True
+        (worker,) = cluster.start_workers("cpu", 1, 0, cluster.inventory())
+        first = worker.run.remote([cell("reference", 0)], [cell("reference", 1)])
+        second = worker.run.remote([cell("reference", 1)])
+        rows = ray.get([first, second], timeout=120)
+        assert [[r["result"].inputs_prefetched for r in rs] for rs in rows] == [[False], [True]]
+        assert all(r["result"].status == "done" for rs in rows for r in rs)
     finally:
         ray.shutdown()

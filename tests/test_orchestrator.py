@@ -215,14 +215,14 @@ def flaky_worker(poison: Path):
     (kept in the file ``poison``: a restart forgets everything), noting each dead pid in ``poison``.pids."""
 
     class FlakyRunner(cluster.CellRunner):
-        def run(self, cells):
+        def run(self, cells, then=None):
             if not poison.exists():
                 poison.write_text(cells[0].group_id)
             if poison.read_text() == cells[0].group_id:
                 with poison.with_suffix(".pids").open("a") as fh:
                     fh.write(f"{os.getpid()}\n")
                 os._exit(1)
-            return super().run(cells)
+            return super().run(cells, then)
 
     return ray.remote(FlakyRunner)
 

@@ -201,6 +201,28 @@ def test_a_prefetched_group_takes_the_inputs_built_in_the_background_and_a_reusi
     assert built[0][1] == "MainThread" and built[1][1] == "prefetch-dense1"
 
 
+def test_a_group_prefetches_the_group_it_is_told_comes_next_once_it_holds_its_own_inputs(monkeypatch):
+    """``run_group(cells, then)`` starts ``then``'s build only after taking its own inputs: a prefetch asked for
+    earlier (of ``cells``) is taken, never replaced by ``then``'s, and ``then`` runs on what was built ahead."""
+    built = _counting_builds(monkeypatch)
+    a, b, c = (variants(group_id=g, seed=s) for g, s in (("a", 1), ("b", 2), ("c", 3)))
+    assert pipeline.prefetch(b)
+    assert [r.inputs_prefetched for r in pipeline.run_group(a, then=b)] == [False, False]  # b is being built
+    assert [r.inputs_prefetched for r in pipeline.run_group(b, then=c)] == [True, True]
+    assert [r.inputs_prefetched for r in pipeline.run_group(c)] == [True, True]
+    assert sorted(built) == [("a", "MainThread"), ("b", "prefetch-b"), ("c", "prefetch-c")]  # each built once
+
+
+def test_a_group_whose_inputs_fail_still_prefetches_the_next(monkeypatch):
+    built = _counting_builds(monkeypatch)
+    broken = variants(group_id="broken", method_params={"density": 2.0})  # the planted mask refuses it
+    fine = variants(group_id="fine", seed=4)
+    assert [r.status for r in pipeline.run_group(broken, then=fine)] == ["failed", "failed"]
+    results = pipeline.run_group(fine)
+    assert [(r.status, r.inputs_prefetched) for r in results] == [("done", True), ("done", True)]
+    assert sorted(built) == [("broken", "MainThread"), ("fine", "prefetch-fine")]
+
+
 def test_prefetched_inputs_give_the_results_built_inputs_give():
     cells = variants(group_id="g", seed=3)
     built = pipeline.run_group(cells)

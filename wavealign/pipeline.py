@@ -90,8 +90,12 @@ def run_cell(cell: Cell) -> CellResult:
     return run_group([cell])[0]
 
 
-def run_group(cells: list[Cell]) -> list[CellResult]:
-    """Run cells sharing one workload and mask (``group_id``), back to back on this worker's device."""
+def run_group(cells: list[Cell], then: list[Cell] | None = None) -> list[CellResult]:
+    """Run cells sharing one workload and mask (``group_id``), back to back on this worker's device.
+
+    ``then``, the group this worker runs next, has its inputs built in the background (``prefetch``) while these
+    cells are timed. Its prefetch starts only once this group holds its own inputs, so a prefetch can never
+    replace the set this group was about to take."""
     if not cells:
         return []
     if len({c.group_id for c in cells}) != 1:
@@ -99,7 +103,15 @@ def run_group(cells: list[Cell]) -> list[CellResult]:
     env = environment.capture()
     try:
         device = device_for(cells[0])
-        mask, qkv, build_ms, prefetched = group_inputs(cells[0], device)
+        inputs = group_inputs(cells[0], device)
+    except Exception as exc:
+        inputs = exc
+    if then:
+        prefetch(then)
+    try:
+        if isinstance(inputs, Exception):
+            raise inputs
+        mask, qkv, build_ms, prefetched = inputs
         start = time.perf_counter()
         feats = _features(cells[0], mask)
     except Exception as exc:
