@@ -262,13 +262,20 @@ class TritonLaunch:
             *_lead_strides(self.kv_num, 2), *_lead_strides(self.kv_idx, 3), *_lead_strides(perm, 2),
             shape.heads, shape.q_len, shape.kv_len, shape.kv_blocks,
             (1.0 / math.sqrt(shape.head_dim)) * 1.4426950408889634,
-            HEAD_DIM=shape.head_dim, BLOCK_SIZE=shape.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-            HAS_PERM=self.perm is not None, HEADS_FASTEST=self.head_order == "parallel", USE_TMA=use_tma,
-            WARP_SPECIALIZE=cfg.warp_specialize, FLAT_LOADS=cfg.flat_loads,
-            KV_EVICTION=cfg.kv_eviction,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+            **kernel_constants(shape, cfg, self.head_order, has_perm=self.perm is not None, use_tma=use_tma),
         )
         return out
+
+
+def kernel_constants(shape: LaunchShape, cfg: KernelConfig, head_order: str, *, has_perm: bool,
+                     use_tma: bool) -> dict[str, object]:
+    """The kernel's compile-time parameters and launch options for a launch of ``shape`` under ``cfg``: what
+    ``TritonLaunch.run`` passes, and what an offline compile (benchmarks/results/kernels-h200/sass_sm90.py)
+    must pass to build the same kernel."""
+    return dict(HEAD_DIM=shape.head_dim, BLOCK_SIZE=shape.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                HAS_PERM=has_perm, HEADS_FASTEST=head_order == "parallel", USE_TMA=use_tma,
+                WARP_SPECIALIZE=cfg.warp_specialize, FLAT_LOADS=cfg.flat_loads, KV_EVICTION=cfg.kv_eviction,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", config: KernelConfig | None = None,
