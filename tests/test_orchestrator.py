@@ -249,13 +249,13 @@ def test_workers_ray_cannot_place_are_dropped_and_a_type_left_without_fails(ray_
     try:
         ray.get([h.where.remote() for h in holders])
         outcome = run_sweep(tmp_path, "grid.hardware=[h100,a40]", "grid.seed=[0,1]",
-                            "ray.worker_start_timeout_s=20")
+                            "ray.worker_start_timeout_s=60")
     finally:
         for holder in holders:
             ray.kill(holder)
     a40 = [r for r in outcome.rows if r["hardware"] == "a40"]
     assert outcome.workers == 1 and len(a40) == 4 and {r["status"] for r in a40} == {"failed"}
-    assert "no a40 worker started within ray.worker_start_timeout_s=20" in a40[0]["error"]
+    assert "no a40 worker started within ray.worker_start_timeout_s=60" in a40[0]["error"]
     assert [r["status"] for r in outcome.rows if r["hardware"] == "h100"] == ["done"] * 4
 
 
@@ -264,14 +264,22 @@ def test_a_worker_start_timeout_must_be_positive():
         config.load([*TINY, "ray.worker_start_timeout_s=0"])
 
 
+def wait_for_rows(root: Path, driver: subprocess.Popen, rows: int, timeout_s: float = 300) -> None:
+    """Until the sweep ``driver`` (still running) has recorded ``rows`` rows under ``root``. Its cells time 40
+    repetitions each, so on a loaded two-core machine tens of seconds of work remain when this returns."""
+    deadline = time.monotonic() + timeout_s
+    while dataset.read(root).num_rows < rows:
+        assert driver.poll() is None, f"the sweep ended (exit {driver.returncode}) before recording {rows} rows"
+        assert time.monotonic() < deadline, f"no {rows} rows recorded within {timeout_s:g} s"
+        time.sleep(0.05)
+
+
 def test_resume_after_a_killed_driver_loses_and_redoes_nothing(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
-                 "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
+                 "grid.seq_k=[2]", "grid.reps=40", "batch_cells=1", f"ray.address={ray_cluster.address}"]
     driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.sweep", *overrides], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while dataset.read(tmp_path).num_rows < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_rows(tmp_path, driver, 2)
     driver.kill()
     driver.wait()
     before = dataset.read(tmp_path).to_pylist()
@@ -297,12 +305,10 @@ def test_a_variant_added_on_resume_is_timed_against_a_rerun_original_not_recorde
 
 def test_ctrl_c_stops_records_what_finished_and_says_how_to_resume(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
-                 "grid.seq_k=[2]", "grid.reps=5", "batch_cells=1", f"ray.address={ray_cluster.address}"]
+                 "grid.seq_k=[2]", "grid.reps=40", "batch_cells=1", f"ray.address={ray_cluster.address}"]
     driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.sweep", *overrides], cwd=REPO, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while dataset.read(tmp_path).num_rows < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_rows(tmp_path, driver, 2)
     driver.send_signal(signal.SIGINT)
     output, _ = driver.communicate(timeout=120)
     rows = dataset.read(tmp_path).to_pylist()
@@ -311,8 +317,11 @@ def test_ctrl_c_stops_records_what_finished_and_says_how_to_resume(ray_cluster, 
     assert 2 <= len(rows) < 16 and {r["status"] for r in rows} == {"done"}
 
 
-def test_mlflow_server_records_runs_params_and_metrics(ray_cluster, mlflow_server, tmp_path):
+def test_mlflow_server_records_runs_params_and_metrics(ray_cluster, mlflow_server, tmp_path, monkeypatch):
     mlflow_server.wait_ready()
+    # the sweep's 10 s request timeout is for dead servers; this live one may answer slowly on a loaded machine,
+    # and one timed-out request would switch tracking off for the sweep
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
     outcome = run_sweep(tmp_path, "grid.hardware=[h100]", f"mlflow.tracking_uri={mlflow_server.uri}")
     runs = child_runs(mlflow_server.uri, outcome.sweep_id)
     assert set(runs) == {r["result_id"] for r in outcome.rows} and len(runs) == 2
