@@ -111,9 +111,12 @@ class CellRunner:
 
     def run(self, cells: list[Cell], then: list[Cell] | None = None) -> list[dict[str, Any]]:
         """Run ``cells``; ``then`` (``ray.prefetch_inputs``), the group this worker is handed next, has its inputs
-        built in the background meanwhile."""
+        built in the background meanwhile. A worker Ray restarted after a death prefetches no more: a retried call
+        would otherwise start the same build again, and a build that kills the process would fail ``cells``."""
         from wavealign import pipeline
 
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            then = None
         started = time.time()
         results = pipeline.run_group(cells, then)
         finished = time.time()

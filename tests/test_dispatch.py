@@ -157,3 +157,36 @@ def test_a_ray_worker_handed_a_group_and_the_next_runs_the_next_on_inputs_built_
         assert all(r["result"].status == "done" for rs in rows for r in rs)
     finally:
         ray.shutdown()
+
+
+def test_a_worker_ray_restarted_prefetches_no_more(tmp_path, monkeypatch):
+    """A call retried on a restarted worker must not start its next group's build again: if that build is what
+    killed the process, the retry would die too and fail a healthy group."""
+    import os
+
+    import ray
+
+    from wavealign.orchestrator import cluster
+
+    died = tmp_path / "died"
+
+    class DiesOnce(cluster.CellRunner):
+        def run(self, cells, then=None):
+            if not died.exists():
+                died.write_text(str(os.getpid()))
+                os._exit(1)
+            return super().run(cells, then)
+
+    monkeypatch.setattr(cluster, "CellWorker", ray.remote(DiesOnce))
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    try:
+        (worker,) = cluster.start_workers("cpu", 1, 1, cluster.inventory())
+        # one call after the other: the retried first call has finished before the second is sent
+        first = ray.get(worker.run.remote([cell("reference", 0)], [cell("reference", 1)]), timeout=300)  # dies once
+        second = ray.get(worker.run.remote([cell("reference", 1)]), timeout=300)
+        rows = [first, second]
+        assert [[(r["result"].status, r["result"].inputs_prefetched) for r in rs] for rs in rows] == \
+            [[("done", False)], [("done", False)]]
+        assert rows[0][0]["worker_pid"] != int(died.read_text())
+    finally:
+        ray.shutdown()

@@ -6,6 +6,7 @@ import math
 from dataclasses import replace
 
 import pytest
+import torch
 
 from wavealign import environment, pipeline
 from wavealign.records import Cell
@@ -221,6 +222,34 @@ def test_a_group_whose_inputs_fail_still_prefetches_the_next(monkeypatch):
     results = pipeline.run_group(fine)
     assert [(r.status, r.inputs_prefetched) for r in results] == [("done", True), ("done", True)]
     assert sorted(built) == [("broken", "MainThread"), ("fine", "prefetch-fine")]
+
+
+@pytest.mark.parametrize("prefetched", [False, True])
+def test_a_failed_build_frees_what_it_had_allocated_without_waiting_for_the_cycle_collector(monkeypatch, prefetched):
+    """A build that raises (e.g. out of memory half-way) must not leave its tensors alive through the exception's
+    frames: on a GPU the worker's next group would then run out of memory too."""
+    import gc
+    import weakref
+
+    allocated = []
+
+    def failing_build(cell, device):
+        partial = torch.ones(1024)
+        allocated.append(weakref.ref(partial))
+        raise RuntimeError("out of memory, half-way through the build")
+
+    monkeypatch.setattr(pipeline, "build_inputs", failing_build)
+    cells = variants(group_id="broken")
+    gc.disable()
+    try:
+        if prefetched:
+            assert pipeline.prefetch(cells)
+        results = pipeline.run_group(cells)
+        assert [r.status for r in results] == ["failed", "failed"] and "half-way" in results[0].error
+        assert ("_build_ahead" in results[0].traceback) == prefetched  # the lines survive, the locals do not
+        assert allocated and allocated[0]() is None
+    finally:
+        gc.enable()
 
 
 def test_prefetched_inputs_give_the_results_built_inputs_give():

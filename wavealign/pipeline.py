@@ -101,17 +101,17 @@ def run_group(cells: list[Cell], then: list[Cell] | None = None) -> list[CellRes
     if len({c.group_id for c in cells}) != 1:
         raise ValueError(f"cells must share one group_id, got {sorted({c.group_id for c in cells})}")
     env = environment.capture()
+    failed = None
     try:
         device = device_for(cells[0])
-        inputs = group_inputs(cells[0], device)
-    except Exception as exc:
-        inputs = exc
+        mask, qkv, build_ms, prefetched = group_inputs(cells[0], device)
+    except Exception as exc:  # recorded here, so that the exception (and the frames it holds) dies with the block
+        failed = [_failed(c, exc, env) for c in cells]
     if then:
         prefetch(then)
+    if failed:
+        return failed
     try:
-        if isinstance(inputs, Exception):
-            raise inputs
-        mask, qkv, build_ms, prefetched = inputs
         start = time.perf_counter()
         feats = _features(cells[0], mask)
     except Exception as exc:
@@ -230,6 +230,7 @@ def _build_ahead(job: _Prefetch, cell: Cell, previous: _Prefetch | None) -> None
             mask, qkv = build_inputs(cell, device)
         job.inputs = (mask, qkv, (time.perf_counter() - start) * 1e3)
     except BaseException as exc:  # kept for group_inputs to raise
+        traceback.clear_frames(exc.__traceback__)  # its frames' locals (GPU tensors) go; their lines stay
         job.error = exc
     finally:
         job.done.set()
