@@ -20,9 +20,11 @@ read from the next head (or zero-filled past the tensor): their scores are set t
 exact unless V holds a NaN or an infinity there. Output rows past N are not stored.
 
 Compiled for sm_90 without a GPU (``--sass``); NOT YET RUN ON A GPU. On the H200, ``--check --time`` compares its
-output with the ``triton`` backend's and times both (CUDA events, L2 flushed, medians):
+output with plain float32 attention and the ``triton`` backend's on an edge-case mask, then times both (CUDA
+events, L2 flushed, medians); ``timeout`` and ``-u`` keep what came before a hang:
 
-    PYTHONPATH=$PWD python3 benchmarks/results/kernels-h200/attempt_gluon_fa3.py --check --time --out $OUT
+    PYTHONPATH=$PWD timeout 240 python3 -u benchmarks/results/kernels-h200/attempt_gluon_fa3.py \
+        --check --time --out $OUT
 """
 
 from __future__ import annotations
@@ -298,58 +300,93 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_num: torch.Ten
     return out
 
 
+def edge_mask(heads: int, blocks: int, seed: int = 1) -> torch.Tensor:
+    """A random (heads >= 2, blocks >= 6) mask with the cases a pipelined schedule gets wrong: every row reads the
+    ragged last block, one row reads nothing, one only the last block (its first tile is the ragged one), and
+    rows of two and three blocks (loads predicated off at the end)."""
+    from wavealign import synthetic
+
+    mask = synthetic.random_mask(heads, blocks, blocks, 0.6, seed=seed)
+    mask[:, :, -1] = True
+    mask[0, 2] = False
+    mask[1, 3] = False
+    mask[1, 3, -1] = True
+    mask[0, 4] = False
+    mask[0, 4, [0, -1]] = True
+    mask[1, 5] = False
+    mask[1, 5, [1, 2, -1]] = True
+    return mask
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Plain float32 attention of (1, H, N, D) q/k/v under the block mask (a row with no blocks gives zeros)."""
+    n = q.shape[2]
+    dense = mask.repeat_interleave(BLOCK, 1).repeat_interleave(BLOCK, 2)[:, :n, :n]
+    scores = (q[0].float() @ k[0].float().transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    return (torch.softmax(scores.masked_fill(~dense, float("-inf")), -1).nan_to_num(0.0) @ v[0].float())[None]
+
+
 def _check_and_time(out_dir: Path | None, check: bool, time_it: bool) -> None:
+    """On the GPU: the kernel against plain float32 attention and the ``triton`` backend on an edge-case mask
+    (stops there if it is wrong), then both timed dense and 25 % random. Each result is printed and saved as it
+    comes, so a hang (a barrier never completed) still leaves the earlier ones."""
     from wavealign import blockmask, synthetic
     from wavealign.kernels import LaunchShape, triton_blocksparse
     from wavealign.measure.timing import time_cuda
 
     rows = []
+    env = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()}
     torch.manual_seed(0)
-    cases = [("ragged 4,000 tokens", 4_000, 4, 0.3)] if check else []
+    cases = [("edge cases, ragged 4,000 tokens", 4_000, 4, None)] if check else []
     cases += [("dense 65,536", 65_536, 8, 1.0), ("random 25% 363,600", 363_600, 2, 0.25)] if time_it else []
     for name, tokens, heads, density in cases:
         blocks = math.ceil(tokens / BLOCK)
         q, k, v = (torch.randn(1, heads, tokens, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-        mask = (torch.ones(heads, blocks, blocks, dtype=torch.bool, device="cuda") if density == 1.0
-                else synthetic.random_mask(heads, blocks, blocks, density, seed=0).cuda())
+        if density is None:
+            mask = edge_mask(heads, blocks).cuda()
+        elif density == 1.0:
+            mask = torch.ones(heads, blocks, blocks, dtype=torch.bool, device="cuda")
+        else:
+            mask = synthetic.random_mask(heads, blocks, blocks, density, seed=0).cuda()
         kv_num, kv_idx = (t.to(torch.int32).contiguous() for t in blockmask.to_kv_indices(mask))
         perm = torch.stack([torch.randperm(blocks, device="cuda") for _ in range(heads)]).to(torch.int32)
         ours = functools.partial(attention, q, k, v, kv_num, kv_idx, perm)
         # the backend planned once (mask -> kv indices on the device), as a sweep cell times it
         theirs = functools.partial(triton_blocksparse.plan(mask, perm, LaunchShape.of(q, k, BLOCK, v=v)).run, q, k, v)
-        row = {"case": name, "tokens": tokens, "heads": heads, "density": density,
-               "max_abs_diff": (ours().float() - theirs().float()).abs().max().item()}
-        if time_it and tokens > 10_000:
-            flop = 4.0 * tokens * tokens * HEAD_DIM * heads * mask.float().mean().item()
+        got = ours().float()
+        torch.cuda.synchronize()
+        row = {"case": name, "tokens": tokens, "heads": heads, "density": mask.float().mean().item(),
+               "max_abs_diff_vs_triton": (got - theirs().float()).abs().max().item()}
+        if density is None:
+            row["max_abs_err_vs_fp32"] = (got - reference(q, k, v, mask)).abs().max().item()
+            row["correct"] = row["max_abs_err_vs_fp32"] < 2e-2
+        if density is not None:
+            flop = 4.0 * tokens * tokens * HEAD_DIM * heads * row["density"]
             for label, fn in (("gluon_fa3", ours), ("triton", theirs)):
                 t = time_cuda(fn, reps=10, warmup=2)
                 row[f"{label}_ms"] = t.median_ms
                 row[f"{label}_tflops"] = flop / t.median_ms / 1e9
         rows.append(row)
-        print(json.dumps(row))
-    if out_dir:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        env = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()}
-        (out_dir / "gluon_fa3.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1))
+        print(json.dumps(row), flush=True)
+        if out_dir:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "gluon_fa3.json").write_text(json.dumps({"env": env, "rows": rows}, indent=1))
+        if row.get("correct") is False:
+            print("WRONG against float32 attention: not timed", flush=True)
+            return
 
 
 def _emulate_check() -> None:
-    from wavealign import blockmask, synthetic
+    from wavealign import blockmask
 
     torch.manual_seed(0)
     heads, tokens = 2, 5 * BLOCK + 37  # 6 blocks, the last ragged
     blocks = math.ceil(tokens / BLOCK)
     q, k, v = (torch.randn(1, heads, tokens, HEAD_DIM) for _ in range(3))
-    mask = synthetic.random_mask(heads, blocks, blocks, 0.6, seed=1)
-    mask[:, :, -1] = True  # every row reads the ragged block
-    mask[0, 2] = False  # and one row reads nothing
+    mask = edge_mask(heads, blocks)
     kv_num, kv_idx = blockmask.to_kv_indices(mask)
     perm = torch.stack([torch.randperm(blocks) for _ in range(heads)])
-    got = emulate(q, k, v, kv_num, kv_idx, perm)
-    dense = mask.repeat_interleave(BLOCK, 1).repeat_interleave(BLOCK, 2)[:, :tokens, :tokens]
-    scores = (q[0] @ k[0].transpose(-1, -2)) / math.sqrt(HEAD_DIM)
-    want = torch.softmax(scores.masked_fill(~dense, float("-inf")), -1).nan_to_num(0.0) @ v[0]
-    err = (got[0] - want).abs().max().item()
+    err = (emulate(q, k, v, kv_num, kv_idx, perm) - reference(q, k, v, mask)).abs().max().item()
     print(json.dumps({"emulated_schedule_max_abs_err": err, "rows_per_head_kv_blocks": kv_num.tolist()}))
     assert err < 1e-4, err
 

@@ -99,7 +99,7 @@ def compile_sm90(shape: LaunchShape, cfg: tb.KernelConfig, head_order: str = "se
         else:
             value = ints[name]
             signature[name] = "i32"
-            if value in (0, 1):  # Triton turns an int argument equal to 1 into a constant; 0 strides are batch-shared
+            if value == 1:  # Triton turns an int argument equal to 1 into a constant (0 stays an int, "divisible")
                 signature[name], consts[name] = "constexpr", value
             elif value % 16 == 0:
                 attrs[(index,)] = [["tt.divisibility", 16]]
