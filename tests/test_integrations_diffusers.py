@@ -72,11 +72,14 @@ def test_a_token_count_that_is_not_a_multiple_of_the_block_size_runs():
     assert torch.allclose(ours, stock, atol=1e-5, rtol=1e-4)
 
 
-def test_the_adaptive_mode_records_the_skip_policy_s_verdict():
+def test_the_adaptive_mode_records_the_skip_policy_s_verdict_and_follows_it():
+    """At 192 tokens the profile's rule (sequences under 150K tokens) skips: no call reorders, each says why."""
     model = tiny_wan()
     with wa.apply(model, method="xattention", reorder="adaptive", threshold=0.5, stride=4, **CPU) as installed:
         forward(model)
-    assert all(c.reason and c.reason != "reorder='always'" for c in installed.attention.calls)
+    calls = installed.attention.calls
+    assert calls and not any(c.reordered for c in calls)
+    assert all(c.reason.startswith("skip: sequence 192 tokens < 150000") for c in calls), {c.reason for c in calls}
 
 
 @pytest.mark.parametrize(("kwargs", "needle"), [

@@ -155,8 +155,12 @@ def test_an_unbatched_order_permutes_every_batch_element_alike():
     order = _order([[3, 2, 1, 0], [1, 0, 3, 2]])
     batched = permute_paged_bsr(paged_bsr(mask.expand(2, 2, 4, 4), 8, 32, 32), order)
     single = permute_paged_bsr(paged_bsr(mask, 8, 32, 32), order)
+    half = len(single.kv_indices)
     assert torch.equal(batched.kv_indptr[:9], single.kv_indptr)
-    assert torch.equal(batched.kv_indices[:len(single.kv_indices)], single.kv_indices)
+    assert torch.equal(batched.kv_indptr[8:] - batched.kv_indptr[8], single.kv_indptr)  # batch element 1 alike
+    assert torch.equal(batched.kv_indices[:half], single.kv_indices)
+    # batch element 1's pages are its own: one (H x NB) page block past element 0's, in the same order
+    assert torch.equal(batched.kv_indices[half:] - 2 * 4, single.kv_indices)
 
 
 def test_split_heads_gives_each_heads_own_bsr():

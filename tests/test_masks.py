@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 import torch
+from head_patterns import sink_and_band_head
 
 from wavealign import masks, synthetic, workloads
 from wavealign.masks import flexprefill, minference, spargeattn, xattention
@@ -198,15 +200,17 @@ def test_minference_block_sparse_keeps_exactly_top_k_blocks_per_row(qkv):
     assert (mask.sum(-1) == 5).all()
 
 
-def test_minference_search_runs_the_winner_as_upstream_remaps_it(qkv):
-    """A-shape and block-sparse winners run as vertical-slash; the returned config is the one that runs."""
-    q, k, _ = qkv
+def test_minference_search_runs_the_winner_as_upstream_remaps_it():
+    """An A-shape winner runs as vertical-slash, as upstream remaps it; the returned config is the one that runs:
+    the candidate A-shape is scored as, remapped, with the density of the mask it builds."""
+    q, k = sink_and_band_head(4096)  # the stream-LLM (A-shape) candidate's pattern
     cfg = minference.search_head(q[0, 0], k[0, 0], BLOCK, sample_blocks=4)
-    assert cfg["pattern"] == "vertical_slash"
-    runs = {tuple(sorted(r.items())) for _, r in minference.CANDIDATES}
-    assert tuple(sorted((key, cfg[key]) for key in ("pattern", "vertical_size", "slash_size"))) in runs
+    assert (cfg["scored_as"], cfg["pattern"]) == ("a_shape", "vertical_slash")
+    remapped = {tuple(sorted(runs.items())) for scored, runs in minference.CANDIDATES
+                if scored["pattern"] == "a_shape"}
+    assert tuple(sorted((key, cfg[key]) for key in ("pattern", "vertical_size", "slash_size"))) in remapped
     built = minference.head_mask(q[0, 0], k[0, 0], BLOCK, {**minference.PARAMS, **cfg})
-    assert float(built.float().mean()) == pytest.approx(cfg["density"])
+    assert 0 < cfg["density"] < 1 and float(built.float().mean()) == pytest.approx(cfg["density"])
 
 
 def test_spargeattn_autotune_caches_per_head_configs_that_build_then_uses(qkv, tmp_path):
@@ -233,8 +237,16 @@ def test_minference_search_picks_a_candidate_per_head_and_caches_it(qkv, tmp_pat
     configs = minference.search(q, k, v, BLOCK, model="m", layer=0, cache=str(cache), sample_blocks=4)
     assert set(configs) == {"m/0/0", "m/0/1"}
     assert all(c["pattern"] in minference.PATTERNS for c in configs.values())
+    # the build reads each head's config from the cache: give head 1 a sparse one the search did not pick
+    sparse = {"pattern": "vertical_slash", "vertical_size": 30, "slash_size": 100}
+    data = json.loads(cache.read_text())
+    data["configs"]["m/0/1"] = sparse
+    cache.write_text(json.dumps(data))
     mask = masks.build("minference", q, k, v, block_size=BLOCK, tuned_config=str(cache), model="m", layer=0)
-    assert float(mask[0, 0].float().mean()) == pytest.approx(configs["m/0/0"]["density"])
+    for head, cfg in enumerate((configs["m/0/0"], sparse)):
+        assert torch.equal(mask[0, head], minference.head_mask(q[0, head], k[0, head], BLOCK,
+                                                               {**minference.PARAMS, **cfg}))
+    assert float(mask[0, 1].float().mean()) < 1
 
 
 def test_a_tuned_config_file_of_another_method_is_rejected(qkv, tmp_path):

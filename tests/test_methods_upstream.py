@@ -38,6 +38,7 @@ from typing import Any
 
 import pytest
 import torch
+from head_patterns import clustered_blocks_head, sink_and_band_head
 
 from wavealign import workloads
 from wavealign.masks import flexprefill, minference, spargeattn, xattention
@@ -367,30 +368,6 @@ def _as_our_candidate(kind: str, first: int, second: int) -> dict[str, Any]:
 SEARCH_TOKENS = 4096  # search_pattern needs N > 3,500 (its largest vertical size) and scores rows 2,500..N
 
 
-def _sink_and_band_head(n: int, d: int = 128, logit: float = 20.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k (1, 1, n, d) whose attention is the stream-LLM candidate's pattern: the first 100 keys (slightly
-    preferred, so they are the top columns) and the keys of the query's 400-token segment and the one before
-    (so every attended key is at most 799 tokens back); every other logit is 0, far below."""
-    q, k = torch.zeros(n, d), torch.zeros(n, d)
-    segment = torch.arange(n) // 400
-    q[:, 0] = 1.0
-    q[torch.arange(n), 1 + segment] = 1.0
-    q[segment > 0, segment[segment > 0]] = 1.0  # 1 + (segment - 1): the previous segment's code
-    k[torch.arange(n), 1 + segment] = 1.0
-    k[:100] = 0.0
-    k[:100, 0] = 1.05
-    return (q * logit * math.sqrt(d)).view(1, 1, n, d), k.view(1, 1, n, d)
-
-
-def _clustered_blocks_head(n: int, d: int = 128, logit: float = 20.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """q, k (1, 1, n, d) whose attention is block-sparse: each 32-token block belongs to one of 16 clusters
-    (seeded), and a query attends only to the keys of its own cluster, fewer than 1/8 of the blocks of a row."""
-    generator = torch.Generator().manual_seed(12)
-    cluster = torch.randint(0, 16, (n // 32,), generator=generator).repeat_interleave(32)
-    codes = torch.nn.functional.one_hot(cluster, d).float()
-    return (codes * logit * math.sqrt(d)).view(1, 1, n, d), codes.view(1, 1, n, d)
-
-
 @pytest.fixture(scope="module")
 def search_results(wan_9f) -> list[tuple[tuple, list]]:
     """Upstream search_pattern, (its result, all_info), on three heads of ``SEARCH_TOKENS`` tokens built so
@@ -398,7 +375,7 @@ def search_results(wan_9f) -> list[tuple[tuple, list]]:
     where vertical-slash (3500, 100) wins."""
     path = upstream_file("minference", FORWARD)
     n = SEARCH_TOKENS
-    heads = [_sink_and_band_head(n), _clustered_blocks_head(n), (wan_9f[0][:, :1, :n], wan_9f[1][:, :1, :n])]
+    heads = [sink_and_band_head(n), clustered_blocks_head(n), (wan_9f[0][:, :1, :n], wan_9f[1][:, :1, :n])]
     # upstream builds this causal additive mask on CUDA on its first call, and reuses it for every later head
     search_mask = torch.zeros(n, n).masked_fill_(torch.ones(n, n, dtype=torch.bool).triu(1),
                                                  torch.finfo(torch.float32).min)[None, None]

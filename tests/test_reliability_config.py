@@ -148,10 +148,15 @@ def test_an_out_of_range_method_parameter_is_rejected_naming_the_key(method, par
         config.load([*CPU_GRID, f"grid.method=[{method}]", f"+grid.method_params.{method}.{param}=[0.5,{value}]"])
 
 
-@pytest.mark.parametrize("override", ["+grid.method_params.planted.density=1.0", "+grid.method_params.planted.noise=0",
-                                      "+grid.method_params.minference.budget=null"])
-def test_a_method_parameter_at_the_edge_of_its_range_or_null_passes(override):
-    config.load([*CPU_GRID, "grid.method=[planted,minference]", override])
+@pytest.mark.parametrize(("method", "param", "value", "spelled"), [
+    ("planted", "density", 1.0, "1.0"), ("planted", "noise", 0, "0"), ("minference", "budget", None, "null")])
+def test_a_method_parameter_at_the_edge_of_its_range_or_null_passes_and_reaches_the_cells(method, param, value,
+                                                                                          spelled):
+    # a model workload, so that the Q/K method's cells are not filtered out of the bare-shape grid
+    cfg = config.load([*CPU_GRID, "grid.method=[planted,minference]", "grid.workload=[wan1.3b-480p-2h]",
+                       f"+grid.method_params.{method}.{param}={spelled}"])
+    cells = [c for c in grid.expand(cfg).cells if c.method == method]
+    assert cells and all(param in c.method_params and c.method_params[param] == value for c in cells)
 
 
 @pytest.mark.parametrize("method", [m for m in masks.available() if masks.get(m).checks])
