@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from wavealign import pipeline, workloads
+from wavealign import kernels, pipeline, workloads
 from wavealign.integrations import diffusers as wa
+from wavealign.jobs._args import check_at_least, check_device
 from wavealign.records import Cell
 from wavealign.sim import packed
 
@@ -173,6 +174,11 @@ def main(argv: list[str]) -> int:
     else:
         wl = workloads.preset(MODELS[args.config], frames=args.frames, resolution=args.resolution)
         latent = (wl.latent_frames, 2 * wl.grid_height, 2 * wl.grid_width)
+    check_at_least(parser, "--block-size", args.block_size, 1)
+    check_device(parser, "--device", args.device)
+    if args.backend not in kernels.names() or kernels.get(args.backend).simulated:
+        parser.error(f"--backend {args.backend!r}: expected a backend that computes attention, one of "
+                     f"{[n for n in kernels.names() if not kernels.get(n).simulated]}")
     with tempfile.TemporaryDirectory() as tmp:
         mask_path, density = args.mask, None
         if mask_path is None:

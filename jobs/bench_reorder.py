@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from wavealign import reorder, reorderers, synthetic
+from wavealign.jobs._args import check_at_least, check_device
 from wavealign.measure.timing import synced_clock
 
 MASKS = {"random": synthetic.random_mask, "planted": synthetic.planted_mask}
@@ -62,6 +63,10 @@ def main(argv: list[str]) -> int:
 
     if args.reorderer not in reorderers.names():
         parser.error(f"--reorderer {args.reorderer!r}: expected one of {reorderers.names()}")
+    check_device(parser, "--device", args.device)
+    for flag, value, least in (("--repeats", args.repeats, 1), ("--heads", args.heads, 1), ("--blocks", args.blocks, 1),
+                               ("--wave-size", args.wave_size, 1), ("--iters", args.iters, 1)):
+        check_at_least(parser, flag, value, least)
     mask = MASKS[args.mask](args.heads, args.blocks, args.blocks, args.density, seed=0, device=args.device)
     params = {"iters": args.iters} if args.reorderer == "wavealign" else {}
     for item in args.param:

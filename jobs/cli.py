@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -62,7 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wavealign {name} needs the sweep tools, which are not installed (no module {exc.name!r}): "
               "pip install 'wavealign[sweep]'", file=sys.stderr)
         return 2
-    return int(module.main(argv[1:]) or 0)
+    try:
+        return int(module.main(argv[1:]) or 0)
+    except ValueError as exc:  # the library's argument checks: their message names the argument and the value
+        if os.environ.get("WAVEALIGN_TRACEBACK"):
+            raise
+        print(f"wavealign {name}: {exc}\n(WAVEALIGN_TRACEBACK=1 shows where it was raised)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -18,13 +18,17 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from wavealign.orchestrator import config, lock, record, tracking
+    from wavealign.orchestrator import config, dataset, lock, record, tracking
 
     console = Console()
     try:
         cfg = config.load(argv)
     except config.ConfigError as exc:
         console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
+        return 2
+    if not dataset.results_dir(cfg.run_root).is_dir():  # a typo'd root would get an empty store and "0 logged"
+        console.print(f"[red]wavealign sync-mlflow: run_root={cfg.run_root!r} has no results/ folder; expected the "
+                      "run root of a sweep[/red]")
         return 2
     uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(cfg.run_root)
     try:

@@ -15,7 +15,9 @@ import inspect
 import itertools
 import math
 import os
+import re
 import typing
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,7 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from wavealign import conf_dir, kernels, masks, registry, reorder, reorderers
@@ -237,6 +239,12 @@ def grids(cfg: DictConfig) -> dict[str, DictConfig]:
     return {"grid": cfg.grid, **{f"extra_grids.{k}": v for k, v in cfg.extra_grids.items()}}
 
 
+# ray.init's addresses: 'auto', 'local', a head's host:port, or Ray Client's ray://host[:port]
+RAY_ADDRESS = re.compile(r"auto|local|ray://[^\s/:]+(:\d+)?|[^\s/:]+:\d+")
+# the URI schemes MLflow's tracking stores answer to ('' is a path: a file store); '+driver' suffixes are allowed
+MLFLOW_SCHEMES = frozenset({"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"})
+
+
 def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     """Check every key against the schema, names against the registries and numbers against their ranges; raise
     ``ConfigError``."""
@@ -258,6 +266,18 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     for key in ("wait_timeout_s", "worker_start_timeout_s"):
         if not cfg.ray[key] > 0:  # nan too; inf waits for ever
             raise ConfigError(f"ray.{key}={cfg.ray[key]}; expected > 0")
+    address = cfg.ray.address
+    if address is not None and not (isinstance(address, str) and RAY_ADDRESS.fullmatch(address)):
+        raise ConfigError(f"ray.address={address!r}; expected null (an embedded local Ray), 'auto' (the cluster "
+                          "this machine is part of), 'host:port' (its head) or 'ray://host:port' (Ray Client)")
+    uri = cfg.mlflow.tracking_uri
+    if uri is not None and not (isinstance(uri, str) and uri and
+                                urllib.parse.urlparse(uri).scheme.split("+")[0] in MLFLOW_SCHEMES):
+        raise ConfigError(f"mlflow.tracking_uri={uri!r}; expected null (<run_root>/mlflow.db), a path, or a URI "
+                          f"with a scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
+    if Path(cfg.run_root).exists() and not Path(cfg.run_root).is_dir():
+        raise ConfigError(f"run_root={cfg.run_root!r} is a file; expected a folder (made if missing) for the "
+                          "sweep's results")
     for where, grid in grids(cfg).items():
         _validate_grid(where, grid, cfg, search_dirs(cfg, conf_dir))
 
@@ -442,14 +462,21 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
         _check_placement(where, grid, backend, param_axes("backend", backend, grid, where, dirs))
     for name in grid.reorderer:
         param_axes("reorderer", name, grid, where, dirs)
-    # after placement: a sweep's leftover parameters of a backend the command line replaced are the lesser news
+    # parameters of a name the grid does not run: the sweep preset's, for a name the command line replaced
+    # (grid.method=[xattention] over a preset tuning planted), are dropped; ones the command line gave itself are
+    # a mistake (a typo'd or forgotten name) and stop the sweep
     for kind in ("method", "backend", "reorderer"):
         names = list(grid[kind])
-        for name in grid[f"{kind}_params"]:
-            if name not in names:
-                raise ConfigError(f"{where}.{kind}_params.{name}: {kind} {name!r} is not in {where}.{kind} {names}; "
-                                  f"expected parameters of a {kind} the grid runs (drop these with "
-                                  f"~{where}.{kind}_params.{name})")
+        for name in list(grid[f"{kind}_params"]):
+            if name in names:
+                continue
+            key = f"{where}.{kind}_params.{name}"
+            if not any(o.lstrip("+~").startswith((f"{key}.", f"{key}=")) for o in cfg.get("overrides", [])):
+                with open_dict(grid[f"{kind}_params"]):
+                    del grid[f"{kind}_params"][name]
+                continue
+            raise ConfigError(f"{key}: {kind} {name!r} is not in {where}.{kind} {names}; expected parameters of a "
+                              f"{kind} the grid runs (add {name!r} to {where}.{kind}, or drop these with ~{key})")
 
 
 def _validate_workload(wl: DictConfig) -> None:

@@ -55,6 +55,41 @@ def test_cli_lists_commands_and_rejects_unknown_ones(capsys):
     assert "unknown command 'no-such-command'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["bench-reorder", "--repeats", "0"], "--repeats must be >= 1, got 0"),
+    (["bench-reorder", "--device", "gpu"], "--device 'gpu': expected a torch device"),
+    (["bench-e2e", "--config", "1.3b", "--device", "cpu", "--backend", "fa5"], "--backend 'fa5': expected a backend"),
+    (["bench-e2e", "--config", "1.3b", "--device", "cpu", "--block-size", "0"], "--block-size must be >= 1, got 0"),
+])
+def test_benchmark_commands_refuse_bad_arguments_before_any_work(argv, needle, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the error is for machines without CUDA")
+def test_a_cuda_device_on_a_machine_without_one_is_refused_with_the_way_out(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench-reorder", "--device", "cuda"])
+    assert "this machine has no CUDA GPU" in capsys.readouterr().err
+
+
+def test_a_library_argument_error_is_one_line_naming_the_command_not_a_traceback(capsys, monkeypatch):
+    monkeypatch.delenv("WAVEALIGN_TRACEBACK", raising=False)
+    assert cli.main(["demo", "--heads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("wavealign demo: heads must be >= 1, got 0") and "Traceback" not in err
+    monkeypatch.setenv("WAVEALIGN_TRACEBACK", "1")
+    with pytest.raises(ValueError, match="heads must be >= 1"):
+        cli.main(["demo", "--heads", "0"])
+
+
+def test_sync_mlflow_refuses_a_run_root_without_results_and_creates_nothing(tmp_path, capsys):
+    root = tmp_path / "typo"
+    assert cli.main(["sync-mlflow", f"run_root={root}"]) == 2
+    assert "has no results/ folder" in capsys.readouterr().out and not root.exists()
+
+
 def test_demo_command_reports_a_smaller_union_and_exactness():
     result = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "demo", "--q-blocks", "300", "--heads", "2"],
                             capture_output=True, text=True, check=True)

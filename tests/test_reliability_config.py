@@ -98,10 +98,17 @@ def test_a_backend_its_hardware_cannot_run_is_named_with_the_grid_hardware_and_w
     rejected(overrides, message)
 
 
-def test_parameters_left_over_from_a_replaced_backend_are_named_with_how_to_drop_them():
-    rejected(["grid.backend=[fa4]"], "grid.backend_params.sim: backend 'sim' is not in grid.backend ['fa4']; expected "
-                                     "parameters of a backend the grid runs (drop these with ~grid.backend_params.sim)")
+def test_a_preset_s_parameters_of_a_backend_the_command_line_replaced_are_dropped():
+    """The sweep preset tunes the sim backend; replacing the backend on the command line drops those params."""
+    cfg = config.load(["grid.backend=[fa4]"])
+    assert list(cfg.grid.backend) == ["fa4"] and "sim" not in cfg.grid.backend_params
     assert config.load(["grid.backend=[fa4]", "~grid.backend_params.sim"]).grid.backend == ["fa4"]
+
+
+def test_parameters_the_command_line_gives_for_a_backend_the_grid_does_not_run_are_named_with_how_to_drop_them():
+    rejected(["grid.backend=[fa4]", "grid.backend_params.sim.kernel=flex"],
+             "grid.backend_params.sim: backend 'sim' is not in grid.backend ['fa4']; expected parameters of a backend "
+             "the grid runs (add 'sim' to grid.backend, or drop these with ~grid.backend_params.sim)")
 
 
 # row 7: parameters a method or backend does not declare, and out-of-range values
@@ -224,3 +231,36 @@ def test_a_dry_run_larger_than_max_cells_prints_the_count_and_a_warning_without_
     assert rc == 0
     assert "4000000 cells, counted from the grids' axes" in out
     assert "warning: 4000000 cells is more than max_cells=100000" in out
+
+
+# where the sweep connects and writes: checked before Ray starts or anything is written
+
+@pytest.mark.parametrize("address", ["htp://head:6379", "6379", "head", "ray://", "auto "])
+def test_a_malformed_ray_address_is_named_with_the_forms_ray_takes(address):
+    rejected([*CPU_GRID, f"ray.address='{address}'"], f"ray.address={address!r}; expected null")
+
+
+@pytest.mark.parametrize("address", ["auto", "local", "10.0.0.5:6379", "head-node:6379", "ray://head:10001",
+                                     "ray://head"])
+def test_the_ray_addresses_ray_takes_pass(address):
+    assert config.load([*CPU_GRID, f"ray.address={address}"]).ray.address == address
+
+
+def test_an_integer_ray_address_is_refused():
+    rejected([*CPU_GRID, "ray.address=6379"], "ray.address=6379; expected null")
+
+
+@pytest.mark.parametrize("uri", ["htp:/localhost:5000", "sqlit:///x.db", ""])
+def test_a_tracking_uri_mlflow_cannot_store_under_is_named(uri):
+    rejected([*CPU_GRID, f"mlflow.tracking_uri='{uri}'"], f"mlflow.tracking_uri={uri!r}; expected null")
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "http://127.0.0.1:5000", "https://mlflow.example.org",
+                                 "file:///tmp/mlruns", "/tmp/mlruns", "postgresql+psycopg2://u@db/mlflow"])
+def test_the_tracking_uris_mlflow_takes_pass(uri):
+    assert config.load([*CPU_GRID, f"mlflow.tracking_uri='{uri}'"]).mlflow.tracking_uri == uri
+
+
+def test_a_run_root_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "results.txt").write_text("not a folder")
+    rejected([*CPU_GRID, f"run_root={tmp_path / 'results.txt'}"], "results.txt' is a file; expected a folder")
