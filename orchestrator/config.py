@@ -240,7 +240,8 @@ def grids(cfg: DictConfig) -> dict[str, DictConfig]:
 
 
 # ray.init's addresses: 'auto', 'local', a head's host:port, or Ray Client's ray://host[:port]
-RAY_ADDRESS = re.compile(r"auto|local|ray://[^\s/:]+(:\d+)?|[^\s/:]+:\d+")
+_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|[^\s/:\[\]]+)"  # a name, an IPv4 address or a bracketed IPv6 one
+RAY_ADDRESS = re.compile(rf"auto|local|ray://{_HOST}(:\d+)?|{_HOST}:\d+")
 # the URI schemes MLflow's tracking stores answer to ('' is a path: a file store); '+driver' suffixes are allowed
 MLFLOW_SCHEMES = frozenset({"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"})
 
