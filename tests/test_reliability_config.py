@@ -243,7 +243,7 @@ def test_a_malformed_ray_address_is_named_with_the_forms_ray_takes(address):
 @pytest.mark.parametrize("address", ["auto", "local", "10.0.0.5:6379", "head-node:6379", "ray://head:10001",
                                      "ray://head", "[::1]:6379", "ray://[fd00::5]:10001"])
 def test_the_ray_addresses_ray_takes_pass(address):
-    assert config.load([*CPU_GRID, f"ray.address={address}"]).ray.address == address
+    assert config.load([*CPU_GRID, f"ray.address='{address}'"]).ray.address == address  # quoted: [ ] and : are grammar
 
 
 def test_an_integer_ray_address_is_refused():
