@@ -40,5 +40,13 @@ def _read(path: str, version: tuple[int, ...], device: torch.device) -> torch.Te
     return packed.load(path).to(device)
 
 
+def check_path(name: str, value: object) -> str:
+    """A non-empty path string. Whether the file exists is checked where the mask is read (a cluster's workers may
+    see files the machine validating the sweep does not)."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must name a mask file (a wavealign.sim.packed .npz), got {value!r}")
+    return value
+
+
 masks.register("file", None, {"path": ""}, "a block mask saved as packed bits (wavealign.sim.packed .npz)",
-               from_shape=load)
+               from_shape=load, checks={"path": check_path})
