@@ -460,7 +460,9 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     for method in grid.method:
         param_axes("method", method, grid, where, dirs)
     for backend in grid.backend:
-        _check_placement(where, grid, backend, param_axes("backend", backend, grid, where, dirs))
+        axes = param_axes("backend", backend, grid, where, dirs)
+        _check_placement(where, grid, backend, axes)
+        _check_backend_options(where, grid, backend, axes)
     for name in grid.reorderer:
         param_axes("reorderer", name, grid, where, dirs)
     # parameters of a name the grid does not run: the sweep preset's, for a name the command line replaced
@@ -478,6 +480,23 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
                 continue
             raise ConfigError(f"{key}: {kind} {name!r} is not in {where}.{kind} {names}; expected parameters of a "
                               f"{kind} the grid runs (add {name!r} to {where}.{kind}, or drop these with ~{key})")
+
+
+def _check_backend_options(where: str, grid: DictConfig, name: str, axes: dict[str, list[Any]]) -> None:
+    """Each combination of the backend's parameters passes its own launch checks (``Backend.check_options``) for
+    every mask block size the grid's cells get (``block_size``, else each GPU's default)."""
+    check = kernels.get(name).check_options
+    if check is None:
+        return
+    sizes = {grid.block_size} if grid.block_size else {
+        hardware_registry.get(grid.cpu_profile if hw == CPU else hw).default_block_size for hw in grid.hardware}
+    for options in param_combinations(axes):
+        for block_size in sorted(sizes):
+            try:
+                check(options, block_size)
+            except ValueError as exc:
+                given = {k: v for k, v in options.items() if v is not None}
+                raise ConfigError(f"{where}.backend {name!r} with {given} and block_size {block_size}: {exc}") from None
 
 
 def _validate_workload(wl: DictConfig) -> None:

@@ -266,3 +266,35 @@ def test_the_tracking_uris_mlflow_takes_pass(uri):
 def test_a_run_root_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "results.txt").write_text("not a folder")
     rejected([*CPU_GRID, f"run_root={tmp_path / 'results.txt'}"], "results.txt' is a file; expected a folder")
+
+
+# a backend's launch options: its own checks run on every combination before any cell is built
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["+grid.backend_params.triton.head_order=bogus"],
+     "grid.backend 'triton' with {'head_order': 'bogus'} and block_size 128: head_order must be one of"),
+    (["+grid.backend_params.triton.num_warps=[8,abc]"], "num_warps must be an integer, got 'abc'"),
+    (["+grid.backend_params.triton.num_warps=3"], "num_warps must be 1, 2, 4, 8 or 16, got 3"),
+    (["+grid.backend_params.triton.block_m=[64,48]"], "block_m must be a power of two >= 16 dividing block_size=128"),
+    (["grid.block_size=96"], "and block_size 96: block_m must be a power of two >= 16 dividing block_size=96"),
+    (["+grid.backend_params.triton.use_tma=1"], "use_tma must be true or false, got 1"),
+])
+def test_a_triton_launch_option_its_planner_would_refuse_stops_the_sweep_at_config_time(overrides, message):
+    rejected(["~sweep", "grid.hardware=[h200]", "grid.backend=[triton]", "grid.workload=[shape-2h]", *overrides],
+             message)
+
+
+@pytest.mark.parametrize(("backend", "override", "message"), [
+    ("flashinfer", "+grid.backend_params.flashinfer.head_order=heads_first", "head_order must be one of"),
+    ("sdpa", "+grid.backend_params.sdpa.kernel=fast", "sdpa kernel='fast'; expected one of"),
+])
+def test_other_backends_launch_options_are_checked_at_config_time(backend, override, message):
+    rejected(["~sweep", "grid.hardware=[h200]", f"grid.backend=[{backend}]", "grid.workload=[shape-2h]", override],
+             message)
+
+
+def test_the_launch_options_a_planner_takes_pass_at_every_block_size_the_grid_gives():
+    cfg = config.load(["~sweep", "grid.hardware=[h200]", "grid.backend=[triton]", "grid.workload=[shape-2h]",
+                       "grid.block_size=64", "+grid.backend_params.triton.block_m=[32,64]",
+                       "+grid.backend_params.triton.num_warps=4", "+grid.backend_params.triton.use_tma=false"])
+    assert list(cfg.grid.backend_params.triton.block_m) == [32, 64]

@@ -22,6 +22,7 @@ processes; within a process the loaded module is cached. Time the first call apa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +110,11 @@ def _check_head_order(head_order: str) -> None:
         raise ValueError(f"head_order must be one of {HEAD_ORDERS}, got {head_order!r}")
 
 
+def check_options(options: Mapping[str, Any], block_size: int) -> None:
+    """The sweep's check of this backend's one launch option, ``head_order``."""
+    _check_head_order(options.get("head_order", "native"))
+
+
 def launch_structures(mask: torch.Tensor, order: reorder.RowOrder | None, block_size: int, q_len: int,
                       kv_len: int, head_order: str = "native") -> list[PagedBSR]:
     """The paged-BSR structure of each launch: one for ``native``, one per (batch, head) for ``sequential``;
@@ -162,4 +168,5 @@ register(Backend(
     execution=ExecutionFacts(64, 64, mma_efficiency=0.6, block_overhead_s=20e-9),
     ncu_kernels=r"BatchPrefillWithPagedKVCache",
     is_available=REQUIREMENT.is_met,
+    check_options=check_options,
 ))

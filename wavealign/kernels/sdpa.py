@@ -7,7 +7,9 @@ mask is an error rather than a silently wrong result. An order is accepted and i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,12 +33,18 @@ class DenseLaunch:
             return F.scaled_dot_product_attention(q, k, v)
 
 
+def check_options(options: Mapping[str, Any], block_size: int) -> None:
+    """The sweep's check of ``kernel`` (None: cuDNN on a GPU, math elsewhere)."""
+    kernel = options.get("kernel")
+    if kernel is not None and kernel not in KERNELS:
+        raise ValueError(f"sdpa kernel={kernel!r}; expected one of {sorted(KERNELS)}")
+
+
 def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape,
          kernel: str | None = None) -> DenseLaunch:
     """A dense launch; ``kernel`` picks SDPA's implementation (``cudnn`` on CUDA, ``math`` elsewhere)."""
     kernel = kernel or ("cudnn" if shape.device.type == "cuda" else "math")
-    if kernel not in KERNELS:
-        raise ValueError(f"sdpa kernel={kernel!r}; expected one of {sorted(KERNELS)}")
+    check_options({"kernel": kernel}, shape.block_size)
     dense = blockmask.as_dense(mask)
     if not bool(dense.all()):
         raise ValueError(f"backend sdpa computes dense attention; the mask must select every block (method "
@@ -52,4 +60,5 @@ register(Backend(
     execution=ExecutionFacts(128, 128, mma_efficiency=0.75, block_overhead_s=20e-9),
     ncu_kernels=r"cudnn|sdpa|fmha",
     needs_gpu=False,
+    check_options=check_options,
 ))

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -26,6 +28,7 @@ except ImportError:  # the CPU build of torch on a machine without triton
     triton = None
 
 HEAD_ORDERS = ("sequential", "parallel")
+KV_EVICTIONS = ("", "evict_first", "evict_last")
 HEAD_DIMS = (64, 128)
 DTYPES = (torch.bfloat16, torch.float16)
 
@@ -204,6 +207,40 @@ def _kv_index_form(mask, batch: int, heads: int, mb: int, nb: int, device) -> tu
     return kv_num, kv_idx
 
 
+def check_options(options: Mapping[str, Any], block_size: int) -> None:
+    """Raise ValueError naming the first launch option ``plan`` would refuse for masks of ``block_size``:
+    ``head_order`` and the fields of ``KernelConfig`` (None keeps the tuned value), with their types and ranges."""
+    head_order = options.get("head_order", "sequential")
+    if head_order not in HEAD_ORDERS:
+        raise ValueError(f"head_order must be one of {HEAD_ORDERS}, got {head_order!r}")
+    defaults = {f.name: f.default for f in fields(KernelConfig)}
+    unknown = sorted(set(options) - set(defaults) - {"head_order"})
+    if unknown:
+        raise ValueError(f"unknown triton option(s) {unknown}; expected fields of KernelConfig {sorted(defaults)} "
+                         "or head_order")
+    for name, value in options.items():
+        if name == "head_order" or value is None:
+            continue
+        kind = type(defaults[name])
+        if type(value) is not kind:  # exact: a bool is not an int here, nor an int a bool
+            expected = {int: "an integer", bool: "true or false", str: "a string"}[kind]
+            raise ValueError(f"{name} must be {expected}, got {value!r}")
+    given = {k: v for k, v in options.items() if k != "head_order" and v is not None}
+    for name in ("block_m", "block_n"):  # a tile not given is the tuned 128, shrunk to a smaller mask block
+        _check_tile(name, given.get(name, min(defaults[name], block_size)), block_size)
+    if "num_warps" in given and given["num_warps"] not in (1, 2, 4, 8, 16):
+        raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {given['num_warps']}")
+    if "num_stages" in given and given["num_stages"] < 1:
+        raise ValueError(f"num_stages must be >= 1, got {given['num_stages']}")
+    if given.get("kv_eviction", "") not in KV_EVICTIONS:
+        raise ValueError(f"kv_eviction must be one of {KV_EVICTIONS}, got {given['kv_eviction']!r}")
+
+
+def _check_tile(name: str, value: int, block_size: int) -> None:
+    if value < 16 or block_size % value or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two >= 16 dividing block_size={block_size}, got {value}")
+
+
 def _check_config(shape: LaunchShape, cfg: KernelConfig) -> None:
     if triton is None:
         raise ValueError("backend 'triton' needs the triton package, which is not installed")
@@ -211,12 +248,10 @@ def _check_config(shape: LaunchShape, cfg: KernelConfig) -> None:
         raise ValueError(f"q/k/v must be bfloat16 or float16, got {shape.dtype}")
     if shape.head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim must be one of {HEAD_DIMS}, got {shape.head_dim}")
-    if cfg.kv_eviction not in ("", "evict_first", "evict_last"):
-        raise ValueError(f"kv_eviction must be '', 'evict_first' or 'evict_last', got {cfg.kv_eviction!r}")
+    if cfg.kv_eviction not in KV_EVICTIONS:  # a KernelConfig passed whole skips check_options
+        raise ValueError(f"kv_eviction must be one of {KV_EVICTIONS}, got {cfg.kv_eviction!r}")
     for name, value in (("block_m", cfg.block_m), ("block_n", cfg.block_n)):
-        if value < 16 or shape.block_size % value or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two >= 16 dividing block_size={shape.block_size}, "
-                             f"got {value}")
+        _check_tile(name, value, shape.block_size)
 
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -282,15 +317,11 @@ def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", con
          **params) -> TritonLaunch:
     """Resolve the launch config and put ``mask`` (dense bool or kv-index form) and ``order`` on the device,
     int32; ``params`` override fields of the config (None keeps the tuned value)."""
-    if head_order not in HEAD_ORDERS:
-        raise ValueError(f"head_order must be one of {HEAD_ORDERS}, got {head_order!r}")
     bs = shape.block_size
+    check_options({"head_order": head_order, **params}, bs)
     base = config or (default_config(shape.head_dim) if shape.head_dim in HEAD_DIMS else KernelConfig())
     # a tuned tile larger than the mask block shrinks to it (e.g. 64x64 masks)
     base = replace(base, block_m=min(base.block_m, bs), block_n=min(base.block_n, bs))
-    unknown = sorted(set(params) - {f.name for f in fields(KernelConfig)})
-    if unknown:
-        raise ValueError(f"unknown triton option(s) {unknown}; expected fields of KernelConfig or head_order")
     cfg = replace(base, **{k: v for k, v in params.items() if v is not None})
     _check_config(shape, cfg)
     kv_num, kv_idx = _kv_index_form(mask, shape.batch, shape.heads, shape.q_blocks, shape.kv_blocks, shape.device)
@@ -349,4 +380,5 @@ register(Backend(
     ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=_cuda_with_triton,
     in_kernel_permutation=True,
+    check_options=check_options,
 ))
