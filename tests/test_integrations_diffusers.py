@@ -1,5 +1,7 @@
 """WaveAlign in a real (tiny, random-weight) diffusers Wan transformer, on the CPU with the reference kernel."""
 
+import re
+
 import pytest
 import torch
 
@@ -111,6 +113,15 @@ def test_the_engine_needs_a_wave_or_a_gpu_to_take_it_from(monkeypatch):
     with pytest.raises(ValueError, match="pass hardware="):
         BlockSparseAttention(method="dense", backend="reference", reorder="never")
     assert BlockSparseAttention(method="dense", backend="reference", reorder="never", wave_size=8).wave_size == 8
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"backend": "fa4", "hardware": "a40", "wave_size": 84}, "backend 'fa4' does not run on hardware 'a40'"),
+    ({"method_params": 0.9}, "method_params must be a dict of method 'xattention''s parameters, got 0.9"),
+])
+def test_the_attention_module_refuses_what_no_call_could_run(kwargs, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        BlockSparseAttention(**{"reorder": "never", **kwargs})
 
 
 def denoise(model, steps: int = 3, guidance: bool = True) -> None:

@@ -11,6 +11,7 @@ Every argument is checked when the object is made, before any GPU work.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,9 @@ class BlockSparseAttention:
     calls: list[CallRecord] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.method_params, Mapping):
+            raise ValueError(f"method_params must be a dict of method {self.method!r}'s parameters, got "
+                             f"{self.method_params!r}")
         masks.get(self.method).resolve(self.method_params)  # unknown method, parameter or value: a ValueError naming it
         backend = kernels.get(self.backend)
         if backend.simulated:
@@ -72,6 +76,9 @@ class BlockSparseAttention:
             self.hardware = None if detected is None else detected.name
         if self.hardware is not None:
             self.hardware = hardware_registry.get(self.hardware).name
+            if not backend.supports(self.hardware):  # also with wave_size given, which skips the wave lookup below
+                raise ValueError(f"backend {self.backend!r} does not run on hardware {self.hardware!r}; it runs on "
+                                 f"{list(backend.supported_hardware)}")
         if self.wave_size is None:
             if self.hardware is None:
                 raise ValueError("wave_size=None needs a GPU to take the backend's wave from; this process sees none "
