@@ -164,10 +164,11 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
     register_schema()
     overrides = list(overrides or [])
     try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name="wavealign-sweep"):
-            cfg = compose(config_name="config", overrides=overrides)
+        cfg = _compose(conf_dir, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"config: {_message(exc)}") from None
+        message = _message(exc)
+        hint = _hint(message, conf_dir, overrides)
+        raise ConfigError(f"config: {message.rstrip('.') + hint if hint else message}") from None
     cfg.overrides = [o for o in overrides if not o.startswith(("only_cells=", "force="))]
     load_plugins(cfg)
     validate(cfg, conf_dir)
@@ -189,6 +190,36 @@ def load_plugins(cfg: DictConfig) -> None:
 def search_dirs(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> list[Path]:
     """Where ``group_entry`` looks: ``conf_dir``, then the sweep's ``conf_dirs``."""
     return [Path(conf_dir), *(Path(d) for d in cfg.conf_dirs)]
+
+
+def _compose(conf_dir: Path, overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3", job_name="wavealign-sweep"):
+        return compose(config_name="config", overrides=overrides)
+
+
+def _hint(message: str, conf_dir: Path, overrides: list[str]) -> str:
+    """What to type instead, for the two override mistakes Hydra's message leaves unexplained: a key the node
+    lacks (the close match among the node's keys, from the config composed without that override) and a scalar
+    given to a grid axis (a list)."""
+    if (scalar := re.search(r"is not a ListConfig.*Error merging override (\S+?)=(\S+)", message)) is not None:
+        return f"; a grid axis is a list: {scalar.group(1)}=[{scalar.group(2)}]"
+    missing = re.search(r"Key '([^']+)' (?:not in|is not in).*Could not override '([^']+)'", message)
+    if missing is None:
+        return ""
+    key, path = missing.groups()
+    segments = path.split(".")
+    parent = ".".join(segments[:segments.index(key)]) if key in segments else path.rpartition(".")[0]
+    if parent.endswith("_params"):  # a name the preset gives no parameters: a new entry of the map
+        return f"; to give {parent.rpartition('.')[2].removesuffix('_params')} {key!r} parameters, add them: +{path}"
+    try:
+        node = OmegaConf.select(_compose(conf_dir, [o for o in overrides if not o.lstrip("+~").startswith(path)]),
+                                parent)
+    except (HydraException, OmegaConfBaseException):
+        return ""
+    if not isinstance(node, DictConfig):
+        return ""
+    close = difflib.get_close_matches(key, [str(k) for k in node], n=1)
+    return f"; did you mean {parent}.{close[0]}?" if close else f"; {parent} has {sorted(str(k) for k in node)}"
 
 
 def _message(exc: BaseException) -> str:

@@ -298,3 +298,15 @@ def test_the_launch_options_a_planner_takes_pass_at_every_block_size_the_grid_gi
                        "grid.block_size=64", "+grid.backend_params.triton.block_m=[32,64]",
                        "+grid.backend_params.triton.num_warps=4", "+grid.backend_params.triton.use_tma=false"])
     assert list(cfg.grid.backend_params.triton.block_m) == [32, 64]
+
+
+@pytest.mark.parametrize(("override", "hint"), [
+    ("grid.hardwre=[cpu]", "; did you mean grid.hardware?"),
+    ("ray.adress=auto", "; did you mean ray.address?"),
+    ("grid.method_params.planted.densty=0.5", "; did you mean grid.method_params.planted.density?"),
+    ("grid.seq_k=148", "; a grid axis is a list: grid.seq_k=[148]"),
+    ("grid.method_params.xattention.threshold=0.5",
+     "; to give method 'xattention' parameters, add them: +grid.method_params.xattention.threshold"),
+])
+def test_an_override_hydra_cannot_apply_comes_with_what_to_type_instead(override, hint):
+    rejected([override], hint)
