@@ -480,6 +480,9 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     for k in grid.seq_k:
         if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
             raise ConfigError(f"{where}.seq_k has {k!r}; expected positive, finite thousands of tokens")
+    for seed in grid.seed:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"{where}.seed has {seed!r}; expected a non-negative integer (torch's generator seeds)")
     for w in grid.wave_size:
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
             raise ConfigError(f"{where}.wave_size has {w!r}; expected a positive integer or null")

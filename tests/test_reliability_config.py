@@ -310,3 +310,7 @@ def test_the_launch_options_a_planner_takes_pass_at_every_block_size_the_grid_gi
 ])
 def test_an_override_hydra_cannot_apply_comes_with_what_to_type_instead(override, hint):
     rejected([override], hint)
+
+
+def test_a_negative_seed_is_refused_at_config_time():
+    rejected([*CPU_GRID, "grid.seed=[0,-1]"], "grid.seed has -1; expected a non-negative integer")
