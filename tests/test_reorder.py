@@ -205,11 +205,6 @@ def test_packed_rows_are_padded_to_whole_16_word_chunks():
     assert [stage1_cuda.padded_words(bits) for bits in (1, 31, 32, 512, 513, 2841)] == [16, 16, 16, 16, 32, 96]
 
 
-def test_a_wrapped_permutation_names_an_unknown_stage():
-    with pytest.raises(ValueError, match=r"stages must be one of \('none', .*\), got 'bogus'"):
-        reorder.RowOrder.from_perm(torch.arange(4).view(1, 4), 132, "bogus")
-
-
 def test_the_reference_kernel_takes_an_order_or_its_permutation_alike():
     mask = synthetic.random_mask(2, 4, 4, 0.5, seed=3)
     q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))

@@ -54,8 +54,6 @@ class RowOrder:
         if perm.is_floating_point() or perm.is_complex() or perm.dtype == torch.bool:
             raise ValueError(f"perm must have an integer dtype, got {perm.dtype}")
         wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
-        if stages not in STAGES:
-            raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
         mb = perm.shape[-1]
         if not bool((torch.sort(perm, dim=-1).values == torch.arange(mb, device=perm.device)).all()):
             raise ValueError(f"perm must hold a permutation of range(MB={mb}) in every row (last dim), got "
