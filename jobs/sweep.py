@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
     if refused:
         print(f"wavealign sweep: {refused}", file=sys.stderr)
         return 2
-    from wavealign.orchestrator import config, lock, plan, sweep
+    from wavealign.orchestrator import cluster, config, lock, plan, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -73,7 +73,7 @@ def main(argv: list[str]) -> int:
             return 0
         plan.check_size(cfg)  # before the run root is locked or Ray started
         outcome = sweep.run(cfg, console)
-    except (config.ConfigError, lock.RunRootBusy) as exc:
+    except (config.ConfigError, lock.RunRootBusy, cluster.ClusterUnreachable) as exc:
         console.print(f"[red]wavealign sweep: {exc}[/red]")
         return 2
     if outcome.terminated_by == "SIGTERM":

@@ -10,6 +10,7 @@ GPU types are matched by Ray's node label ``ray.io/accelerator-type``, which Ray
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -28,6 +29,29 @@ LABEL_KEYS = (ACCELERATOR_LABEL, USER_ACCELERATOR_LABEL)  # Ray's label wins whe
 # what the workers of a cluster are not sent of the checkout (runtime_env working_dir; .gitignore'd files neither)
 SHIP_EXCLUDES = (".git", ".venv", "benchmarks", "docs", "deploy", "wavealign-runs", ".devsite", ".fa4", ".vendor",
                  ".devold", "*.egg-info", "**/__pycache__")
+
+
+class ClusterUnreachable(ConnectionError):
+    """``ray.address`` names a head nothing answers at (Ray itself would retry for minutes)."""
+
+
+def probe(address: str, timeout_s: float = 15.0) -> None:
+    """Raise ``ClusterUnreachable`` unless a TCP connection to ``address``'s head (``host:port``, or
+    ``ray://host[:port]``, Ray Client's default port 10001) opens within ``timeout_s``; ``auto`` and ``local``
+    name no head to try."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
+    if not sep:
+        host, port = hostport, "10001"
+    host = host.strip("[]")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterUnreachable(f"ray.address={address!r}: nothing answers at {host}:{port} within {timeout_s:g} s "
+                                 f"({exc.strerror or exc}); is the head up (ray start --head) and the port open "
+                                 "from this machine?") from None
 
 
 def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None,

@@ -72,6 +72,13 @@ def _run(cfg: DictConfig, console: Console | None,
     console = console or Console()
     run_root = Path(cfg.run_root)
     plan = make_plan(cfg)
+    if plan.pending and cfg.ray.address:  # before anything is written or logged: a typo'd head fails in seconds
+        import ray
+
+        from wavealign.orchestrator import cluster
+
+        if not ray.is_initialized():
+            cluster.probe(cfg.ray.address)
     sweep_dir = run_root / "sweeps" / plan.sweep_id
     sweep_dir.mkdir(parents=True, exist_ok=True)
     config_path = sweep_dir / "config.yaml"
