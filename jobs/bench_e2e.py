@@ -176,9 +176,9 @@ def main(argv: list[str]) -> int:
         latent = (wl.latent_frames, 2 * wl.grid_height, 2 * wl.grid_width)
     check_at_least(parser, "--block-size", args.block_size, 1)
     check_device(parser, "--device", args.device)
-    if args.backend not in kernels.names() or kernels.get(args.backend).simulated:
+    if args.backend not in kernels.computing():
         parser.error(f"--backend {args.backend!r}: expected a backend that computes attention, one of "
-                     f"{[n for n in kernels.names() if not kernels.get(n).simulated]}")
+                     f"{kernels.computing()}")
     with tempfile.TemporaryDirectory() as tmp:
         mask_path, density = args.mask, None
         if mask_path is None:

@@ -516,14 +516,23 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
                               f"{kind} the grid runs (add {name!r} to {where}.{kind}, or drop these with ~{key})")
 
 
+def profile_hardware(grid: DictConfig, hw: str) -> str:
+    """The GPU whose figures a cell on ``hw`` takes: ``hw`` itself, or ``cpu_profile`` for a CPU cell."""
+    return grid.cpu_profile if hw == CPU else hw
+
+
+def block_size_for(grid: DictConfig, hw: str) -> int:
+    """A cell's mask block size: the grid's ``block_size``, else its profile GPU's default."""
+    return int(grid.block_size or hardware_registry.get(profile_hardware(grid, hw)).default_block_size)
+
+
 def _check_backend_options(where: str, grid: DictConfig, name: str, axes: dict[str, list[Any]]) -> None:
     """Each combination of the backend's parameters passes its own launch checks (``Backend.check_options``) for
     every mask block size the grid's cells get (``block_size``, else each GPU's default)."""
     check = kernels.get(name).check_options
     if check is None:
         return
-    sizes = {grid.block_size} if grid.block_size else {
-        hardware_registry.get(grid.cpu_profile if hw == CPU else hw).default_block_size for hw in grid.hardware}
+    sizes = {block_size_for(grid, hw) for hw in grid.hardware}
     for options in param_combinations(axes):
         for block_size in sorted(sizes):
             try:

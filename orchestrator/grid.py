@@ -24,15 +24,17 @@ from wavealign import hardware as hardware_registry
 from wavealign.orchestrator.config import (
     CONF_DIR,
     axis_product,
+    block_size_for,
     grids,
     group_entry,
     modelled_backend,
     param_axes,
     param_combinations,
     placement_reason,
+    profile_hardware,
     search_dirs,
 )
-from wavealign.records import CPU, NO_REORDERER, Cell
+from wavealign.records import NO_REORDERER, Cell
 
 # Bumped when the meaning of a cell's fields changes; part of every cell id.
 CELL_SCHEMA = 3  # 2: cells carry the requested seq_k; 3: and their reorderer
@@ -185,10 +187,10 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
             out.filtered[block.filtered] += block.size
             continue
         hw = block.hardware
-        profile = g.cpu_profile if hw == CPU else hw
+        profile = profile_hardware(g, hw)
         hw_spec = hardware_registry.get(profile)
         modelled = modelled_backend(where, kernels.get(block.backend), block.backend_params)
-        block_size = int(g.block_size or hw_spec.default_block_size)
+        block_size = block_size_for(g, hw)
         for seq_k, method_params, wave, seed in itertools.product(g.seq_k, param_combinations(block.method_axes),
                                                                   g.wave_size, g.seed):
             base = dict(

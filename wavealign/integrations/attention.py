@@ -66,7 +66,7 @@ class BlockSparseAttention:
         backend = kernels.get(self.backend)
         if backend.simulated:
             raise ValueError(f"backend {self.backend!r} simulates a GPU and computes no attention; expected one of "
-                             f"{[n for n in kernels.names() if not kernels.get(n).simulated]}")
+                             f"{kernels.computing()}")
         if self.reorder not in REORDER_MODES:
             raise ValueError(f"reorder must be one of {REORDER_MODES}, got {self.reorder!r}")
         self.block_size = check_int("block_size", self.block_size, lo=1)

@@ -232,6 +232,11 @@ def names() -> list[str]:
     return REGISTRY.names()
 
 
+def computing() -> list[str]:
+    """The backends that compute attention: every registered one but the simulator."""
+    return [n for n in REGISTRY.names() if not REGISTRY.get(n).simulated]
+
+
 def available() -> list[str]:
     """The backends that can run on this machine (e.g. GPU-only ones are absent without CUDA)."""
     return [n for n in REGISTRY.names() if REGISTRY.get(n).is_available()]

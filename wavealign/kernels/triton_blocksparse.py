@@ -232,8 +232,12 @@ def check_options(options: Mapping[str, Any], block_size: int) -> None:
         raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {given['num_warps']}")
     if "num_stages" in given and given["num_stages"] < 1:
         raise ValueError(f"num_stages must be >= 1, got {given['num_stages']}")
-    if given.get("kv_eviction", "") not in KV_EVICTIONS:
-        raise ValueError(f"kv_eviction must be one of {KV_EVICTIONS}, got {given['kv_eviction']!r}")
+    _check_eviction(given.get("kv_eviction", ""))
+
+
+def _check_eviction(value: str) -> None:
+    if value not in KV_EVICTIONS:
+        raise ValueError(f"kv_eviction must be one of {KV_EVICTIONS}, got {value!r}")
 
 
 def _check_tile(name: str, value: int, block_size: int) -> None:
@@ -248,8 +252,7 @@ def _check_config(shape: LaunchShape, cfg: KernelConfig) -> None:
         raise ValueError(f"q/k/v must be bfloat16 or float16, got {shape.dtype}")
     if shape.head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim must be one of {HEAD_DIMS}, got {shape.head_dim}")
-    if cfg.kv_eviction not in KV_EVICTIONS:  # a KernelConfig passed whole skips check_options
-        raise ValueError(f"kv_eviction must be one of {KV_EVICTIONS}, got {cfg.kv_eviction!r}")
+    _check_eviction(cfg.kv_eviction)  # a KernelConfig passed whole skips check_options
     for name, value in (("block_m", cfg.block_m), ("block_n", cfg.block_n)):
         _check_tile(name, value, shape.block_size)
 
