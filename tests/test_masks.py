@@ -231,6 +231,57 @@ def test_spargeattn_autotune_caches_per_head_configs_that_build_then_uses(qkv, t
     assert torch.equal(with_sink, without | (torch.arange(without.shape[-1]) == 0))
 
 
+def _tune_by_definition(q, k, v, l1_bound, sample_blocks):
+    """SpargeAttn's autotune as its docstring defines it, each threshold's whole mask built from scratch and the
+    error read from the sampled blocks of it: the reference the autotune's row-sampled, sort-once path must equal."""
+    from wavealign.masks._common import BlockPartials, block_rows, sample_query_blocks
+
+    nb = -(-q.shape[0] // BLOCK)
+    blocks = sample_query_blocks(nb, sample_blocks)
+    rows, owner = block_rows(q, blocks, BLOCK)
+    partials = BlockPartials(rows, k, v, BLOCK)
+    dense = partials.output(torch.ones_like(partials.den, dtype=torch.bool))
+
+    def full_mask(sim, cdf):
+        return masks.build("spargeattn", q[None, None], k[None, None], v[None, None], block_size=BLOCK,
+                           simthreshd1=sim, cdfthreshd=cdf, autotune=False, attention_sink=False)[0, 0]
+
+    def error(mask):
+        return float((partials.output(mask[blocks][owner]) - dense).abs().sum() / dense.abs().sum())
+
+    best = None
+    for sim in spargeattn.SIM_GRID:
+        lo, hi = 0.0, 1.0
+        if error(full_mask(sim, hi)) > l1_bound:
+            continue
+        for _ in range(8):
+            mid = (lo + hi) / 2
+            lo, hi = (lo, mid) if error(full_mask(sim, mid)) <= l1_bound else (mid, hi)
+        density = float(full_mask(sim, hi).float().mean())
+        if best is None or density < best[2]:
+            best = (sim, hi, density)
+    return best
+
+
+@pytest.mark.parametrize("head", [0, 1])
+def test_spargeattn_autotune_picks_what_bisecting_whole_masks_picks(qkv, head):
+    """The autotune sorts each threshold's probabilities once and bisects on the sampled blocks' rows alone; it
+    must pick the config, and report the density, that bisecting over whole masks does."""
+    q, k, v = (t[0, head] for t in qkv)
+    got = spargeattn.tune_head(q, k, v, BLOCK, l1_bound=0.1, sample_blocks=4)
+    want = _tune_by_definition(q, k, v, l1_bound=0.1, sample_blocks=4)
+    assert want is not None and 0 < want[2] < 1  # a sparse config passes: the search had something to find
+    assert (got["simthreshd1"], got["cdfthreshd"], got["density"]) == want
+
+
+def test_spargeattn_prediction_of_sampled_rows_equals_those_rows_of_the_whole_mask(qkv):
+    q, k, _ = (t[0, 0] for t in qkv)
+    stats = spargeattn._HeadStats(q, k, BLOCK)
+    rows = torch.tensor([0, 5, 40, 73])
+    for sim, cdf in ((0.0, 0.5), (0.6, 0.9), (0.9, 0.2)):
+        assert torch.equal(stats.predict(sim, rows).mask(cdf, True), stats.mask(sim, cdf, True)[rows])
+
+
 def test_minference_search_picks_a_candidate_per_head_and_caches_it(qkv, tmp_path):
     q, k, v = qkv
     cache = tmp_path / "minf.json"

@@ -63,11 +63,22 @@ def _pool_and_similarity(x: torch.Tensor, block_size: int) -> tuple[torch.Tensor
 def cdf_select(probs: torch.Tensor, cdfthreshd: float) -> torch.Tensor:
     """Per row of ``probs`` (MB, NB), the highest blocks while their cumulative mass stays <= ``cdfthreshd``:
     the block whose cdf crosses the threshold is dropped, but every row keeps at least one block."""
-    sorted_p, order = torch.sort(probs, dim=-1, descending=True)
-    cdf = torch.cumsum(sorted_p, dim=-1)
-    keep_n = (cdf <= cdfthreshd).sum(-1, keepdim=True).clamp(min=1)
-    take = torch.arange(probs.shape[-1], device=probs.device) < keep_n
-    return torch.zeros_like(take).scatter_(-1, order, take)
+    return _Ranked(probs).select(cdfthreshd)
+
+
+class _Ranked:
+    """Rows of block probabilities sorted once, so the selection at any ``cdfthreshd`` is a count and a scatter:
+    the autotune's bisection asks for many thresholds of the same probabilities."""
+
+    def __init__(self, probs: torch.Tensor) -> None:
+        sorted_p, self.order = torch.sort(probs, dim=-1, descending=True)
+        self.cdf = torch.cumsum(sorted_p, dim=-1)
+
+    def select(self, cdfthreshd: float) -> torch.Tensor:
+        """``cdf_select`` of the ranked rows at ``cdfthreshd``."""
+        keep_n = (self.cdf <= cdfthreshd).sum(-1, keepdim=True).clamp(min=1)
+        take = torch.arange(self.cdf.shape[-1], device=self.cdf.device) < keep_n
+        return torch.zeros_like(take).scatter_(-1, self.order, take)
 
 
 class _HeadStats:
@@ -80,11 +91,33 @@ class _HeadStats:
         self.scores = (self.pooled_q @ self.pooled_k.T) / math.sqrt(q.shape[-1])
 
     def mask(self, simthreshd1: float, cdfthreshd: float, attention_sink: bool) -> torch.Tensor:
-        q_sim, k_sim = self.sim_q > simthreshd1, self.sim_k > simthreshd1
-        probs = torch.softmax(self.scores.masked_fill(~k_sim, float("-inf")), dim=-1).nan_to_num(0.0)
-        mask = cdf_select(probs, cdfthreshd)
-        mask[:, ~k_sim] = True
-        mask[~q_sim, :] = True
+        """The head's (MB, NB) mask at these thresholds."""
+        return self.predict(simthreshd1).mask(cdfthreshd, attention_sink)
+
+    def predict(self, simthreshd1: float, rows: torch.Tensor | None = None) -> _Prediction:
+        """The prediction at ``simthreshd1`` for query blocks ``rows`` (default all), ready for any cdfthreshd."""
+        return _Prediction(self, simthreshd1, rows)
+
+
+class _Prediction:
+    """One head's prediction at one ``simthreshd1`` for some of its query blocks. Each row depends on that query
+    block alone, so the autotune's error, which reads a few sampled blocks, is computed on those rows only."""
+
+    def __init__(self, stats: _HeadStats, simthreshd1: float, rows: torch.Tensor | None) -> None:
+        scores, sim_q = stats.scores, stats.sim_q
+        if rows is not None:
+            rows = rows.to(scores.device)
+            scores, sim_q = scores[rows], sim_q[rows]
+        self.q_sim, self.k_sim = sim_q > simthreshd1, stats.sim_k > simthreshd1
+        probs = torch.softmax(scores.masked_fill(~self.k_sim, float("-inf")), dim=-1).nan_to_num(0.0)
+        self.ranked = _Ranked(probs)
+
+    def mask(self, cdfthreshd: float, attention_sink: bool) -> torch.Tensor:
+        """The rows' mask: the cdf selection, plus every block a non-self-similar query or kv block touches (and
+        kv-block 0 with ``attention_sink``)."""
+        mask = self.ranked.select(cdfthreshd)
+        mask[:, ~self.k_sim] = True
+        mask[~self.q_sim, :] = True
         if attention_sink:
             mask[:, 0] = True
         return mask
@@ -133,27 +166,27 @@ def _tune(stats: _HeadStats, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     dense = partials.output(torch.ones_like(partials.den, dtype=torch.bool))
     dense_l1 = dense.abs().sum().clamp_min(1e-12)
 
-    def error(mask: torch.Tensor) -> float:
-        out = partials.output(mask[blocks.to(mask.device)][owner])
+    def error(sampled_mask: torch.Tensor) -> float:
+        out = partials.output(sampled_mask[owner])
         return float((out - dense).abs().sum() / dense_l1)
 
     best: dict[str, float] | None = None
     for sim in SIM_GRID:
+        # the bisection reads only the sampled blocks' rows: one sort of those rows serves every threshold
+        sampled = stats.predict(sim, blocks)
         lo, hi = 0.0, 1.0  # error(hi) is 0 only if every block is kept; bisect the smallest passing cdf
-        hi_mask = stats.mask(sim, hi, attention_sink)
-        hi_err = error(hi_mask)
+        hi_err = error(sampled.mask(hi, attention_sink))
         if hi_err > l1_bound:
             continue
         for _ in range(bisect_steps):
             mid = (lo + hi) / 2
-            mid_mask = stats.mask(sim, mid, attention_sink)
-            mid_err = error(mid_mask)
+            mid_err = error(sampled.mask(mid, attention_sink))
             if mid_err <= l1_bound:
-                hi, hi_mask, hi_err = mid, mid_mask, mid_err
+                hi, hi_err = mid, mid_err
             else:
                 lo = mid
-        candidate = {"simthreshd1": sim, "cdfthreshd": hi, "density": float(hi_mask.float().mean()),
-                     "l1_error": hi_err}
+        candidate = {"simthreshd1": sim, "cdfthreshd": hi,
+                     "density": float(stats.mask(sim, hi, attention_sink).float().mean()), "l1_error": hi_err}
         if best is None or candidate["density"] < best["density"]:
             best = candidate
     if best is None:  # nothing passes: the densest setting (all blocks) is exact
