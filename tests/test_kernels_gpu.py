@@ -180,24 +180,40 @@ def test_graphed_plan_equals_the_launched_one_for_each_mask(stages, monkeypatch)
 
 def test_a_plan_is_captured_while_another_thread_works_on_the_gpu():
     """A sweep worker builds its next group's inputs on a side stream in a thread while it plans (and so captures)
-    the current one: the capture must not fail on the other thread's allocations and launches."""
+    the current one: the capture must not fail on the other thread's allocations and launches, nor they on it.
+    The thread draws from its own generator, as the input builders do: torch's default CUDA generator belongs to
+    any capture under way, and a draw from it on another thread fails."""
     import threading
 
-    stop = threading.Event()
+    stop, started = threading.Event(), threading.Event()
+    draws: list[int] = []
+    errors: list[BaseException] = []
 
     def busy() -> None:
-        with torch.cuda.stream(torch.cuda.Stream()):
-            while not stop.is_set():
-                torch.randn(1 << 20, device="cuda").sum()
+        try:
+            gen = torch.Generator(device="cuda").manual_seed(0)
+            with torch.cuda.stream(torch.cuda.Stream()):
+                while not stop.is_set():
+                    torch.randn(1 << 20, device="cuda", generator=gen).sum()
+                    draws.append(1)
+                    started.set()
+        except BaseException as exc:  # re-raised by the test below
+            errors.append(exc)
+            started.set()
 
     mask = synthetic.planted_mask(4, 333, 333, 0.25, seed=8).cuda()  # a shape no other test plans
     worker = threading.Thread(target=busy)
     worker.start()
     try:
+        assert started.wait(60)
+        before = len(draws)
         graphed = reorder.plan(mask).perm
+        during = len(draws) - before
     finally:
         stop.set()
         worker.join()
+    assert not errors, f"the other thread failed: {errors[0]!r}"
+    assert during > 0  # it was drawing while the plan was captured
     launched = reorder.temporal_order(blockmask.row_nnz(mask), reorder.spatial_order(mask), 132)  # no graph
     assert torch.equal(graphed, launched)  # an empty or broken capture would give another order
 
