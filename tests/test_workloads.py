@@ -8,6 +8,7 @@ from safetensors.torch import save_file
 
 from wavealign import workloads
 from wavealign.workloads.rope import apply_rope, positions
+from wavealign.workloads.synthetic import GEN_CHUNK_TOKENS
 
 SMALL = ("wan2.1-1.3b", 9, "480p")  # 3 latent frames x 30 x 52 = 4680 tokens
 
@@ -85,6 +86,16 @@ def test_synthetic_is_deterministic_by_seed():
     c = workloads.synthetic(wl, heads=[1], seed=6)
     assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert not torch.equal(a[0], c[0])
+
+
+def test_synthetic_holds_the_heads_iter_heads_yields_one_by_one():
+    """``synthetic`` writes every head into one allocation; head for head it is what ``iter_heads`` yields, over
+    more than one generator chunk of tokens."""
+    wl = workloads.preset("wan2.1-1.3b", 61, "480p")
+    assert wl.seq_len > GEN_CHUNK_TOKENS
+    together = workloads.synthetic(wl, heads=[4, 1], layer=3, step=7, seed=2)
+    for i, (_, *one) in enumerate(workloads.iter_heads(wl, [4, 1], layer=3, step=7, seed=2)):
+        assert all(torch.equal(t[:, i:i + 1], o) for t, o in zip(together, one, strict=True))
 
 
 def test_keys_are_rms_normalised_and_queries_scaled_by_the_head_sharpness():

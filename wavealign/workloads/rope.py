@@ -6,6 +6,8 @@ channels rotate with t, the next ``channels[1]`` with h, then ``channels[2]`` wi
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from wavealign.workloads.presets import RopeAxes, Workload
@@ -25,7 +27,14 @@ def positions(wl: Workload, start: int = 0, stop: int | None = None,
 
 def pair_angles(rope: RopeAxes, head_dim: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor,
                                                                                            torch.Tensor]:
-    """Per channel pair: its axis (0, 1, 2, or -1 if unrotated) and its angle per latent step, (head_dim/2,)."""
+    """Per channel pair: its axis (0, 1, 2, or -1 if unrotated) and its angle per latent step, (head_dim/2,).
+    Made once per (rope, head_dim, device): the generator rotates every chunk of every head with them, and a
+    copy to the GPU per chunk would stop the host each time. The tensors are shared; do not write to them."""
+    return _pair_angles(rope, head_dim, torch.device(device))
+
+
+@functools.lru_cache(maxsize=64)
+def _pair_angles(rope: RopeAxes, head_dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     axis = torch.full((head_dim // 2,), -1, dtype=torch.long)
     step = torch.zeros(head_dim // 2, dtype=torch.float64)
     pair = 0

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +209,11 @@ class _HeadBasis:
     field_freqs: torch.Tensor  # (clusters, 3, 3) smooth cluster fields: 3 waves x (t, h, w)
     field_phases: torch.Tensor  # (clusters, 3)
 
+    def to(self, device: torch.device) -> _HeadBasis:
+        """The same vectors on ``device``: moved once per head, not once per chunk (each copy to a GPU stops the
+        host until it is done)."""
+        return _HeadBasis(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
@@ -263,6 +268,7 @@ def _rms_norm(x: torch.Tensor) -> torch.Tensor:
 
 def _head_chunk(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, stop: int, noise_seed: int,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tokens ``start:stop`` of one head, its basis already on ``device``."""
     pos = positions(wl, start, stop, device)
     n, d = stop - start, wl.head_dim
     gen = torch.Generator(device=device).manual_seed(noise_seed)
@@ -274,18 +280,18 @@ def _head_chunk(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, sto
     cid = fields.argmax(-1)
     # the smooth part follows the same fields at 4x the wavelength: neighbouring tokens nearly agree
     soft = torch.softmax(2.0 * cluster_fields(basis, pos * 0.25), dim=-1)
-    centroid = basis.centroids_qk.to(device)[cid]
-    shared = basis.positional.to(device) + math.sqrt(prof.semantic) * centroid
-    sink = math.sqrt(prof.sink) * basis.sink.to(device)
-    smooth_q = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_q.to(device))
-    smooth_k = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_k.to(device))
+    centroid = basis.centroids_qk[cid]
+    shared = basis.positional + math.sqrt(prof.semantic) * centroid
+    sink = math.sqrt(prof.sink) * basis.sink
+    smooth_q = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_q)
+    smooth_k = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_k)
     x_q = shared + sink + smooth_q + math.sqrt(noise_energy) * noise[0]
     first_frame = (pos[:, 0] == 0).unsqueeze(-1)
     x_k = shared + torch.where(first_frame, sink, torch.zeros_like(sink)) + smooth_k + \
         math.sqrt(noise_energy) * noise[1]
     q = apply_rope(_rms_norm(x_q), pos, wl.rope) * spec.sharpness
     k = apply_rope(_rms_norm(x_k), pos, wl.rope)
-    v = _rms_norm(0.5 * basis.mean_v.to(device) + basis.centroids_v.to(device)[cid] + noise[2])
+    v = _rms_norm(0.5 * basis.mean_v + basis.centroids_v[cid] + noise[2])
     return q, k, v
 
 
@@ -297,17 +303,11 @@ def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int =
 
     ``dtype`` defaults to bfloat16 on CUDA (as the models run) and float32 elsewhere.
     """
-    config = config or default_config()
     device = torch.device(device)
-    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    config = config or default_config()
     for spec in head_specs(wl, heads, layer, step, seed, config):
-        basis = _basis(wl, spec, layer, seed, config)
-        out = torch.empty(3, wl.seq_len, wl.head_dim, dtype=dtype, device=device)
-        for chunk, start in enumerate(range(0, wl.seq_len, GEN_CHUNK_TOKENS)):
-            stop = min(start + GEN_CHUNK_TOKENS, wl.seq_len)
-            noise_seed = _seed(seed, layer, spec.head, chunk, 17)
-            for i, t in enumerate(_head_chunk(wl, spec, basis, start, stop, noise_seed, device)):
-                out[i, start:stop] = t.to(dtype)
+        out = torch.empty(3, wl.seq_len, wl.head_dim, dtype=dtype or _default_dtype(device), device=device)
+        _fill_head(wl, spec, layer, seed, config, out)
         q, k, v = (t.view(1, 1, wl.seq_len, wl.head_dim) for t in out)
         yield spec, q, k, v
 
@@ -315,11 +315,31 @@ def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int =
 def synthetic(wl: Workload, heads: Sequence[int] | None = None, *, layer: int = 0, step: int = 0, seed: int = 0,
               device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
               config: GeneratorConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Q, K, V of ``heads`` (default all) of ``layer`` at denoising ``step``, each (1, len(heads), N, D).
+    """Q, K, V of ``heads`` (default all) of ``layer`` at denoising ``step``, each (1, len(heads), N, D): the
+    heads ``iter_heads`` yields, written in place into one allocation (no copy of the whole set at the end).
 
     For long sequences and many heads prefer ``iter_heads``, which holds one head at a time.
     """
-    parts = [(q, k, v) for _, q, k, v in iter_heads(wl, heads, layer=layer, step=step, seed=seed, device=device,
-                                                    dtype=dtype, config=config)]
-    return tuple(torch.cat([p[i] for p in parts], dim=1) for i in range(3))  # type: ignore[return-value]
+    device = torch.device(device)
+    config = config or default_config()
+    specs = head_specs(wl, heads, layer, step, seed, config)
+    out = torch.empty(3, 1, len(specs), wl.seq_len, wl.head_dim, dtype=dtype or _default_dtype(device),
+                      device=device)
+    for i, spec in enumerate(specs):
+        _fill_head(wl, spec, layer, seed, config, out[:, 0, i])
+    return out[0], out[1], out[2]
 
+
+def _default_dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def _fill_head(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: GeneratorConfig,
+               out: torch.Tensor) -> None:
+    """Write one head's q, k, v into ``out`` (3, seq_len, head_dim), chunk by fixed chunk of tokens."""
+    basis = _basis(wl, spec, layer, seed, config).to(out.device)
+    for chunk, start in enumerate(range(0, wl.seq_len, GEN_CHUNK_TOKENS)):
+        stop = min(start + GEN_CHUNK_TOKENS, wl.seq_len)
+        noise_seed = _seed(seed, layer, spec.head, chunk, 17)
+        for i, t in enumerate(_head_chunk(wl, spec, basis, start, stop, noise_seed, out.device)):
+            out[i, start:stop] = t.to(out.dtype)
