@@ -170,7 +170,8 @@ class BlockPartials:
             self.num[s:s + step] = torch.einsum("rbt,btd->rbd", e, vb)
 
     def output(self, row_mask: torch.Tensor) -> torch.Tensor:
-        """Attention output (n, Dv) keeping, per row, the kv blocks where ``row_mask`` (n, NB) is True."""
+        """Attention output (..., n, Dv) keeping, per row, the kv blocks where ``row_mask`` (..., n, NB) is True;
+        leading dimensions are masks evaluated together, in one pass over the partials."""
         m = row_mask.to(self.den.dtype)
         den = (m * self.den).sum(-1, keepdim=True)
-        return torch.einsum("rb,rbd->rd", m, self.num) / den.clamp_min(1e-30) * (den > 0)
+        return torch.einsum("...rb,rbd->...rd", m, self.num) / den.clamp_min(1e-30) * (den > 0)

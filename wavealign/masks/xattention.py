@@ -52,12 +52,14 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int)
         raise ValueError(f"block_size must be a multiple of stride, got block_size={block_size}, stride={stride}")
     per_block = block_size // stride
     nb = num_blocks(n, block_size)
-    # fp32 groups: bf16 logits of |x| ~ 30 would be off by ~0.1, enough to move blocks across the threshold
-    qg = _antidiagonal_groups(q.float(), stride, reverse=True)
-    kg = _antidiagonal_groups(k.float(), stride, reverse=False)
+    # bf16 logits of |x| ~ 30 would be off by ~0.1, enough to move blocks across the threshold, so logits are
+    # float32: on a GPU, bf16/fp16 q and k go through the tensor cores with float32 products and sums (as
+    # upstream's Triton kernel does) rather than float32 ones; elsewhere the groups are float32
+    tensor_cores = q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and k.dtype == q.dtype
+    qg = _antidiagonal_groups(q if tensor_cores else q.float(), stride, reverse=True)
+    kg = _antidiagonal_groups(k if tensor_cores else k.float(), stride, reverse=False)
     groups = qg.shape[0]
     # pad groups up to whole blocks; padded key groups are excluded from the softmax
-    key_valid = torch.arange(nb * per_block, device=q.device) < groups
     kg = torch.nn.functional.pad(kg, (0, 0, 0, nb * per_block - groups))
     scale = 1.0 / (math.sqrt(d) * stride)
     out = torch.empty(nb, nb, device=q.device)
@@ -65,9 +67,12 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int)
     for b0 in range(0, nb, blocks_per_chunk):
         b1 = min(b0 + blocks_per_chunk, nb)
         rows = qg[b0 * per_block: min(b1 * per_block, groups)]
-        logits = (rows @ kg.T) * scale
-        probs = torch.softmax(logits.masked_fill(~key_valid, float("-inf")), dim=-1)
-        probs = torch.nn.functional.pad(probs, (0, 0, 0, (b1 - b0) * per_block - rows.shape[0]))
+        logits = torch.mm(rows, kg.T, out_dtype=torch.float32) if tensor_cores else rows @ kg.T
+        logits *= scale  # in place, as the fill below: each pass over a chunk is ~1 GiB on a GPU
+        logits[:, groups:] = float("-inf")
+        probs = torch.softmax(logits, dim=-1)
+        if rows.shape[0] < (b1 - b0) * per_block:  # the ragged last block's missing query groups
+            probs = torch.nn.functional.pad(probs, (0, 0, 0, (b1 - b0) * per_block - rows.shape[0]))
         out[b0:b1] = probs.view(b1 - b0, per_block, nb, per_block).sum((1, 3))
     return out
 
