@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -10,6 +12,8 @@ from wavealign import workloads
 from wavealign.workloads.rope import apply_rope, positions
 from wavealign.workloads.synthetic import GEN_CHUNK_TOKENS
 
+# the generator module (the package exports its function ``synthetic`` under the same name)
+synthetic_module = importlib.import_module("wavealign.workloads.synthetic")
 SMALL = ("wan2.1-1.3b", 9, "480p")  # 3 latent frames x 30 x 52 = 4680 tokens
 
 
@@ -96,6 +100,18 @@ def test_synthetic_holds_the_heads_iter_heads_yields_one_by_one():
     together = workloads.synthetic(wl, heads=[4, 1], layer=3, step=7, seed=2)
     for i, (_, *one) in enumerate(workloads.iter_heads(wl, [4, 1], layer=3, step=7, seed=2)):
         assert all(torch.equal(t[:, i:i + 1], o) for t, o in zip(together, one, strict=True))
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_head_computed_in_spans_of_chunks_equals_it_computed_chunk_by_chunk(device, monkeypatch):
+    """The generator draws noise per fixed chunk and computes the rest over spans of chunks; every step is per
+    token, so spans of one chunk give the same tensors, bit for bit (a span boundary falls inside the sequence)."""
+    wl = workloads.preset("wan2.1-1.3b", 61, "480p")  # 24,960 tokens: two chunks
+    monkeypatch.setattr(synthetic_module, "SPAN_TOKENS", 2 * GEN_CHUNK_TOKENS)
+    spans = workloads.synthetic(wl, heads=[2, 5], layer=1, step=3, seed=4, device=device)
+    monkeypatch.setattr(synthetic_module, "SPAN_TOKENS", GEN_CHUNK_TOKENS)
+    chunks = workloads.synthetic(wl, heads=[2, 5], layer=1, step=3, seed=4, device=device)
+    assert all(torch.equal(a, b) for a, b in zip(spans, chunks, strict=True))
 
 
 def test_keys_are_rms_normalised_and_queries_scaled_by_the_head_sharpness():

@@ -47,6 +47,8 @@ HEAD_TYPES = ("spatial", "temporal", "local3d", "semantic", "sink")
 
 # Noise is drawn per fixed chunk of tokens so results do not depend on how a caller chunks its work.
 GEN_CHUNK_TOKENS = 16384
+# Tokens computed together, whole chunks at a time: ~1 GB of float32 temporaries per span.
+SPAN_TOKENS = 8 * GEN_CHUNK_TOKENS
 
 
 @dataclass(frozen=True)
@@ -266,13 +268,11 @@ def _rms_norm(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
-def _head_chunk(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, stop: int, noise_seed: int,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Tokens ``start:stop`` of one head, its basis already on ``device``."""
-    pos = positions(wl, start, stop, device)
-    n, d = stop - start, wl.head_dim
-    gen = torch.Generator(device=device).manual_seed(noise_seed)
-    noise = torch.randn(3, n, d, generator=gen, device=device) / math.sqrt(d)
+def _head_span(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, stop: int,
+               noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Tokens ``start:stop`` of one head from its basis and their noise (3, stop - start, D), all on one device.
+    Every step is per token, so a span's tokens come out as they would one by one."""
+    pos = positions(wl, start, stop, noise.device)
     prof = spec.profile
     noise_energy = prof.noise
     f_smooth = max(1.0 - sum(prof.positional) - prof.semantic - prof.sink - noise_energy, 0.0)
@@ -336,10 +336,18 @@ def _default_dtype(device: torch.device) -> torch.dtype:
 
 def _fill_head(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: GeneratorConfig,
                out: torch.Tensor) -> None:
-    """Write one head's q, k, v into ``out`` (3, seq_len, head_dim), chunk by fixed chunk of tokens."""
+    """Write one head's q, k, v into ``out`` (3, seq_len, head_dim): noise drawn per fixed chunk of tokens, the
+    rest computed over spans of several chunks (per 16K-token chunk, the GPU idled between ~60 small launches)."""
     basis = _basis(wl, spec, layer, seed, config).to(out.device)
-    for chunk, start in enumerate(range(0, wl.seq_len, GEN_CHUNK_TOKENS)):
-        stop = min(start + GEN_CHUNK_TOKENS, wl.seq_len)
-        noise_seed = _seed(seed, layer, spec.head, chunk, 17)
-        for i, t in enumerate(_head_chunk(wl, spec, basis, start, stop, noise_seed, out.device)):
-            out[i, start:stop] = t.to(out.dtype)
+    d = wl.head_dim
+    for span in range(0, wl.seq_len, SPAN_TOKENS):
+        stop = min(span + SPAN_TOKENS, wl.seq_len)
+        noise = torch.empty(3, stop - span, d, device=out.device)
+        for start in range(span, stop, GEN_CHUNK_TOKENS):
+            end = min(start + GEN_CHUNK_TOKENS, stop)
+            gen = torch.Generator(device=out.device).manual_seed(
+                _seed(seed, layer, spec.head, start // GEN_CHUNK_TOKENS, 17))
+            noise[:, start - span:end - span] = torch.randn(3, end - start, d, generator=gen, device=out.device)
+        noise /= math.sqrt(d)
+        for i, t in enumerate(_head_span(wl, spec, basis, span, stop, noise)):
+            out[i, span:stop] = t.to(out.dtype)
