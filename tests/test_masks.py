@@ -174,6 +174,15 @@ def test_flexprefill_min_budget_keeps_at_least_that_many_vertical_blocks():
     assert int(mask.all(0).sum()) >= 4
 
 
+def test_flexprefill_diagonal_mass_sums_each_distance_on_both_sides_once():
+    probs = torch.rand(5, 23, generator=torch.Generator().manual_seed(3))
+    rows = torch.arange(23 - 5, 23).unsqueeze(1)
+    distance = (rows - torch.arange(23).unsqueeze(0)).abs()
+    by_definition = torch.zeros(23, dtype=torch.float64).index_add_(0, distance.flatten(), probs.double().flatten())
+    assert torch.allclose(flexprefill._diagonal_mass(probs, 23).double(), by_definition, rtol=1e-6)
+    assert flexprefill._diagonal_mass(torch.eye(1, 4), 4).tolist() == [0.0, 0.0, 0.0, 1.0]  # query 3, key 0
+
+
 def test_flexprefill_js_distance_is_zero_for_equal_and_positive_for_different_distributions():
     p = torch.tensor([0.5, 0.25, 0.25])
     assert flexprefill.js_distance(p, p) == pytest.approx(0.0, abs=1e-6)

@@ -52,6 +52,18 @@ def js_distance(p: torch.Tensor, q: torch.Tensor) -> float:
     return math.sqrt(max(float(0.5 * (p * (p / m).log()).sum() + 0.5 * (q * (q / m).log()).sum()), 0.0))
 
 
+def _diagonal_mass(probs: torch.Tensor, n: int) -> torch.Tensor:
+    """Per distance d, the mass of ``probs`` (the last rows' attention, (rows, n)) on the keys d tokens before
+    or after each row's query, summed over rows: (n,). Gathered per side and summed in a fixed order, so the
+    mask is the same on every run (a scatter-add on a GPU sums in whatever order its atomics land)."""
+    rows = torch.arange(n - probs.shape[0], n, device=probs.device).unsqueeze(1)
+    d = torch.arange(n, device=probs.device).unsqueeze(0)
+    after, before = rows + d, rows - d
+    mass_after = probs.gather(1, after.clamp(max=n - 1)) * (after < n)
+    mass_before = probs.gather(1, before.clamp(min=0)) * ((before >= 0) & (d > 0))  # d = 0 counted once
+    return (mass_after + mass_before).sum(0)
+
+
 def head_mask(q: torch.Tensor, k: torch.Tensor, block_size: int, gamma: float, tau: float, min_budget: int,
               max_budget: int | None) -> torch.Tensor:
     """FlexPrefill block mask (MB, NB) of one head (q, k each (N, D))."""
@@ -60,9 +72,7 @@ def head_mask(q: torch.Tensor, k: torch.Tensor, block_size: int, gamma: float, t
     last = q[-block_size:].float() / math.sqrt(d)
     probs = torch.softmax(last @ k.float().T, dim=-1)
     vertical = probs.mean(0)
-    rows = torch.arange(n - last.shape[0], n, device=k.device).unsqueeze(1)
-    dist = (rows - torch.arange(n, device=k.device).unsqueeze(0)).abs()
-    slash = torch.zeros(n, device=k.device).index_add_(0, dist.flatten(), probs.flatten()) / last.shape[0]
+    slash = _diagonal_mass(probs, n) / last.shape[0]
     lo = math.ceil(min_budget / block_size)
     hi = nb if max_budget is None else min(math.ceil(max_budget / block_size), nb)
     n_vertical = min(max(_cover_count(vertical, gamma) // block_size + 1, lo), hi)
