@@ -125,6 +125,15 @@ def test_a_mask_method_on_a_bare_shape_is_filtered():
     assert g.filtered == {"method xattention needs a model's Q/K; workload shape-2h is a bare shape": 2}
 
 
+def test_a_sparse_method_on_the_dense_only_backend_is_filtered():
+    """sdpa computes every block: beside it in a grid, a sparse method's cells would fail on the worker."""
+    cfg = config.load([*CPU_GRID, "grid.backend=[reference,sdpa]", "grid.method=[planted,dense]"])
+    g = grid.expand(cfg)
+    assert g.filtered == {"backend sdpa computes dense attention only; method planted is sparse": 2}
+    assert {(c.backend, c.method) for c in g.cells} == {("reference", "planted"), ("reference", "dense"),
+                                                        ("sdpa", "dense")}
+
+
 def test_parameter_lists_are_axes_and_scalars_single_values():
     cfg = config.load([*CPU_GRID, "+grid.method_params={planted:{density:[0.1,0.2],prototypes:4}}"])
     cells = grid.expand(cfg).cells

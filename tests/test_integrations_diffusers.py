@@ -118,10 +118,23 @@ def test_the_engine_needs_a_wave_or_a_gpu_to_take_it_from(monkeypatch):
 @pytest.mark.parametrize(("kwargs", "needle"), [
     ({"backend": "fa4", "hardware": "a40", "wave_size": 84}, "backend 'fa4' does not run on hardware 'a40'"),
     ({"method_params": 0.9}, "method_params must be a dict of method 'xattention''s parameters, got 0.9"),
+    ({"backend": "sdpa", "wave_size": 8}, "backend 'sdpa' computes dense attention; it takes method 'dense' only, "
+                                          "got method 'xattention'"),
 ])
 def test_the_attention_module_refuses_what_no_call_could_run(kwargs, needle):
     with pytest.raises(ValueError, match=re.escape(needle)):
         BlockSparseAttention(**{"reorder": "never", **kwargs})
+
+
+def test_the_attention_module_refuses_sequence_major_tensors_before_any_work():
+    """(B, N, H, D) tensors passed as (B, H, N, D) would run as thousands of heads of a few tokens each."""
+    attend = BlockSparseAttention(method="dense", backend="reference", reorder="never", wave_size=8)
+    q = torch.randn(1, 2048, 2, 8)
+    with pytest.raises(ValueError, match=re.escape("dim 1 is 2048, more heads than any model has")):
+        attend(q, q, q)
+    assert attend.calls == []
+    out = attend(q.transpose(1, 2), q.transpose(1, 2), q.transpose(1, 2))  # the same tensors, head-major
+    assert out.shape == (1, 2, 2048, 8) and len(attend.calls) == 1
 
 
 def denoise(model, steps: int = 3, guidance: bool = True) -> None:

@@ -24,6 +24,8 @@ from wavealign.kernels import LaunchShape
 from wavealign.measure.timing import synced_clock
 
 REORDER_MODES = ("always", "never", "adaptive")
+# More heads than any video DiT has: a dim 1 this long is the sequence of a (B, N, H, D) tensor
+MAX_HEADS = 1024
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,10 @@ class BlockSparseAttention:
         if backend.simulated:
             raise ValueError(f"backend {self.backend!r} simulates a GPU and computes no attention; expected one of "
                              f"{kernels.computing()}")
+        if backend.dense_only and self.method != "dense":
+            raise ValueError(f"backend {self.backend!r} computes dense attention; it takes method 'dense' only, got "
+                             f"method {self.method!r}; the block-sparse ones are "
+                             f"{[name for name in kernels.computing() if not kernels.get(name).dense_only]}")
         if self.reorder not in REORDER_MODES:
             raise ValueError(f"reorder must be one of {REORDER_MODES}, got {self.reorder!r}")
         self.block_size = check_int("block_size", self.block_size, lo=1)
@@ -96,6 +102,9 @@ class BlockSparseAttention:
         if q.dim() != 4 or q.shape != k.shape or k.shape != v.shape:
             raise ValueError(f"q, k, v must be (B, H, N, D) of one shape (self-attention), got {tuple(q.shape)}, "
                              f"{tuple(k.shape)}, {tuple(v.shape)}")
+        if q.shape[1] > MAX_HEADS:
+            raise ValueError(f"q, k, v must be (B, H, N, D); dim 1 is {q.shape[1]}, more heads than any model has "
+                             f"(at most {MAX_HEADS} taken): (B, N, H, D) tensors? pass q.transpose(1, 2) and so on")
         q, k, v = (t.contiguous() for t in (q, k, v))
         return torch.cat([self._one(q[b:b + 1], k[b:b + 1], v[b:b + 1]) for b in range(q.shape[0])])
 

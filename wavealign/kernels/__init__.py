@@ -173,6 +173,9 @@ class Backend:
     models_option: str | None = None
     # True when it needs a GPU to run (the sweep does not place it on CPU workers)
     needs_gpu: bool = True
+    # True when it computes every block (``sdpa``): it takes only method ``dense``'s mask, so a sweep filters its
+    # cells with a sparse method and ``BlockSparseAttention`` refuses the pair
+    dense_only: bool = False
     # check_options(options, block_size) raises ValueError naming a launch option ``plan`` would refuse; the sweep
     # runs it when it validates the config, before any cell is built (None: the planner's signature is the check)
     check_options: Callable[[Mapping[str, Any], int], None] | None = None

@@ -60,5 +60,6 @@ register(Backend(
     execution=ExecutionFacts(128, 128, mma_efficiency=0.75, block_overhead_s=20e-9),
     ncu_kernels=r"cudnn|sdpa|fmha",
     needs_gpu=False,
+    dense_only=True,
     check_options=check_options,
 ))
