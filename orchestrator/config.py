@@ -35,6 +35,9 @@ from wavealign.records import CPU
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel
 SKIP_MODES = ("force", "policy")
+# The longest sequence a grid may ask for, in thousands of tokens: ten times the paper's longest (436K); a value
+# past it is nearly always tokens typed where thousands were meant, which would fill every worker's memory
+MAX_SEQ_K = 4096
 
 
 class ConfigError(ValueError):
@@ -480,6 +483,9 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     for k in grid.seq_k:
         if isinstance(k, bool) or not isinstance(k, int | float) or not math.isfinite(k) or k <= 0:
             raise ConfigError(f"{where}.seq_k has {k!r}; expected positive, finite thousands of tokens")
+        if k > MAX_SEQ_K:
+            raise ConfigError(f"{where}.seq_k has {k:g}: {k * 1000:,.0f} tokens, more than {MAX_SEQ_K * 1000:,} "
+                              f"(seq_k counts thousands of tokens: 364 is 364,000; did you mean {k / 1000:g}?)")
     for seed in grid.seed:
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ConfigError(f"{where}.seed has {seed!r}; expected a non-negative integer (torch's generator seeds)")

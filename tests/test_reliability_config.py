@@ -75,6 +75,13 @@ def test_a_non_finite_number_is_rejected_naming_the_key(override, message):
     rejected([*CPU_GRID, override], message)
 
 
+def test_a_length_typed_in_tokens_instead_of_thousands_is_rejected_with_the_likely_value():
+    rejected([*CPU_GRID, "grid.seq_k=[148,364000]"],
+             "grid.seq_k has 364000: 364,000,000 tokens, more than 4,096,000 (seq_k counts thousands of tokens: 364 "
+             "is 364,000; did you mean 364?)")
+    assert grid.count_cells(config.load([*CPU_GRID, "grid.seq_k=[4096]"])) > 0  # the bound itself is allowed
+
+
 def test_a_non_finite_backend_parameter_is_rejected_naming_the_key():
     rejected([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[triton]", "+grid.backend_params.triton.block_m=[nan]"],
              "grid.backend_params.triton.block_m has nan; expected a finite number")
