@@ -1,10 +1,17 @@
 """The code fingerprint in cell and sweep ids: it moves with the code's statements and docstrings, not with
 comments, blank lines or trailing spaces."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import wavealign
 from wavealign import fingerprint
+
+REPO = Path(__file__).resolve().parent.parent
 
 CODE = '''"""A module."""
 
@@ -61,3 +68,16 @@ def test_a_new_or_moved_module_moves_it_and_bytecode_does_not(package):
 
 def test_the_code_version_is_the_package_version_plus_the_digest_of_the_library():
     assert fingerprint.code_version() == f"{wavealign.__version__}+{fingerprint.source_digest()}"
+
+
+def test_cell_and_sweep_ids_are_the_same_in_every_process(tmp_path):
+    """A resumed sweep finds its done cells by id, from a new driver process: ids must not depend on the
+    interpreter's string-hash seed, set order or anything else a process draws afresh."""
+    program = ("from wavealign.orchestrator import config, grid, plan\n"
+               "cfg = config.load(['~sweep', 'grid.hardware=[cpu,h100]', 'grid.backend=[reference,sim]', "
+               "'grid.method=[planted,random]', 'grid.workload=[shape-2h]', 'grid.seq_k=[1,2]', "
+               f"'grid.variant=[original,wavealign,adaptive]', 'run_root={tmp_path}'])\n"
+               "print(plan.make_plan(cfg).sweep_id, *sorted(c.cell_id for c in grid.expand(cfg).cells))\n")
+    runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split() for seed in ("1", "2")]
+    assert runs[0] == runs[1] and len(runs[0]) > 10
