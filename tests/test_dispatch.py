@@ -31,6 +31,16 @@ def test_groups_on_the_same_inputs_are_queued_one_after_another_in_the_order_of_
     assert baselines == set()
 
 
+def test_a_group_resumed_without_its_original_gets_it_back_as_a_baseline_run_first():
+    """A variant added on resume is timed against an original re-run beside it, back to back, never against a
+    row measured in another run; the re-run original is a baseline, not a result to record again."""
+    original = replace(cell("reference", 0), cell_id="o", group_id="g")
+    added = replace(original, cell_id="w", variant="wavealign", stages="both")
+    queues, baselines = dispatch.queues([added], [original, added])
+    assert [[c.cell_id for c in group] for group in queues["cpu"]] == [["o", "w"]]
+    assert baselines == {"o"}
+
+
 def test_a_worker_takes_the_group_on_the_inputs_it_keeps_else_the_head():
     groups = [[cell("reference", 0)], [cell("reference", 1)], [cell("sdpa", 1)], [cell("sdpa", 0)]]
     queue = deque(groups)
