@@ -306,3 +306,18 @@ def test_on_a_gpu_the_prefetch_builds_on_a_stream_of_its_own_the_inputs_a_plain_
     assert torch.equal(got_mask, mask) and all(torch.equal(a, b) for a, b in zip(got_qkv, qkv, strict=True))
     result = pipeline.run_group([replace(cell, group_id="again")])[0]  # the kept inputs, timed on the GPU
     assert result.status == "done" and result.inputs_prefetched and result.timer == "cuda_events", result.traceback
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_random_qkv_is_drawn_on_the_cells_device_in_its_dtype_and_fixed_by_the_seed(device):
+    """Q/K/V for the Q/K-free masks are drawn where the cell runs (bf16 on a GPU: no 560M-number host draw and
+    copy at 364K tokens), and a seed gives the same tensors again on that device."""
+    import torch
+
+    cell = make_cell(seq_len_tokens=3000, num_heads=2, head_dim=64, method="random", method_params={"density": 0.3})
+    first, again = (pipeline._random_qkv(cell, torch.device(device)) for _ in range(2))
+    other = pipeline._random_qkv(replace(cell, seed=cell.seed + 1), torch.device(device))
+    want = torch.bfloat16 if device == "cuda" else torch.float32
+    assert all(t.device.type == device and t.dtype == want and t.shape == (1, 2, 3000, 64) for t in first)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[0], other[0])
