@@ -11,7 +11,6 @@ cells of a type left with none are ``failed``).
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections import deque
 from typing import Any
@@ -135,11 +134,8 @@ def fail_unstarted(queues: dict[str, deque[list[Cell]]], workers: dict[str, list
 
 
 def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]], recorder: Recorder,
-             progress: SweepProgress, probe_timeout_s: float, console: Console, prefetch: bool = False,
-             stop: threading.Event | None = None) -> bool:
-    """Keep every worker busy with one group at a time until the queues drain; True if interrupted: by a
-    KeyboardInterrupt, or by ``stop`` being set (the sweep's signal handler sets it too, in case Ray swallowed the
-    interrupt it raised).
+             progress: SweepProgress, probe_timeout_s: float, console: Console, prefetch: bool = False) -> bool:
+    """Keep every worker busy with one group at a time until the queues drain; True if interrupted.
 
     A worker that died on a group (Ray's retries spent) is asked ``where`` once: Ray restarts it, and it takes
     the next group if it answers within ``probe_timeout_s``; otherwise it is dropped.
@@ -159,8 +155,6 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     probes: dict[Any, tuple[str, Any, float]] = {}  # where() of a worker that died -> placement, worker, deadline
     try:
         while any(queues.values()) or inflight or reserved:
-            if stop is not None and stop.is_set():
-                raise KeyboardInterrupt
             for key, queue in queues.items():
                 started = []
                 while idle[key]:

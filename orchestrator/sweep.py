@@ -37,30 +37,22 @@ def run(cfg: DictConfig, console: Console | None = None,
 
 
 @contextmanager
-def _signals_as_interrupt(outcome: SweepOutcome, stop: threading.Event) -> Iterator[None]:
-    """While the block runs, Ctrl-C (SIGINT) and SIGTERM set ``stop`` and raise KeyboardInterrupt; SIGTERM is
-    recorded in the outcome (Ray's own SIGTERM handler would abort the driver and lose the summary).
-
-    ``stop`` is what makes one Ctrl-C enough: Ray's blocking calls (``ray.wait``) run the handler themselves while
-    they wait and turn its KeyboardInterrupt into a status of their own, which a call that finishes at the same
-    time can drop; the dispatch loop also stops on ``stop``. Only the main thread takes signals; elsewhere nothing
-    changes."""
+def _sigterm_as_interrupt(outcome: SweepOutcome) -> Iterator[None]:
+    """While the block runs, SIGTERM raises KeyboardInterrupt (Ray's own handler would abort the driver and lose
+    the summary); the outcome records it. Only the main thread can take signals; elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def interrupt(signum: int, frame: Any) -> None:
-        if signum == signal.SIGTERM:
-            outcome.terminated_by = signal.Signals(signum).name
-        stop.set()
+        outcome.terminated_by = signal.Signals(signum).name
         raise KeyboardInterrupt
 
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         yield
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -138,8 +130,7 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
         if plan.pending:
             cluster.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
             queues, recorder.baselines = dispatch.queues(plan.pending, plan.grid.cells)
-            stop = threading.Event()
-            with (_signals_as_interrupt(outcome, stop),
+            with (_sigterm_as_interrupt(outcome),
                   SweepProgress(dict(plan.pending_by_placement()), console, enabled=cfg.progress) as progress):
                 started = time.monotonic()
                 workers = dispatch.start_pools(cfg, queues, recorder, progress, console)
@@ -153,7 +144,7 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
                 started = time.monotonic()
                 outcome.interrupted = dispatch.dispatch(queues, workers, recorder, progress,
                                                         cfg.ray.worker_start_timeout_s, console,
-                                                        prefetch=cfg.ray.prefetch_inputs, stop=stop)
+                                                        prefetch=cfg.ray.prefetch_inputs)
                 recorder.flush()
                 outcome.dispatch_s = time.monotonic() - started
     except KeyboardInterrupt:  # during start-up; dispatch.dispatch handles it once cells run

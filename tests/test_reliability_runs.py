@@ -8,17 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
 from wavealign import pipeline
 from wavealign.jobs import sync_mlflow
-from wavealign.orchestrator import dataset, dispatch, lock, record, sweep
+from wavealign.orchestrator import dataset, lock
 from wavealign.records import Cell
 
 REPO = Path(__file__).resolve().parent.parent
@@ -101,28 +98,6 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_keeping_rows_summary_and_run_record(t
     assert list(runs.glob("sweeps/*/run-*.json")) and list(runs.glob("sweeps/*/summary.txt"))
     done = dataset.read(runs).num_rows
     assert 1 <= done < 6
-
-
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_signal_whose_interrupt_ray_swallows_still_stops_the_sweep(signum, tmp_path):
-    """Ray's blocking calls run the signal handler themselves and turn its KeyboardInterrupt into a status, which
-    a call finishing at that moment drops (a sweep once ran to its end after one Ctrl-C in CI). The handler also
-    sets the sweep's stop event, and the dispatch loop returns interrupted on it before handing out more work."""
-    outcome = record.SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None)
-    stop = threading.Event()
-    with sweep._signals_as_interrupt(outcome, stop):
-        try:
-            signal.raise_signal(signum)
-            time.sleep(0.01)  # the handler runs in the main thread at the next bytecode
-        except KeyboardInterrupt:
-            pass  # what Ray's signal check does with it
-        assert stop.is_set()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
-    assert outcome.terminated_by == ("SIGTERM" if signum == signal.SIGTERM else None)
-    queue = deque([["a group"]])
-    assert dispatch.dispatch({"cpu": queue}, {"cpu": []}, recorder=None, progress=None, probe_timeout_s=1.0,
-                             console=Console(quiet=True), stop=stop)
-    assert list(queue) == [["a group"]]  # nothing handed out
 
 
 def test_an_mlflow_store_deleted_mid_sweep_is_named_in_one_line_and_no_row_is_lost(tmp_path):
