@@ -283,6 +283,15 @@ def test_spargeattn_autotune_picks_what_bisecting_whole_masks_picks(qkv, head):
     assert (got["simthreshd1"], got["cdfthreshd"], got["density"]) == want
 
 
+def test_spargeattn_autotune_scores_a_mask_keeping_every_block_at_exactly_zero_error(qkv):
+    """At l1_bound=0 only exact settings pass: at cdfthreshd=1 every block with mass is kept, so its error must
+    come out exactly 0 (it did not when the dense output was summed in another order than the masks'), and the
+    search must not fall back to the dense config (simthreshd1=1)."""
+    q, k, v = (t[0, 0] for t in qkv)
+    got = spargeattn.tune_head(q, k, v, BLOCK, l1_bound=0.0, sample_blocks=4)
+    assert got["l1_error"] == 0.0 and got["simthreshd1"] < 1.0 and got["cdfthreshd"] == 1.0
+
+
 def test_spargeattn_prediction_of_sampled_rows_equals_those_rows_of_the_whole_mask(qkv):
     q, k, _ = (t[0, 0] for t in qkv)
     stats = spargeattn._HeadStats(q, k, BLOCK)

@@ -163,13 +163,14 @@ def _tune(stats: _HeadStats, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     blocks = sample_query_blocks(stats.scores.shape[0], sample_blocks)
     q_rows, owner = block_rows(q, blocks, block_size)
     partials = BlockPartials(q_rows, k, v, block_size)
-    dense = partials.output(torch.ones_like(partials.den, dtype=torch.bool))
-    dense_l1 = dense.abs().sum().clamp_min(1e-12)
+    all_kept = torch.ones(len(blocks), partials.den.shape[-1], dtype=torch.bool, device=partials.den.device)
 
     def errors(sampled_masks: list[torch.Tensor]) -> list[float]:
-        # all thresholds asked at once: one pass over the partials (~1.5 GB per head at 364K tokens) serves them
-        out = partials.output(torch.stack(sampled_masks)[:, owner])
-        return ((out - dense).abs().sum((1, 2)) / dense_l1).tolist()
+        # all thresholds asked at once: one pass over the partials (~1.5 GB per head at 364K tokens) serves them.
+        # The dense output is computed in the same pass, so a mask that keeps every block scores exactly 0 (the
+        # batched sums round differently from a single mask's)
+        dense, *out = partials.output(torch.stack([all_kept, *sampled_masks])[:, owner])
+        return ((torch.stack(out) - dense).abs().sum((1, 2)) / dense.abs().sum().clamp_min(1e-12)).tolist()
 
     # every simthreshd1 is bisected in lockstep, on its sampled blocks' rows sorted once; error(cdf=1) is 0 only
     # if every block is kept, so a simthreshd1 that fails it has nothing to bisect
