@@ -107,9 +107,9 @@ def test_a_head_computed_in_spans_of_chunks_equals_it_computed_chunk_by_chunk(de
     """The generator draws noise per fixed chunk and computes the rest over spans of chunks; every step is per
     token, so spans of one chunk give the same tensors, bit for bit (a span boundary falls inside the sequence)."""
     wl = workloads.preset("wan2.1-1.3b", 61, "480p")  # 24,960 tokens: two chunks
-    monkeypatch.setattr(synthetic_module, "SPAN_TOKENS", 2 * GEN_CHUNK_TOKENS)
+    monkeypatch.setattr(synthetic_module, "SPAN_CHUNKS", {device: 2})
     spans = workloads.synthetic(wl, heads=[2, 5], layer=1, step=3, seed=4, device=device)
-    monkeypatch.setattr(synthetic_module, "SPAN_TOKENS", GEN_CHUNK_TOKENS)
+    monkeypatch.setattr(synthetic_module, "SPAN_CHUNKS", {device: 1})
     chunks = workloads.synthetic(wl, heads=[2, 5], layer=1, step=3, seed=4, device=device)
     assert all(torch.equal(a, b) for a, b in zip(spans, chunks, strict=True))
 

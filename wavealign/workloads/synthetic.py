@@ -47,8 +47,10 @@ HEAD_TYPES = ("spatial", "temporal", "local3d", "semantic", "sink")
 
 # Noise is drawn per fixed chunk of tokens so results do not depend on how a caller chunks its work.
 GEN_CHUNK_TOKENS = 16384
-# Tokens computed together, whole chunks at a time: ~1 GB of float32 temporaries per span.
-SPAN_TOKENS = 8 * GEN_CHUNK_TOKENS
+# Chunks computed together, by device type: on a GPU eight, so that each of a head's ~60 launches covers 131K
+# tokens (~1 GB of float32 temporaries per span); elsewhere one, which keeps a span in the CPU's caches (eight
+# ran 2.5x slower there)
+SPAN_CHUNKS = {"cuda": 8}
 
 
 @dataclass(frozen=True)
@@ -337,11 +339,13 @@ def _default_dtype(device: torch.device) -> torch.dtype:
 def _fill_head(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: GeneratorConfig,
                out: torch.Tensor) -> None:
     """Write one head's q, k, v into ``out`` (3, seq_len, head_dim): noise drawn per fixed chunk of tokens, the
-    rest computed over spans of several chunks (per 16K-token chunk, the GPU idled between ~60 small launches)."""
+    rest computed over spans of ``SPAN_CHUNKS`` chunks (per 16K-token chunk, a GPU idled between ~60 small
+    launches)."""
     basis = _basis(wl, spec, layer, seed, config).to(out.device)
     d = wl.head_dim
-    for span in range(0, wl.seq_len, SPAN_TOKENS):
-        stop = min(span + SPAN_TOKENS, wl.seq_len)
+    span_tokens = SPAN_CHUNKS.get(out.device.type, 1) * GEN_CHUNK_TOKENS
+    for span in range(0, wl.seq_len, span_tokens):
+        stop = min(span + span_tokens, wl.seq_len)
         noise = torch.empty(3, stop - span, d, device=out.device)
         for start in range(span, stop, GEN_CHUNK_TOKENS):
             end = min(start + GEN_CHUNK_TOKENS, stop)
