@@ -50,7 +50,7 @@ def main() -> None:
         groups.setdefault(cell.group_id, cell)
     rows = []
     for cell in groups.values():
-        _, workload_ms = synced_ms(lambda c=cell: pipeline._workload_qkv(c, device))
+        workload_ms = synced_ms(lambda c=cell: pipeline._workload_qkv(c, device))[1]  # Q/K/V freed at once
         torch.cuda.empty_cache()
         (mask, _qkv), build_ms = synced_ms(lambda c=cell: pipeline.build_inputs(c, device))
         digest = hashlib.sha256(mask.cpu().numpy().tobytes()).hexdigest()[:16]
