@@ -306,8 +306,11 @@ def test_a_variant_added_on_resume_is_timed_against_a_rerun_original_not_recorde
 def test_ctrl_c_stops_records_what_finished_and_says_how_to_resume(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
                  "grid.seq_k=[2]", "grid.reps=40", "batch_cells=1", f"ray.address={ray_cluster.address}"]
+    # as a sweep typed in a terminal: Ctrl-C's SIGINT at its default, even when the tests themselves run as a
+    # background job, which inherits SIGINT ignored (and so would the sweep, rightly)
     driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.sweep", *overrides], cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_rows(tmp_path, driver, 2)
     driver.send_signal(signal.SIGINT)
     output, _ = driver.communicate(timeout=120)
