@@ -140,7 +140,7 @@ def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -
                 wl = workloads_cfg[wl_name]
                 if reason is None and wl.model is None and wl.captured is None and masks.get(method).needs_qk:
                     reason = f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"
-                if reason is None and backend.dense_only and method != "dense":
+                if reason is None and not backend.takes(method):
                     reason = f"backend {backend_name} computes dense attention only; method {method} is sparse"
                 yield _Block(hw, backend_name, backend_params, wl_name, method, method_axes[method],
                              axis_product(method_axes[method]) * per_method, reason)

@@ -69,7 +69,7 @@ class BlockSparseAttention:
         if backend.simulated:
             raise ValueError(f"backend {self.backend!r} simulates a GPU and computes no attention; expected one of "
                              f"{kernels.computing()}")
-        if backend.dense_only and self.method != "dense":
+        if not backend.takes(self.method):
             raise ValueError(f"backend {self.backend!r} computes dense attention; it takes method 'dense' only, got "
                              f"method {self.method!r}; the block-sparse ones are "
                              f"{[name for name in kernels.computing() if not kernels.get(name).dense_only]}")

@@ -173,8 +173,8 @@ class Backend:
     models_option: str | None = None
     # True when it needs a GPU to run (the sweep does not place it on CPU workers)
     needs_gpu: bool = True
-    # True when it computes every block (``sdpa``): it takes only method ``dense``'s mask, so a sweep filters its
-    # cells with a sparse method and ``BlockSparseAttention`` refuses the pair
+    # True when it computes every block (``sdpa``): it takes only method ``dense``'s mask (``takes``), so a sweep
+    # filters its cells with a sparse method and ``BlockSparseAttention`` refuses the pair
     dense_only: bool = False
     # check_options(options, block_size) raises ValueError naming a launch option ``plan`` would refuse; the sweep
     # runs it when it validates the config, before any cell is built (None: the planner's signature is the check)
@@ -195,6 +195,10 @@ class Backend:
     def supports(self, hardware: str) -> bool:
         """Whether this backend can run on (or model) the GPU type ``hardware`` (an id such as ``"a40"``)."""
         return hardware in self.ctas_per_sm
+
+    def takes(self, method: str) -> bool:
+        """Whether it computes the masks of mask method ``method``: a ``dense_only`` backend takes ``dense``'s."""
+        return not self.dense_only or method == "dense"
 
     def modelled(self, options: Mapping[str, Any]) -> Backend:
         """The backend whose execution a launch with ``options`` runs or models: itself, or the one named by
