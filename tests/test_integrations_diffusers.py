@@ -52,6 +52,21 @@ def test_a_sparse_method_mask_gives_bitwise_the_same_output_with_and_without_the
     assert not torch.allclose(reordered, stock, atol=1e-3)  # and it is what the model computed
 
 
+@pytest.mark.parametrize("method", ["spargeattn", "minference"])
+def test_a_tuned_method_tunes_each_layer_s_heads_on_the_first_forward_only(method):
+    """Each self-attention layer tunes its heads once (keyed by layer); the next forward reuses the configs, pays
+    the prediction alone, and computes what the first forward computed."""
+    model = tiny_wan()
+    with wa.apply(model, method=method, reorder="never", **CPU) as installed:
+        first = forward(model)
+        second = forward(model)
+    calls = installed.attention.calls
+    assert [c.layer for c in calls] == [0, 1, 0, 1]
+    assert [c.tuned_heads for c in calls] == [2, 2, 0, 0]
+    assert len(installed.attention.tuned_configs) == 4  # 2 layers x 2 heads
+    assert torch.equal(first, second)
+
+
 def test_remove_restores_the_original_processors_and_output():
     model = tiny_wan()
     before = dict(model.attn_processors)
@@ -178,8 +193,8 @@ def test_captured_q_k_v_are_what_the_model_attends_with(tmp_path, monkeypatch):
     captured = load_captured(recorder.files[0])
     seen = []
     attend = BlockSparseAttention.__call__
-    monkeypatch.setattr(BlockSparseAttention, "__call__", lambda self, q, k, v: seen.append((q, k, v)) or attend(
-        self, q, k, v))
+    monkeypatch.setattr(BlockSparseAttention, "__call__", lambda self, q, k, v, layer: seen.append((q, k, v)) or attend(
+        self, q, k, v, layer=layer))
     with wa.apply(model, method="dense", reorder="never", **CPU):
         denoise(model, steps=1, guidance=False)
     for got, want in zip(seen[0], (captured.q, captured.k, captured.v), strict=True):  # layer 0's call

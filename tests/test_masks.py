@@ -318,6 +318,43 @@ def test_minference_search_picks_a_candidate_per_head_and_caches_it(qkv, tmp_pat
     assert float(mask[0, 1].float().mean()) < 1
 
 
+@pytest.mark.parametrize(("name", "params"), [("spargeattn", {}), ("minference", {"budget": 0.5})])
+def test_a_store_tunes_each_head_once_and_its_prediction_gives_the_tuning_build_s_mask(qkv, name, params):
+    """A live pipeline keeps a TunedConfigs store: the first build tunes every head into it, a later build on the
+    same (model, layer, heads) only predicts, and both give the mask a build without a store (tuning) gives."""
+    q, k, v = qkv
+    store = masks.TunedConfigs(name)
+    ident = {"model": "m", "layer": 4, "heads": [0, 1], **params}  # MInference's budget: a sparse pick here
+    tuning = masks.build(name, q, k, v, block_size=BLOCK, tuned_config=store, **ident)
+    assert store.tuned == 2 and len(store) == 2
+    predicted = masks.build(name, q, k, v, block_size=BLOCK, tuned_config=store, **ident)
+    assert store.tuned == 2  # nothing tuned again
+    assert torch.equal(predicted, tuning)
+    assert torch.equal(tuning, masks.build(name, q, k, v, block_size=BLOCK, **ident))
+    assert 0 < float(tuning.float().mean()) < 1
+    masks.build(name, q, k, v, block_size=BLOCK, tuned_config=store, **{**ident, "layer": 5})
+    assert store.tuned == 4  # another layer is other heads
+
+
+def test_a_store_over_a_file_reads_it_once_and_writes_what_it_tunes(qkv, tmp_path):
+    q, k, v = qkv
+    path = tmp_path / "sparge.json"
+    masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=masks.TunedConfigs("spargeattn", path),
+                model="m", layer=0)
+    reread = masks.TunedConfigs("spargeattn", path)
+    assert len(reread) == 2 and reread.get("m", 0, 1) is not None
+    masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=reread, model="m", layer=0)
+    assert reread.tuned == 0
+
+
+def test_a_store_of_another_method_or_a_tuned_config_of_another_type_is_rejected(qkv):
+    q, k, v = qkv
+    with pytest.raises(ValueError, match="store of 'spargeattn' configs, got one of 'minference'"):
+        masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=masks.TunedConfigs("minference"))
+    with pytest.raises(ValueError, match="tuned_config must be a JSON file path"):
+        masks.build("minference", q, k, v, block_size=BLOCK, tuned_config=3)
+
+
 def test_a_tuned_config_file_of_another_method_is_rejected(qkv, tmp_path):
     q, k, v = qkv
     cache = tmp_path / "minf.json"

@@ -3,10 +3,13 @@ live Q/K, let the skip policy decide (or force) the reorder, plan the backend's 
 back in the original row order, bitwise equal to running without the reorder.
 
     attend = BlockSparseAttention(method="xattention", backend="fa4", reorder="adaptive", hardware="h200")
-    out = attend(q, k, v)            # (B, H, N, D), self-attention; N need not be a multiple of block_size
+    out = attend(q, k, v, layer=3)   # (B, H, N, D), self-attention; N need not be a multiple of block_size
     attend.calls[-1]                 # what the last call did: density, reordered or not and why, plan times
 
-Every argument is checked when the object is made, before any GPU work.
+Every argument is checked when the object is made, before any GPU work. A method tuned per head (SpargeAttn,
+MInference) is tuned on a head's first call and its config kept, keyed by (``model``, ``layer``, head), in
+``tuned_configs`` (in memory; also in the JSON file ``method_params["tuned_config"]`` names, when given): later
+calls pay the method's prediction only, as upstream's offline-tuned configs do.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ MAX_HEADS = 1024
 @dataclass(frozen=True)
 class CallRecord:
     """What one call did, per batch element: the mask's density, whether the rows were reordered and why, and
-    what building the mask and planning the order cost (host wall time, synchronised on CUDA)."""
+    what building the mask (``tuned_heads`` of its heads tuned first, on a first call) and planning the order
+    cost (host wall time, synchronised on CUDA)."""
 
+    layer: int
     tokens: int
     heads: int
     density: float
@@ -40,6 +45,7 @@ class CallRecord:
     reason: str
     mask_ms: float
     reorder_ms: float
+    tuned_heads: int = 0
 
 
 @dataclass
@@ -48,7 +54,8 @@ class BlockSparseAttention:
     "always", "never", or "adaptive" (the skip profile of ``hardware`` decides per call).
 
     ``hardware`` (a ``wavealign.hardware`` id) defaults to the GPU this process sees; ``wave_size`` to the backend's
-    wave on it. ``reorderer`` picks the spatial step (``wavealign.reorderers``), followed by Stage 2."""
+    wave on it. ``reorderer`` picks the spatial step (``wavealign.reorderers``), followed by Stage 2. ``model`` names
+    the model in the keys of tuned per-head configs (``tuned_configs``)."""
 
     method: str = "xattention"
     backend: str = "fa4"
@@ -58,13 +65,20 @@ class BlockSparseAttention:
     wave_size: int | None = None
     reorderer: str = "wavealign"
     method_params: dict[str, Any] = field(default_factory=dict)
+    model: str = ""
     calls: list[CallRecord] = field(default_factory=list, repr=False)
+    tuned_configs: masks.TunedConfigs | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method_params, Mapping):
             raise ValueError(f"method_params must be a dict of method {self.method!r}'s parameters, got "
                              f"{self.method_params!r}")
-        masks.get(self.method).resolve(self.method_params)  # unknown method, parameter or value: a ValueError naming it
+        method = masks.get(self.method)
+        method.resolve(self.method_params)  # unknown method, parameter or value: a ValueError naming it
+        if not isinstance(self.model, str):
+            raise ValueError(f"model must be a string naming the model (keys of tuned configs), got {self.model!r}")
+        if method.tuned:
+            self.tuned_configs = masks.TunedConfigs(self.method, self.method_params.get("tuned_config"))
         backend = kernels.get(self.backend)
         if backend.simulated:
             raise ValueError(f"backend {self.backend!r} simulates a GPU and computes no attention; expected one of "
@@ -96,8 +110,10 @@ class BlockSparseAttention:
                 raise ValueError("reorder='adaptive' needs hardware= (a wavealign.hardware id with a skip profile)")
             skip.load_profile(self.hardware)  # a ValueError naming the hardware when there is none
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Attention of q over k, v, all (B, H, N, D); one mask and one order per batch element."""
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layer: int = 0) -> torch.Tensor:
+        """Attention of q over k, v, all (B, H, N, D), in the model's self-attention layer ``layer``; one mask and one
+        order per batch element."""
+        layer = check_int("layer", layer, lo=0)
         kernels.check_qkv_tensors(q=q, k=k, v=v)
         if q.dim() != 4 or q.shape != k.shape or k.shape != v.shape:
             raise ValueError(f"q, k, v must be (B, H, N, D) of one shape (self-attention), got {tuple(q.shape)}, "
@@ -106,19 +122,23 @@ class BlockSparseAttention:
             raise ValueError(f"q, k, v must be (B, H, N, D); dim 1 is {q.shape[1]}, more heads than any model has "
                              f"(at most {MAX_HEADS} taken): (B, N, H, D) tensors? pass q.transpose(1, 2) and so on")
         q, k, v = (t.contiguous() for t in (q, k, v))
-        return torch.cat([self._one(q[b:b + 1], k[b:b + 1], v[b:b + 1]) for b in range(q.shape[0])])
+        return torch.cat([self._one(q[b:b + 1], k[b:b + 1], v[b:b + 1], layer) for b in range(q.shape[0])])
 
-    def _one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def _one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+        tuned_before = 0 if self.tuned_configs is None else self.tuned_configs.tuned
         start = synced_clock(q.device)
-        mask = masks.build(self.method, q, k, v, self.block_size, **self.method_params)
+        store = {} if self.tuned_configs is None else {"tuned_config": self.tuned_configs}
+        mask = masks.build_for_heads(self.method, q, k, v, self.block_size, model=self.model, layer=layer,
+                                     heads=list(range(q.shape[1])), **{**self.method_params, **store})
         mask = mask.reshape(-1, *mask.shape[-2:])
         mask_ms = (synced_clock(q.device) - start) * 1e3
         order, reason, reorder_ms = self._order(mask, q.shape[-1], q.device)
         shape = LaunchShape.of(q, k, self.block_size, v=v, hardware=self.hardware, wave_size=self.wave_size)
         out = kernels.get(self.backend).plan(mask, order, shape).run(q, k, v)
-        self.calls.append(CallRecord(tokens=q.shape[2], heads=q.shape[1], density=float(mask.float().mean()),
-                                     reordered=order is not None, reason=reason, mask_ms=mask_ms,
-                                     reorder_ms=reorder_ms))
+        tuned = 0 if self.tuned_configs is None else self.tuned_configs.tuned - tuned_before
+        self.calls.append(CallRecord(layer=layer, tokens=q.shape[2], heads=q.shape[1],
+                                     density=float(mask.float().mean()), reordered=order is not None, reason=reason,
+                                     mask_ms=mask_ms, reorder_ms=reorder_ms, tuned_heads=tuned))
         return out
 
     def _order(self, mask: torch.Tensor, head_dim: int,

@@ -13,7 +13,8 @@ mask never materialises Q/K; ``build`` on Q/K then draws the mask for q's shape.
 
 Methods tuned per head (SpargeAttn, MInference) declare ``model``, ``layer`` and ``heads`` among their params
 (``IDENTITY_PARAMS``) to key their per-head configs; ``build_for_heads`` fills them from the workload, so a
-sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way.
+sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way. Their ``tuned_config``
+takes a ``TunedConfigs`` store: a live pipeline keeps one, so each head is tuned on its first build only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from wavealign.masks._common import check_fraction as check_fraction
 from wavealign.masks._common import check_number as check_number
 from wavealign.masks._common import one_of as one_of
 from wavealign.masks._common import optional as optional
+from wavealign.masks._tuned import TunedConfigs as TunedConfigs  # per-head tuned configs kept across builds
 from wavealign.registry import Registry
 
 
@@ -50,6 +52,11 @@ class MaskMethod:
     @property
     def needs_qk(self) -> bool:
         return self.from_shape is None
+
+    @property
+    def tuned(self) -> bool:
+        """Whether it tunes a config per (model, layer, head) (``tuned_config``: a ``TunedConfigs`` store or file)."""
+        return "tuned_config" in self.params
 
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``params``, each through its check; an unknown param is a ValueError."""
