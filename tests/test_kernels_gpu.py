@@ -178,6 +178,16 @@ def test_graphed_plan_equals_the_launched_one_for_each_mask(stages, monkeypatch)
         assert torch.equal(got, want)
 
 
+def test_a_plan_first_captured_under_inference_mode_also_plans_outside_it():
+    """A diffusers pipeline runs under torch.inference_mode, so the first plan of a shape may capture its graph
+    there; the graph's mask buffer must still take a later mask planned outside it (an inference tensor would not)."""
+    mask = synthetic.planted_mask(4, 300, 300, 0.25, seed=3).cuda()
+    with torch.inference_mode():
+        inside = reorder.plan(mask).perm
+    outside = reorder.plan(mask).perm
+    assert torch.equal(inside, outside) and not outside.is_inference()
+
+
 def test_a_plan_is_captured_while_another_thread_works_on_the_gpu():
     """A sweep worker builds its next group's inputs on a side stream in a thread while it plans (and so captures)
     the current one: the capture must not fail on the other thread's allocations and launches, nor they on it.
