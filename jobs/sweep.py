@@ -8,8 +8,16 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from wavealign.orchestrator.record import SweepOutcome
+
+# the exit status of a sweep that ran (bad input, before anything runs: 2; Ctrl-C: 130; SIGTERM: 143)
+EXIT_CELLS_FAILED = 3  # one or more cells failed: their errors are in the summary and their rows
+EXIT_NOTHING_PLACED = 4  # every cell to run was unschedulable: no node has its GPU type (the summary says which)
 
 USAGE = """usage: wavealign sweep [--dry-run | --cfg job] [KEY=VALUE ...]
 
@@ -56,7 +64,7 @@ def main(argv: list[str]) -> int:
     if refused:
         print(f"wavealign sweep: {refused}", file=sys.stderr)
         return 2
-    from wavealign.orchestrator import cluster, config, lock, plan, sweep
+    from wavealign.orchestrator import config, plan, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -73,12 +81,29 @@ def main(argv: list[str]) -> int:
             return 0
         plan.check_size(cfg)  # before the run root is locked or Ray started
         outcome = sweep.run(cfg, console)
-    except (config.ConfigError, lock.RunRootBusy, cluster.ClusterUnreachable) as exc:
-        console.print(f"[red]wavealign sweep: {exc}[/red]")
+    except refusals() as exc:
+        print(f"wavealign sweep: {exc}", file=sys.stderr)
         return 2
+    return exit_code(outcome)
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """What stops a sweep before it runs anything (exit 2): a bad config, a run root another driver holds, a
+    cluster it cannot join."""
+    from wavealign.orchestrator import config, join, lock
+
+    return config.ConfigError, lock.RunRootBusy, join.CannotJoin
+
+
+def exit_code(outcome: SweepOutcome) -> int:
+    """A sweep's exit status from its outcome (``sweep.SweepOutcome``)."""
     if outcome.terminated_by == "SIGTERM":
         return 143  # 128 + SIGTERM, as a shell reports a process that signal ended
-    return 130 if outcome.interrupted else (1 if outcome.counts.get("failed") else 0)
+    if outcome.interrupted:
+        return 130
+    if outcome.counts and set(outcome.counts) == {"unschedulable"}:
+        return EXIT_NOTHING_PLACED
+    return EXIT_CELLS_FAILED if outcome.counts.get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ class SweepOutcome:
     mlflow_drain_s: float = 0.0
     gpu_workers: int = 0
     kernel_busy_fraction: float | None = None  # ``kernel_busy_fraction``, set with the run record
+    cluster: dict[str, Any] | None = None  # the Ray cluster joined (``join.JoinedCluster``); None: no cell ran
 
 
 def repro_command(cfg: DictConfig, cell: Cell) -> str:
@@ -119,7 +120,7 @@ def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, 
               "counts": dict(outcome.counts), "skipped_done": outcome.skipped_done, "interrupted": outcome.interrupted,
               "workers": {key: len(ws) for key, ws in workers.items()}, "startup_s": outcome.startup_s,
               "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
-              "kernel_busy_fraction": outcome.kernel_busy_fraction}
+              "kernel_busy_fraction": outcome.kernel_busy_fraction, "cluster": outcome.cluster}
     path = sweep_dir / f"{_RUN_RECORD_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     path.write_text(json.dumps(record, indent=2, default=str))
 

@@ -8,6 +8,7 @@ Ctrl-C stops submitting, records what finished and prints how to resume.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
@@ -31,7 +32,17 @@ def run(cfg: DictConfig, console: Console | None = None,
         on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None = None) -> SweepOutcome:
     """Run the sweep ``cfg`` (validated by ``config.load``), holding its run root's lock (a second
     driver is refused: ``lock.RunRootBusy``). ``on_workers`` receives, once the workers are up, their node and pid
-    per placement. SIGTERM is handled as Ctrl-C is: stop submitting, record, summarise, shut Ray down."""
+    per placement. SIGTERM is handled as Ctrl-C is: stop submitting, record, summarise, shut Ray down.
+
+    Before the run root is locked or written: a typo'd head, no cluster for ``auto`` or a refused Ray token stop it
+    in seconds (``join.CannotJoin``)."""
+    import ray
+
+    from wavealign.orchestrator import join
+
+    join.check_run_root(cfg.run_root)
+    if not ray.is_initialized():
+        join.check(cfg.ray.address)
     with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):
         return _run(cfg, console, on_workers)
 
@@ -72,13 +83,6 @@ def _run(cfg: DictConfig, console: Console | None,
     console = console or Console()
     run_root = Path(cfg.run_root)
     plan = make_plan(cfg)
-    if plan.pending and cfg.ray.address:  # before anything is written or logged: a typo'd head fails in seconds
-        import ray
-
-        from wavealign.orchestrator import cluster
-
-        if not ray.is_initialized():
-            cluster.probe(cfg.ray.address)
     sweep_dir = run_root / "sweeps" / plan.sweep_id
     sweep_dir.mkdir(parents=True, exist_ok=True)
     config_path = sweep_dir / "config.yaml"
@@ -107,6 +111,8 @@ def _run(cfg: DictConfig, console: Console | None,
         outcome.rows = recorder.rows
         outcome.counts = Counter(r["status"] for r in recorder.rows)
         write_run_record(sweep_dir, outcome, workers)
+        if tracker is not None and outcome.cluster is not None:
+            tracker.log_cluster(parent, outcome.cluster)
         summary_path = sweep_dir / "summary.txt"
         if tracker is not None:
             outcome.mlflow_down_reason = tracker.down_reason
@@ -122,13 +128,16 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
     """Run the plan's pending cells on Ray workers, recording each as it finishes; the workers by placement."""
     import ray
 
-    from wavealign.orchestrator import cluster
+    from wavealign.orchestrator import join
 
     owns_ray = not ray.is_initialized()
     workers: dict[str, list[Any]] = {}
     try:
         if plan.pending:
-            cluster.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
+            target = join.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
+            joined = join.joined(target)
+            console.print(str(joined), markup=False, highlight=False, soft_wrap=True)
+            outcome.cluster = dataclasses.asdict(joined)
             queues, recorder.baselines = dispatch.queues(plan.pending, plan.grid.cells)
             with (_sigterm_as_interrupt(outcome),
                   SweepProgress(dict(plan.pending_by_placement()), console, enabled=cfg.progress) as progress):

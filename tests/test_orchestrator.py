@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 from rich.console import Console
 
-from wavealign.orchestrator import cluster, config, dataset, plan, sweep, tracking
+from wavealign.orchestrator import cluster, config, dataset, join, plan, sweep, tracking
 
 REPO = Path(__file__).resolve().parent.parent
 LABEL = cluster.ACCELERATOR_LABEL
@@ -38,7 +38,7 @@ def ray_cluster():
     for label, accelerator in ((LABEL, "H100"), (LABEL, "H100"), (cluster.USER_ACCELERATOR_LABEL, "A40")):
         nodes.add_node(num_cpus=1, num_gpus=1, object_store_memory=OBJECT_STORE, labels={label: accelerator})
     nodes.wait_for_nodes()
-    cluster.connect(nodes.address)
+    join.connect(nodes.address)
     yield nodes
     ray.shutdown()
     nodes.shutdown()

@@ -214,8 +214,7 @@ def test_a_run_larger_than_max_cells_exits_2_before_touching_the_run_root(tmp_pa
     root = tmp_path / "runs"
     rc = sweep_job.main([*CPU_GRID, "grid.seed=[0,1,2,3,4,5]", "max_cells=10", f"run_root={root}"])
     assert rc == 2 and not root.exists()
-    assert "the sweep has 12 cells (its grids' axes multiplied), more than max_cells=10" in " ".join(
-        capsys.readouterr().out.split())
+    assert "the sweep has 12 cells (its grids' axes multiplied), more than max_cells=10" in capsys.readouterr().err
 
 
 def test_raising_max_cells_lets_the_sweep_plan():
