@@ -94,8 +94,8 @@ def resolve(address: str | None) -> Target:
     if started:
         return Target(started, f"{asked}, the latest `ray start` on this machine ({left})")
     running = sorted(services.find_gcs_addresses())
-    others = (f"; a Ray that `ray start` did not start runs here at {', '.join(running)} (another sweep's or user's?): "
-              "give ray.address=HOST:PORT to join it on purpose" if running else "")
+    others = (f"; not joined: a Ray running here at {', '.join(running)} (another user's or sweep's, or one started "
+              "with its own --temp-dir), which ray.address=HOST:PORT joins on purpose" if running else "")
     raise CannotJoin(f"{asked}: no Ray cluster to join (RAY_ADDRESS is unset and no `ray start` on this machine left "
                      f"{left}){others}; expected a running head (`ray start --head`) or ray.address=HOST:PORT")
 
