@@ -176,3 +176,12 @@ def test_a_checkout_gives_the_sweep_packages_their_wavealign_names():
     assert wavealign.CHECKOUT == REPO
     assert Path(config.__file__).resolve() == REPO / "orchestrator" / "config.py"
     assert config.CONF_DIR == wavealign.conf_dir() == REPO / "conf"
+
+
+@pytest.mark.parametrize("name", ["wavealign.wavealign", "wavealign.wavealign.kernels", "wavealign.tests",
+                                  "wavealign.deploy", "wavealign.benchmarks"])
+def test_a_checkout_is_no_package_path_so_no_second_copy_of_the_library_or_its_other_folders_import(name):
+    import importlib
+
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(name)
