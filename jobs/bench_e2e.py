@@ -19,11 +19,10 @@ from pathlib import Path
 
 import torch
 
-from wavealign import kernels, pipeline, workloads
+from wavealign import kernels, mask_file, pipeline, workloads
 from wavealign.integrations import diffusers as wa
 from wavealign.jobs._args import check_at_least, check_device
 from wavealign.records import Cell
-from wavealign.sim import packed
 
 VARIANTS = ("dense", "never", "always", "adaptive")
 # diffusers' WanTransformer3DModel arguments of the 1.3B model (its defaults are the 14B's)
@@ -71,7 +70,7 @@ def calibrated_mask(config: str, frames: int, resolution: str, method: str, path
                 model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
                 layer=wl.layers // 2, step=25)
     mask, _ = pipeline.build_inputs(cell, torch.device(device))
-    packed.save(path, mask.cpu())
+    mask_file.save(path, mask.cpu())
     return float(mask.float().mean())
 
 
@@ -141,7 +140,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")
     parser.add_argument("--method", default="xattention", help="the mask method built on the calibrated workload")
-    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.sim.packed .npz) instead")
+    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.mask_file .npz) instead")
     parser.add_argument("--latent", help="T,H,W of the latent video (default: the workload preset's); tokens are "
                                          "T * H/2 * W/2")
     parser.add_argument("--backend", default="fa4")
@@ -184,7 +183,7 @@ def main(argv: list[str]) -> int:
         if mask_path is None:
             mask_path = Path(tmp) / "mask.npz"
             density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path, args.device)
-        mask = packed.load(mask_path)
+        mask = mask_file.load(mask_path)
         density = float(mask.float().mean()) if density is None else density
         tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
         blocks = -(-tokens // args.block_size)

@@ -5,7 +5,7 @@
 ``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.ncu=true``) or a
 table of one row per measured launch (CSV, JSON list or JSON lines) with the columns ``backend, stages,
 mask_kind, seq_len, heads, block_size, head_dim, density, seed, l2_hit_pct, dram_read_bytes, kernel_ms`` and
-optionally ``mask_file`` (a ``wavealign.sim.packed`` .npz, for method masks), ``mask_density`` (the density asked
+optionally ``mask_file`` (a ``wavealign.mask_file`` .npz, for method masks), ``mask_density`` (the density asked
 of the generator), ``nnz_spread``, ``prototypes``, ``noise``, ``wave_size`` and ``plan_seed``.
 
 Each measured cell becomes the same cell on backend ``sim`` (``kernel`` = the measured backend), run through
@@ -123,7 +123,7 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
             method = kind
         else:
             raise ValueError(f"row {i}: mask_kind {kind!r} is none of {sorted(_GENERATOR_COLUMNS)}, so it needs a "
-                             "mask_file column (a wavealign.sim.packed .npz)")
+                             "mask_file column (a wavealign.mask_file .npz)")
         kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
         seq_len, block_size = _number(row, "seq_len", int), _number(row, "block_size", int)
         group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"
