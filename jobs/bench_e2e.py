@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from wavealign import kernels, mask_file, pipeline, workloads
+from wavealign import inputs, kernels, mask_file, workloads
 from wavealign.integrations import diffusers as wa
 from wavealign.jobs._args import check_at_least, check_device
 from wavealign.records import Cell
@@ -60,16 +60,17 @@ def random_transformer(config: str, device: str, layers: int | None = None) -> t
 def calibrated_mask(config: str, frames: int, resolution: str, method: str, path: Path, device: str) -> float:
     """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
     model's mid-depth layer, mid-denoising) the way a sweep cell on that workload builds it
-    (``pipeline.build_inputs``), save it at ``path``, and return its density."""
+    (``inputs.build``), save it at ``path``, and return its density."""
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
-    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated backend: no Q/K/V kept)
+    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated measurer: no Q/K/V kept)
     # only place the cell
-    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="sim", method=method,
+    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="fa4",
+                measure="simulated", method=method,
                 variant="original", stages="none", skip_mode="force", workload=f"{MODELS[config]}-{resolution}",
                 seq_len_tokens=wl.seq_len, num_heads=wl.heads, head_dim=wl.head_dim, block_size=128, wave_size=132,
                 model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
                 layer=wl.layers // 2, step=25)
-    mask, _ = pipeline.build_inputs(cell, torch.device(device))
+    mask, _ = inputs.build(cell, torch.device(device))
     mask_file.save(path, mask.cpu())
     return float(mask.float().mean())
 
@@ -175,9 +176,9 @@ def main(argv: list[str]) -> int:
         latent = (wl.latent_frames, 2 * wl.grid_height, 2 * wl.grid_width)
     check_at_least(parser, "--block-size", args.block_size, 1)
     check_device(parser, "--device", args.device)
-    if args.backend not in kernels.computing():
+    if args.backend not in kernels.names():
         parser.error(f"--backend {args.backend!r}: expected a backend that computes attention, one of "
-                     f"{kernels.computing()}")
+                     f"{kernels.names()}")
     with tempfile.TemporaryDirectory() as tmp:
         mask_path, density = args.mask, None
         if mask_path is None:

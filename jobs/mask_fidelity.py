@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from wavealign import hardware, kernels, masks, pipeline, workloads
+from wavealign import hardware, inputs, kernels, masks, pipeline, placement, workloads
 from wavealign.jobs._head_masks import add_workload_arguments
 from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
@@ -91,12 +91,12 @@ def head_cells(args: argparse.Namespace, wl: workloads.Workload, heads: list[int
     """One simulated sweep cell per (head, method): what a sweep of this workload, layer, step and head runs."""
     wave = kernels.get(args.kernel).wave_size(args.hardware)
     return [Cell(cell_id=f"{method}-head{head}", group_id=f"{method}-head{head}", hardware=args.hardware,
-                 profile_hardware=args.hardware, backend="sim", method=method, variant="original", stages="none",
+                 profile_hardware=args.hardware, backend=args.kernel, measure="simulated", method=method,
+                 variant="original", stages="none",
                  skip_mode="force", workload=f"{args.model}-{args.resolution}", seq_len_tokens=wl.seq_len,
                  num_heads=1, head_dim=wl.head_dim, block_size=args.block_size, wave_size=wave, seed=args.seed,
                  model=args.model, resolution=args.resolution, frames=args.frames, heads=[head], layer=args.layer,
-                 step=args.step, method_params=overrides[method], backend_params={"kernel": args.kernel}, reps=1,
-                 warmup=0)
+                 step=args.step, method_params=overrides[method], reps=1, warmup=0)
             for head in heads for method in methods]
 
 
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
         print(f"  head {head:2d} {types[head]:9s} {cell.method:12s} density {r.density:6.1%}  jaccard "
               f"{r.adjacent_jaccard:.3f}  L2 {r.l2_hit_pct:5.1f}%  build {r.mask_ms:8.1f} ms", flush=True)
         if head == picture_head:
-            mask, _ = pipeline.build_inputs(cell, pipeline.device_for(cell))
+            mask, _ = inputs.build(cell, placement.device(cell))
             frame_blocks = max(1, round(3 * wl.tokens_per_frame / args.block_size))
             save_mask_png(mask[0].cpu(), out / f"mask_{cell.method}.png",
                           f"{cell.method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {head} "

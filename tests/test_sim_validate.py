@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from wavealign import kernels, mask_file, pipeline, reorder, sim, synthetic
+from wavealign import inputs, kernels, mask_file, pipeline, reorder, sim, synthetic
 from wavealign.jobs import validate_sim
 from wavealign.orchestrator import dataset
 from wavealign.records import Cell
@@ -119,19 +119,19 @@ def test_masks_regenerate_exactly_as_bench_kernels_made_them(tmp_path):
            "block_size": 128, "head_dim": 128, "density": 0.2449, "seed": 0, "l2_hit_pct": 50.0,
            "dram_read_bytes": 1e9, "kernel_ms": 1.0}
     [measured] = validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", [row]), "h200", mask_density=0.25)
-    mask, _ = pipeline.build_inputs(validate_sim.as_simulated(measured, None, 0.0), torch.device("cpu"))
+    mask, _ = inputs.build(validate_sim.as_simulated(measured, None, 0.0), torch.device("cpu"))
     assert torch.equal(mask, synthetic.planted_mask(2, 16, 16, 0.25, seed=0))
 
 
 def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
-    """Rows as a GPU sweep with grid.ncu=true writes them (counters set to the simulator's own figures)."""
+    """Rows as a GPU sweep measuring ncu writes them (counters set to the simulator's own figures)."""
     rows = []
     for stages, variant in (("none", "original"), ("both", "wavealign")):
         cell = Cell(cell_id=variant, group_id="g", hardware="h200", profile_hardware="h200", backend="flex",
                     method="planted", variant=variant, stages=stages, skip_mode="force", workload="shape-2h",
                     seq_len_tokens=2048, num_heads=2, head_dim=128, block_size=128, wave_size=WAVE,
-                    method_params={"density": 0.3, "seed": 4}, ncu=True)
-        [predicted] = pipeline.run_group([dataclasses.replace(cell, backend="sim", backend_params={"kernel": "flex"})])
+                    method_params={"density": 0.3, "seed": 4}, measure="ncu")
+        [predicted] = pipeline.run_group([dataclasses.replace(cell, measure="simulated")])
         result = dataclasses.replace(predicted, simulated=False, timer="cuda_events",
                                      ncu_l2_hit_pct=predicted.l2_hit_pct + 3.0,
                                      ncu_dram_read_bytes=predicted.hbm_read_bytes, ncu_kernel_ms=1.0)

@@ -382,6 +382,5 @@ register(Backend(
     execution=ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9),
     ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=_cuda_with_triton,
-    in_kernel_permutation=True,
     check_options=check_options,
 ))
