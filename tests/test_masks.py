@@ -12,6 +12,7 @@ from head_patterns import sink_and_band_head
 from wavealign import masks, synthetic, workloads
 from wavealign.masks import flexprefill, minference, spargeattn, xattention
 from wavealign.masks._draw import main as draw_main
+from wavealign.masks._common import diagonal_mass
 
 BLOCK = 64
 
@@ -174,19 +175,19 @@ def test_flexprefill_min_budget_keeps_at_least_that_many_vertical_blocks():
     assert int(mask.all(0).sum()) >= 4
 
 
-def test_flexprefill_diagonal_mass_sums_each_distance_on_both_sides_once():
+def test_the_diagonal_mass_sums_each_distance_on_both_sides_once():
     probs = torch.rand(5, 23, generator=torch.Generator().manual_seed(3))
     rows = torch.arange(23 - 5, 23).unsqueeze(1)
     distance = (rows - torch.arange(23).unsqueeze(0)).abs()
     by_definition = torch.zeros(23, dtype=torch.float64).index_add_(0, distance.flatten(), probs.double().flatten())
-    assert torch.allclose(flexprefill._diagonal_mass(probs, 23).double(), by_definition, rtol=1e-6)
-    assert flexprefill._diagonal_mass(torch.eye(1, 4), 4).tolist() == [0.0, 0.0, 0.0, 1.0]  # query 3, key 0
+    assert torch.allclose(diagonal_mass(probs, 23).double(), by_definition, rtol=1e-6)
+    assert diagonal_mass(torch.eye(1, 4), 4).tolist() == [0.0, 0.0, 0.0, 1.0]  # query 3, key 0
 
 
 def test_flexprefill_js_distance_is_zero_for_equal_and_positive_for_different_distributions():
     p = torch.tensor([0.5, 0.25, 0.25])
-    assert flexprefill.js_distance(p, p) == pytest.approx(0.0, abs=1e-6)
-    assert flexprefill.js_distance(p, torch.tensor([0.1, 0.1, 0.8])) > 0.2
+    assert float(flexprefill.js_distance(p, p)) == pytest.approx(0.0, abs=1e-6)
+    assert float(flexprefill.js_distance(p, torch.tensor([0.1, 0.1, 0.8]))) > 0.2
 
 
 def test_minference_vertical_slash_keeps_first_tokens_and_nearest_diagonals_on_both_sides(qkv):
@@ -294,7 +295,7 @@ def test_spargeattn_autotune_scores_a_mask_keeping_every_block_at_exactly_zero_e
 
 def test_spargeattn_prediction_of_sampled_rows_equals_those_rows_of_the_whole_mask(qkv):
     q, k, _ = (t[0, 0] for t in qkv)
-    stats = spargeattn._HeadStats(q, k, BLOCK)
+    stats = spargeattn._HeadStats.of(q, k, BLOCK)
     rows = torch.tensor([0, 5, 40, 73])
     for sim, cdf in ((0.0, 0.5), (0.6, 0.9), (0.9, 0.2)):
         assert torch.equal(stats.predict(sim, rows).mask(cdf, True), stats.mask(sim, cdf, True)[rows])

@@ -88,6 +88,26 @@ def num_blocks(n: int, block_size: int) -> int:
     return math.ceil(n / block_size)
 
 
+def logits_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (R, D) @ b (C, D)^T in float32. On a GPU, bf16/fp16 operands go through the tensor cores with float32
+    products and sums (as the methods' upstream kernels do) rather than being copied to float32 first."""
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16) and b.dtype == a.dtype:
+        return torch.mm(a, b.T, out_dtype=torch.float32)
+    return a.float() @ b.float().T
+
+
+def diagonal_mass(probs: torch.Tensor, n: int) -> torch.Tensor:
+    """Per distance d, the mass of ``probs`` (the last rows' attention, (rows, n)) on the keys d tokens before
+    or after each row's query, summed over rows: (n,). Gathered per side and summed in a fixed order, so the
+    mask is the same on every run (a scatter-add on a GPU sums in whatever order its atomics land)."""
+    rows = torch.arange(n - probs.shape[0], n, device=probs.device).unsqueeze(1)
+    d = torch.arange(n, device=probs.device).unsqueeze(0)
+    after, before = rows + d, rows - d
+    mass_after = probs.gather(1, after.clamp(max=n - 1)) * (after < n)
+    mass_before = probs.gather(1, before.clamp(min=0)) * ((before >= 0) & (d > 0))  # d = 0 counted once
+    return (mass_after + mass_before).sum(0)
+
+
 def per_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
              head_mask: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """Stack ``head_mask(head_index, q_h, k_h, v_h)`` (each (N, D) -> (MB, NB)) into (B, H, MB, NB)."""
