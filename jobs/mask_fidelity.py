@@ -1,7 +1,7 @@
 """Measure how the four sparse-attention methods' masks look on a synthetic video-DiT workload (Table I).
 
 For each chosen head of one layer it builds every method's block mask with the method's own defaults
-(``conf/method/*.yaml`` = the registry's params: XAttention tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and
+(``masks.get(name).params``, which a sweep's cells take too: XAttention tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and
 MInference tuned per head as they run), through ``masks.build_for_heads``, the call a sweep cell makes, so a
 cell of the same workload, layer, step and heads builds the same masks. It records density and adjacent-row
 Jaccard per (head, method), draws one head's mask per method (full and zoomed), writes rows.csv / rows.json /
@@ -147,7 +147,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--step", type=int, default=25, help="denoising step of the generator (0..49)")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--set", action="append", default=[], metavar="METHOD.KEY=VALUE",
-                        help="override one method param (default: the method's own, as conf/method/ has it)")
+                        help="override one method param (default: the method's own, as a sweep cell has it)")
     parser.add_argument("--picture-head", type=int, default=None, help="head drawn per method (default: first)")
     parser.add_argument("--hardware", default="h100", choices=hardware.names(),
                         help="the GPU simulated for the L2 hit, and whose wave the features use (Table I: h100)")

@@ -142,7 +142,8 @@ class SweepConfig:
 
 @dataclass
 class NamedConfig:
-    """The form of ``conf/method``, ``conf/backend``, ``conf/measure`` and ``conf/reorderer`` entries."""
+    """The form of ``conf/method``, ``conf/backend``, ``conf/measure`` and ``conf/reorderer`` entries: the name, and
+    values for some of the parameters the entry's module declares (``declared_params``)."""
 
     name: str = "?"
     params: dict[str, Any] = field(default_factory=dict)
@@ -383,30 +384,43 @@ def _check_keys(node: DictConfig, schema: type, prefix: str) -> None:
 AXES = tuple(k for k, kind in typing.get_type_hints(GridConfig).items() if typing.get_origin(kind) is list)
 
 
+def declared_params(kind: str, name: str) -> dict[str, Any]:
+    """What ``kind`` (method, backend, measure or reorderer) ``name`` declares a sweep may set, with its defaults:
+    the entry's own module is the one place they are written (a method's workload identity, filled from the cell,
+    left out)."""
+    if kind == "method":
+        return {k: v for k, v in masks.get(name).params.items() if k not in masks.IDENTITY_PARAMS}
+    registry = {"backend": kernels.get, "measure": measurers.get, "reorderer": reorderers.get}[kind]
+    return dict(registry(name).params)
+
+
 def param_axes(kind: str, name: str, grid: DictConfig, where: str,
                dirs: Sequence[Path] = (CONF_DIR,)) -> dict[str, list[Any]]:
-    """The parameter axes of ``kind`` (method, backend, measure or reorderer) ``name`` in a grid:
-    ``conf/<kind>/<name>.yaml``'s params (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list
-    is an axis, a scalar one value). Only parameters the YAML declares may be given (none declared: none, unless
-    the backend passes any option through); no axis may be empty, numbers must be finite, and a method's,
-    measurer's or reorderer's own checks pass (the ones its builds use), so a bad value stops the sweep here
-    instead of failing every cell. Checks across two params (flexprefill's max_budget >= min_budget) run only where
-    a cell builds its mask."""
-    base: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
+    """The parameter axes of ``kind`` (method, backend, measure or reorderer) ``name`` in a grid: the parameters
+    its module declares (``declared_params``, one value each: the default), the values ``conf/<kind>/<name>.yaml``
+    sets for some of them (none in the shipped entries), then ``<where>.<kind>_params.<name>`` (a list is an axis,
+    a scalar one value). Only declared parameters may be given (none declared: none, unless the backend passes any
+    option through); no axis may be empty, numbers must be finite, and a method's, measurer's or reorderer's own
+    checks pass (the ones its builds use), so a bad value stops the sweep here instead of failing every cell.
+    Checks across two params (flexprefill's max_budget >= min_budget) run only where a cell builds its mask."""
+    declared = declared_params(kind, name)
+    passes_any = not declared and kind == "backend" and _passes_any_option(name)
+    entry: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
     prefix = f"{where}.{kind}_params.{name}"
     given = grid[f"{kind}_params"].get(name)
     if given is not None and not isinstance(given, DictConfig):
         raise ConfigError(f"{prefix}={given!r}; expected a map of parameter names to values")
     override: dict[str, Any] = OmegaConf.to_container(given) if given is not None else {}  # type: ignore[assignment]
-    if base or not (kind == "backend" and _passes_any_option(name)):
-        for key, value in override.items():
-            if key not in base:
-                raise ConfigError(f"{prefix}.{key}={value!r} is not a parameter of {kind} {name!r}; "
-                                  f"{_declared(kind, name, base, str(key))}")
-    axes = {**{k: [v] for k, v in base.items()},
+    for source, values in ((f"conf/{kind}/{name}.yaml params", entry), (prefix, override)):
+        for key, value in values.items():
+            if key not in declared and not passes_any:
+                raise ConfigError(f"{source}.{key}={value!r} is not a parameter of {kind} {name!r}; "
+                                  f"{_declared(kind, name, declared, str(key))}")
+    axes = {**{k: [v] for k, v in {**declared, **entry}.items()},
             **{k: v if isinstance(v, list) else [v] for k, v in override.items()}}
     for key, values in axes.items():
-        path = f"{prefix}.{key}" if key in override else f"conf/{kind}/{name}.yaml params.{key}"
+        path = (f"{prefix}.{key}" if key in override else f"conf/{kind}/{name}.yaml params.{key}" if key in entry
+                else f"{kind} {name!r}'s default {key}")
         if not values:
             raise ConfigError(f"{path}=[] is empty; expected at least one value (a list is an axis: an empty one "
                               "makes no cells)")
@@ -431,7 +445,7 @@ def _passes_any_option(backend: str) -> bool:
 
 def _declared(kind: str, name: str, base: dict[str, Any], key: str) -> str:
     if not base:
-        return f"expected none: conf/{kind}/{name}.yaml declares no params"
+        return f"expected none: {kind} {name!r} declares no params"
     close = difflib.get_close_matches(key, list(base), n=1)
     return f"expected one of {sorted(base)}" + (f"; did you mean {close[0]}?" if close else "")
 
@@ -480,9 +494,6 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     _check_names(f"{where}.reorderer", grid.reorderer, reorderer_names())
     if grid.cpu_profile not in gpu_ids:
         raise ConfigError(f"{where}.cpu_profile={grid.cpu_profile!r}; expected one of {gpu_ids}")
-    for hw in grid.hardware:
-        if hw != CPU:
-            group_entry("hardware", hw, dirs)
     for name in grid.workload:
         wl = group_entry("workload", name, dirs)
         _validate_workload(wl)

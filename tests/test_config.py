@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from wavealign import hardware, kernels, masks, measurers
+from wavealign import kernels, masks, measurers
 from wavealign.orchestrator import config, grid
 
 CONF = Path(config.CONF_DIR)
@@ -24,13 +25,37 @@ def test_conf_method_mirrors_the_mask_registry():
     assert names_in("method") == masks.available()
 
 
-def test_each_conf_method_yaml_holds_its_registered_defaults():
-    """One fact, kept in two places: a YAML default that drifts from the module's would make a sweep cell
-    build another mask than ``masks.build`` or ``mask-fidelity`` does."""
-    for name in masks.available():
-        yaml_params = OmegaConf.to_container(OmegaConf.load(CONF / "method" / f"{name}.yaml").params)
-        declared = {k: v for k, v in masks.get(name).params.items() if k not in masks.IDENTITY_PARAMS}
-        assert yaml_params == declared, name
+@pytest.mark.parametrize("kind", ["method", "backend", "measure", "reorderer"])
+def test_a_shipped_conf_entry_repeats_none_of_its_module_s_defaults(kind):
+    """A parameter's default is written once, in the entry's module: a YAML copy that drifted would make a sweep
+    cell build another mask (or launch) than ``masks.build`` or ``mask-fidelity`` does."""
+    for name in names_in(kind):
+        assert "params" not in OmegaConf.load(CONF / kind / f"{name}.yaml"), name
+
+
+def test_a_cell_takes_each_parameter_s_default_from_the_module_that_declares_it():
+    cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[triton]", "grid.measure=[simulated]",
+                       "grid.method=[random]", "grid.variant=[wavealign]", "grid.reorderer=[minhash]"])
+    (cell,) = grid.expand(cfg).cells
+    assert cell.method_params == dict(masks.get("random").params)
+    assert cell.backend_params == dict(kernels.get("triton").params)
+    assert cell.backend_params["head_order"] == "sequential"
+    assert cell.measure_params == dict(measurers.get("simulated").params)
+    assert cell.reorderer_params == {"num_perm": 64, "bands": 16}
+
+
+def test_a_conf_entry_may_set_a_declared_parameter_for_every_sweep_and_no_other(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    entry = conf / "reorderer" / "minhash.yaml"
+    base = [*CPU_GRID, "grid.variant=[wavealign]", "grid.reorderer=[minhash]"]
+    entry.write_text("name: minhash\nparams: {bands: 8}\n")
+    cells = grid.expand(config.load(base, conf_dir=conf), conf_dir=conf).cells
+    assert [c.reorderer_params for c in cells] == [{"num_perm": 64, "bands": 8}]
+    entry.write_text("name: minhash\nparams: {band: 8}\n")
+    with pytest.raises(config.ConfigError, match=r"conf/reorderer/minhash\.yaml params\.band=8 is not a parameter "
+                                                 r"of reorderer 'minhash'.*did you mean bands\?"):
+        config.load(base, conf_dir=conf)
 
 
 def test_conf_backend_mirrors_the_kernel_registry():
@@ -39,10 +64,6 @@ def test_conf_backend_mirrors_the_kernel_registry():
 
 def test_conf_measure_mirrors_the_measurer_registry():
     assert names_in("measure") == measurers.names() == ["ncu", "simulated", "timed"]
-
-
-def test_conf_hardware_mirrors_the_hardware_registry():
-    assert names_in("hardware") == hardware.names()
 
 
 @pytest.mark.parametrize("sweep", names_in("sweep"))

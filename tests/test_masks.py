@@ -11,8 +11,8 @@ from head_patterns import sink_and_band_head
 
 from wavealign import masks, synthetic, workloads
 from wavealign.masks import flexprefill, minference, spargeattn, xattention
-from wavealign.masks._draw import main as draw_main
 from wavealign.masks._common import diagonal_mass
+from wavealign.masks._draw import main as draw_main
 
 BLOCK = 64
 

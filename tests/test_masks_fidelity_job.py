@@ -46,7 +46,7 @@ def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path
     """Its cells and a grid's cells of the same workload, layer, step and head agree on everything that builds
     the mask (method, its params, model, shape, layer, step, head, seed), the per-head tuned methods included."""
     (tmp_path / "workload").mkdir(parents=True)
-    for group in ("method", "backend", "measure", "reorderer", "hardware", "sweep"):
+    for group in ("method", "backend", "measure", "reorderer", "sweep"):
         (tmp_path / group).symlink_to(config.CONF_DIR / group)
     (tmp_path / "config.yaml").symlink_to(config.CONF_DIR / "config.yaml")
     (tmp_path / "workload" / "tiny.yaml").write_text(

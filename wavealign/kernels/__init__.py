@@ -16,6 +16,7 @@ Adding a backend is one module that calls ``register`` plus ``conf/backend/<name
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -170,12 +171,17 @@ class Backend:
     # True when it computes every block (``sdpa``): it takes only method ``dense``'s mask (``takes``), so
     # ``wavealign.placement`` refuses its cells with a sparse method
     dense_only: bool = False
+    # the launch options a sweep may set (``grid.backend_params``) and their defaults; None: the planner's keyword
+    # parameters that have a default (``keyword_defaults``)
+    params: Mapping[str, Any] | None = None
     # check_options(options, block_size) raises ValueError naming a launch option ``plan`` would refuse; the sweep
     # runs it when it validates the config, before any cell is built (None: the planner's signature is the check)
     check_options: Callable[[Mapping[str, Any], int], None] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ctas_per_sm", MappingProxyType(dict(self.ctas_per_sm)))
+        params = keyword_defaults(self.plan) if self.params is None else self.params
+        object.__setattr__(self, "params", MappingProxyType(dict(params)))
         unknown = sorted(set(self.ctas_per_sm) - set(hardware_registry.names()))
         if unknown:
             raise ValueError(f"backend {self.name!r}: ctas_per_sm names unknown hardware {unknown}; expected ids "
@@ -206,6 +212,12 @@ class Backend:
                  **options: Any) -> torch.Tensor:
         """Plan and run once (a mask used for one step); plan yourself to run one mask many times."""
         return self.plan(mask, order, LaunchShape.of(q, k, block_size, v=v), **options).run(q, k, v)
+
+
+def keyword_defaults(plan: Callable[..., Launch]) -> dict[str, Any]:
+    """A planner's options and their defaults: its parameters after (mask, order, shape) that have a default."""
+    return {p.name: p.default for p in list(inspect.signature(plan).parameters.values())[3:]
+            if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD}
 
 
 REGISTRY: Registry[Backend] = Registry("backend", __name__)

@@ -19,6 +19,7 @@ def group(mask: torch.Tensor, *, wave_size: int, seed: int, iters: int, rayleigh
 
 
 reorderers.register(
+    # iters: subspace iterations (T); rayleigh_ritz: rotate the converged 2-D subspace onto the singular vectors
     "wavealign", group, {"iters": 10, "rayleigh_ritz": True},
     "Stage 1: polar angle in the rank-2 subspace of the column-centered mask (matrix-free subspace iteration)",
     reference="WaveAlign, Alg. 1", checks={"iters": partial(check_int, lo=1), "rayleigh_ritz": check_flag},
