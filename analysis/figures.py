@@ -226,19 +226,19 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
         return note_figure(title, NO_CELLS)
     if "workload" not in cells:
         cells = cells.assign(workload="")
-    # one row per workload too (a 4-head and a 40-head workload of one method are not one panel's bars), and in a
-    # row only the methods it has: no empty panels
+    # one row per workload too (a 4-head and a 40-head workload of one method are not one panel's bars), and per
+    # simulated or measured (a backend's predicted launch is not its timed one); in a row only the methods it has
     rows = {key: sorted(part["method"].unique())
-            for key, part in cells.groupby(["hardware", "backend", "workload"])}
+            for key, part in cells.groupby(["hardware", "backend", "_sim", "workload"])}
     many = cells["workload"].nunique() > 1
     fig, axes = panel_grid(len(rows), max(len(methods) for methods in rows.values()))
-    for ((hw, backend, workload), methods), axes_row in zip(sorted(rows.items()), axes, strict=True):
+    for ((hw, backend, simulated, workload), methods), axes_row in zip(sorted(rows.items()), axes, strict=True):
         for ax in axes_row[len(methods):]:
             ax.set_visible(False)
         for ax, method in zip(axes_row, methods, strict=False):
             ax.set_title(f"{hw} / {backend} / {method}" + (f"\n{workload}" if many else ""), fontsize=9)
             panel = cells[(cells["hardware"] == hw) & (cells["backend"] == backend) & (cells["method"] == method)
-                          & (cells["workload"] == workload)]
+                          & (cells["workload"] == workload) & (cells["_sim"] == simulated)]
             panel = panel.assign(_label=_variant_labels(panel))
             if "reorder_ms" not in panel:  # older results: draw the kernel time alone
                 panel = panel.assign(reorder_ms=0.0)

@@ -110,7 +110,7 @@ def describe(plan: SweepPlan, cfg: DictConfig, console: Console) -> None:
         if est.history_cells:
             console.print(f"  estimate {key} workers: {est.history_s / 60:.1f} worker-minutes for "
                           f"{est.history_cells} cells from earlier results (the median wall time of done cells "
-                          f"of the same hardware, backend and method)")
+                          f"of the same hardware, backend, measurer and method)")
         if est.model_cells:
             dense = (f"; {est.assumed_dense_cells} assumed dense, an upper bound: their method sets no density"
                      if est.assumed_dense_cells else "")
@@ -168,17 +168,17 @@ def model_seconds(cell: Cell, density: float = 1.0) -> float | None:
 
 def estimate_seconds(cells: list[Cell], run_root: str | Path) -> dict[str, PlacementEstimate]:
     """Per placement, the worker-seconds of ``cells``: the median wall time of earlier done cells of the same
-    (hardware, backend, method) where there are some, else ``model_seconds`` for GPU cells; CPU and simulated
+    (hardware, backend, measurer, method) where there are some, else ``model_seconds`` for GPU cells; CPU and simulated
     cells without history are counted as not estimated."""
-    table = dataset.read(run_root, columns=["hardware", "backend", "method", "cell_wall_s", "status"])
+    table = dataset.read(run_root, columns=["hardware", "backend", "measure", "method", "cell_wall_s", "status"])
     history: dict[tuple, list[float]] = {}
     for r in table.to_pylist():
         if r["status"] == "done" and r["cell_wall_s"] is not None and not math.isnan(r["cell_wall_s"]):
-            history.setdefault((r["hardware"], r["backend"], r["method"]), []).append(r["cell_wall_s"])
+            history.setdefault((r["hardware"], r["backend"], r["measure"], r["method"]), []).append(r["cell_wall_s"])
     out: dict[str, PlacementEstimate] = {}
     for cell in cells:
         est = out.setdefault(pool(cell), PlacementEstimate())
-        times = history.get((cell.hardware, cell.backend, cell.method))
+        times = history.get((cell.hardware, cell.backend, cell.measure, cell.method))
         density = cell_density(cell)
         modelled = None if times else model_seconds(cell, 1.0 if density is None else density)
         if times:
