@@ -332,6 +332,20 @@ def test_on_a_gpu_the_prefetch_builds_on_a_stream_of_its_own_the_inputs_a_plain_
     assert result.status == "done" and result.inputs_prefetched and result.timer == "cuda_events", result.traceback
 
 
+@pytest.mark.gpu
+def test_on_a_gpu_an_ncu_cell_is_timed_then_profiled_by_nsight_compute_in_a_child_process():
+    import shutil
+
+    if shutil.which("ncu") is None:
+        pytest.skip("needs Nsight Compute's ncu on PATH")
+    cells = variants(backend="triton", measure="ncu", hardware="h200", profile_hardware="h200", seq_len_tokens=8192,
+                     num_heads=2, head_dim=128, wave_size=132, method="random", method_params={"density": 0.3})
+    results = pipeline.run_group(cells)
+    for result in results:
+        assert result.status == "done" and result.timer == "cuda_events", result.traceback
+        assert result.ncu_unavailable is None and result.ncu_kernel_ms > 0 and 0 <= result.ncu_l2_hit_pct <= 100
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_random_qkv_is_drawn_on_the_cells_device_in_its_dtype_and_fixed_by_the_seed(device):
     """Q/K/V for the Q/K-free masks are drawn where the cell runs (bf16 on a GPU: no 560M-number host draw and
