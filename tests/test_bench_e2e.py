@@ -19,7 +19,8 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     out = tmp_path / "e2e.json"
     assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "2,8,8",
                            "--block-size", "16", "--backend", "reference", "--device", "cpu", "--forwards", "1",
-                           "--variants", "never,always,adaptive", "--layers", "1", "--out", str(out)]) == 0
+                           "--estimator", "none", "--variants", "never,always,adaptive", "--layers", "1",
+                           "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["tokens"] == 32 and record["layers"] == 1
     assert record["density"] == pytest.approx(float(mask.float().mean()))
@@ -29,12 +30,33 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     assert rows["always"]["reordered_layers"] == 1 and rows["never"]["reordered_layers"] == 0
     assert "speedup over original-order sparse" in capsys.readouterr().out
     assert record["method"] is None  # the mask came from --mask, not from a method
+    assert record["estimator"] is None and all(r["estimator_ms"] == 0 for r in record["rows"])
+
+
+@pytest.mark.parametrize("method", ["xattention", "spargeattn"])
+def test_a_live_estimator_runs_the_method_in_every_layer_of_every_sparse_forward(tmp_path, capsys, method):
+    """The method is built on each layer's live Q/K inside the forward (its mask discarded); a tuned method's
+    configs are tuned by one forward before the timed ones and reused by every variant."""
+    mask = synthetic.random_mask(2, 4, 4, 0.5, seed=0)
+    mask[:, :, 0] = True
+    packed.save(tmp_path / "mask.npz", mask)
+    out = tmp_path / "e2e.json"
+    assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "4,8,8",
+                           "--block-size", "16", "--backend", "reference", "--device", "cpu", "--method", method,
+                           "--variants", "dense,never,always", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert record["estimator"] == f"{method}, live, mask discarded"
+    assert rows["dense"]["estimator_ms"] == 0  # the stock processors: nothing of ours runs
+    assert rows["never"]["estimator_ms"] > 0 and rows["always"]["estimator_ms"] > 0
+    assert ("tuning forward" in capsys.readouterr().out) == (method == "spargeattn")
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--variants", "dense,fast"], "--variants"),
     (["--forwards", "0"], "--forwards"),
     (["--layers", "0"], "--layers must be >= 1"),
+    (["--method", "random"], "--method 'random': expected a method that builds its mask from Q/K"),
     (["--config", "tiny"], "--config tiny has no workload preset"),
     (["--config", "tiny", "--mask", "m.npz", "--latent", "2,7,8"], "--latent must be"),
     (["--config", "tiny", "--mask", "MASK", "--latent", "2,8,16", "--block-size", "16", "--device", "cpu"],

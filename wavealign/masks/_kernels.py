@@ -5,8 +5,9 @@ Each method's torch code is its reference (the CPU path, and what these kernels 
 
 - ``xattention_scores``: XAttention's strided group GEMM (upstream ``xattn/src/kernels.py`` runs it in two Triton
   kernels that round-trip the (N/S)^2 logits through HBM) with the softmax folded into its epilogue: each tile
-  stores, per query group, its row maximum and the exp-sums of its kv blocks against it, so a cheap combine gives
-  the exact row softmax summed per block from (N/S) x (N/block) numbers instead of (N/S)^2.
+  stores, per query group, its row maximum, its exp-sum and the exp-sums of its kv blocks against that maximum,
+  so a second kernel gives the exact row softmax summed per block from (N/S) x (N/block) numbers instead of
+  (N/S)^2.
 - ``select_by_mass``: one row per program, the blocks of highest mass kept until a cumulative threshold, found by
   bisecting the cut-off value on its float bits (31 masked sums in float64) instead of sorting the row.
 - ``spargeattn_select``: SpargeAttn's masked softmax of pooled scores, its cdf cut, and the blocks its
@@ -59,11 +60,13 @@ def _pow2(n: int) -> int:
 if triton is not None:
 
     @triton.jit
-    def _xattn_partials_kernel(QG, KG, PART, TMAX, G, KD, qk_scale,
+    def _xattn_partials_kernel(QG, KG, q_desc, k_desc, PART, TMAX, TSUM, G, KD, qk_scale,
                                s_qh, s_qg, s_kh, s_kg, s_ph, s_pg, s_th, s_tg,
-                               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PB: tl.constexpr):
+                               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PB: tl.constexpr,
+                               USE_TMA: tl.constexpr):
         """One (BM query groups x BN key groups) tile of the group logits q_g . k_g' (scaled, in base 2), reduced in
-        its epilogue to the tile's row maxima and, per kv block of PB key groups, the sums of exp2(logit - max)."""
+        its epilogue to the tile's row maxima, its row sums of exp2(logit - max), and those sums per kv block of PB
+        key groups. With USE_TMA the tiles are loaded through (H, G, S*D) tensor descriptors (zero past G)."""
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         h = tl.program_id(2).to(tl.int64)
@@ -74,21 +77,53 @@ if triton is not None:
         k_ptrs = KG + h * s_kh + cols[:, None].to(tl.int64) * s_kg + offs_k[None, :]
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k0 in range(0, KD, BK):
-            in_k = (k0 + offs_k) < KD
-            a = tl.load(q_ptrs, mask=(rows[:, None] < G) & in_k[None, :], other=0.0)
-            b = tl.load(k_ptrs, mask=(cols[:, None] < G) & in_k[None, :], other=0.0)
+            if USE_TMA:
+                a = q_desc.load([h.to(tl.int32), pid_m * BM, k0]).reshape(BM, BK)
+                b = k_desc.load([h.to(tl.int32), pid_n * BN, k0]).reshape(BN, BK)
+            else:
+                in_k = (k0 + offs_k) < KD
+                a = tl.load(q_ptrs, mask=(rows[:, None] < G) & in_k[None, :], other=0.0)
+                b = tl.load(k_ptrs, mask=(cols[:, None] < G) & in_k[None, :], other=0.0)
+                q_ptrs += BK
+                k_ptrs += BK
             acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")  # float32 operands stay float32
-            q_ptrs += BK
-            k_ptrs += BK
         # key groups past the sequence (the padding up to whole blocks) are left out of the softmax
         logits = tl.where(cols[None, :] < G, acc * qk_scale, float("-inf"))
         row_max = tl.max(logits, 1)
-        safe_max = tl.where(row_max == float("-inf"), 0.0, row_max)
-        e = tl.math.exp2(logits - safe_max[:, None])
+        e = tl.math.exp2(logits - tl.where(row_max == float("-inf"), 0.0, row_max)[:, None])
         part = tl.sum(tl.reshape(e, (BM, BN // PB, PB)), 2)
         kb = pid_n * (BN // PB) + tl.arange(0, BN // PB)
-        tl.store(PART + h * s_ph + rows[:, None].to(tl.int64) * s_pg + kb[None, :], part, mask=rows[:, None] < G)
-        tl.store(TMAX + h * s_th + rows.to(tl.int64) * s_tg + pid_n, row_max, mask=rows < G)
+        in_rows = rows < G
+        tl.store(PART + h * s_ph + rows[:, None].to(tl.int64) * s_pg + kb[None, :], part, mask=in_rows[:, None])
+        stat = h * s_th + rows.to(tl.int64) * s_tg + pid_n
+        tl.store(TMAX + stat, row_max, mask=in_rows)
+        tl.store(TSUM + stat, tl.sum(e, 1), mask=in_rows)
+
+    @triton.jit
+    def _xattn_combine_kernel(PART, TMAX, TSUM, OUT, G, NB, NT, s_ph, s_pg, s_th, s_tg, s_oh, s_or,
+                              PB: tl.constexpr, KPT: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_KB: tl.constexpr):
+        """One query block of one head: its PB groups' exact softmax over every key group, from the tiles' row maxima
+        and sums (the row's maximum over all tiles, each tile's sums rescaled to it), summed per kv block."""
+        qb = tl.program_id(0)
+        h = tl.program_id(1).to(tl.int64)
+        rows = qb * PB + tl.arange(0, PB)
+        in_rows = rows < G  # the ragged last block's missing groups add nothing
+        t = tl.arange(0, BLOCK_T)
+        stats = h * s_th + rows[:, None].to(tl.int64) * s_tg
+        in_t = in_rows[:, None] & (t[None, :] < NT)
+        tile_max = tl.load(TMAX + stats + t[None, :], mask=in_t, other=float("-inf"))
+        tile_sum = tl.load(TSUM + stats + t[None, :], mask=in_t, other=0.0)
+        row_max = tl.max(tile_max, 1)
+        row_max = tl.where(row_max == float("-inf"), 0.0, row_max)
+        total = tl.sum(tl.math.exp2(tile_max - row_max[:, None]) * tile_sum, 1)
+        inv = tl.where(total > 0, 1.0 / total, 0.0)
+        for kb0 in range(0, NB, BLOCK_KB):
+            kb = kb0 + tl.arange(0, BLOCK_KB)
+            live = in_rows[:, None] & (kb[None, :] < NB)
+            part = tl.load(PART + h * s_ph + rows[:, None].to(tl.int64) * s_pg + kb[None, :], mask=live, other=0.0)
+            own_max = tl.load(TMAX + stats + (kb // KPT)[None, :], mask=live, other=float("-inf"))
+            weight = tl.math.exp2(own_max - row_max[:, None]) * inv[:, None]
+            tl.store(OUT + h * s_oh + qb * s_or + kb, tl.sum(part * weight, 0), mask=kb < NB)
 
     @triton.jit
     def _exceeds(x, xd, cut, target, INCLUSIVE: tl.constexpr):
@@ -229,11 +264,13 @@ if triton is not None:
             tl.store(PARTIAL + h * s_ch + pid * CAND + c, tl.sum(tl.where(x >= cut, xd, 0.0), 0))
 
 
-def xattention_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int) -> torch.Tensor:
+def xattention_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int,
+                      config: dict[str, int] | None = None) -> torch.Tensor:
     """XAttention's block masses of heads q, k (H, N, D), float32 (H, MB, NB): the row softmax over every key group
     of the antidiagonal group scores, summed per (query block, kv block); the same figures as
     ``xattention.block_scores`` per head. Groups are formed as there; the GEMM reads q and k in their own dtype
-    (bf16 on the tensor cores) with float32 products and sums."""
+    (bf16 on the tensor cores) with float32 products and sums. ``config`` overrides the tiling
+    (``xattention_config``)."""
     h, n, d = q.shape
     groups = math.ceil(n / stride)
     per_block = block_size // stride
@@ -242,41 +279,53 @@ def xattention_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride:
     if pad:
         q, k = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, k))
     qg = q.reshape(h, groups, stride, d).flip(2).reshape(h, groups, stride * d)  # reversed: the antidiagonal
-    kg = k.reshape(h, groups, stride * d)
-    cfg = _xattn_config(q.device)
+    kg = k.reshape(h, groups, stride * d).contiguous()
+    cfg = {**xattention_config(q.device), **(config or {})}
+    # a TMA row must start on 16 bytes
+    cfg["USE_TMA"] = cfg["USE_TMA"] and (stride * d * q.element_size()) % 16 == 0
     bn = max(cfg["BN"], per_block)
     tiles = math.ceil(nb * per_block / bn)
     kb_padded = tiles * (bn // per_block)
-    rows = nb * per_block  # query groups padded to whole blocks (the ragged block's missing groups add nothing)
     out = torch.empty(h, nb, nb, device=q.device)
     qk_scale = 1.0 / (math.sqrt(d) * stride) * math.log2(math.e)
-    step = heads_per_chunk(rows * (kb_padded + tiles) * 4, q.device)
+    step = heads_per_chunk(groups * (kb_padded + 2 * tiles) * 4, q.device)
     for h0 in range(0, h, step):
         h1 = min(h0 + step, h)
-        part = torch.empty(h1 - h0, rows, kb_padded, device=q.device)
-        part[:, groups:] = 0.0
-        tile_max = torch.full((h1 - h0, rows, tiles), float("-inf"), device=q.device)
-        grid = (triton.cdiv(groups, cfg["BM"]), tiles, h1 - h0)
-        _xattn_partials_kernel[grid](
-            qg[h0:h1], kg[h0:h1], part, tile_max, groups, stride * d, qk_scale,
+        part = torch.empty(h1 - h0, groups, kb_padded, device=q.device)
+        tile_max, tile_sum = (torch.empty(h1 - h0, groups, tiles, device=q.device) for _ in range(2))
+        descriptors = _group_descriptors(qg[h0:h1], kg[h0:h1], cfg["BM"], bn, cfg["BK"]) if cfg["USE_TMA"] \
+            else (None, None)
+        _xattn_partials_kernel[(triton.cdiv(groups, cfg["BM"]), tiles, h1 - h0)](
+            qg[h0:h1], kg[h0:h1], *descriptors, part, tile_max, tile_sum, groups, stride * d, qk_scale,
             qg.stride(0), qg.stride(1), kg.stride(0), kg.stride(1), part.stride(0), part.stride(1),
             tile_max.stride(0), tile_max.stride(1),
-            BM=cfg["BM"], BN=bn, BK=cfg["BK"], PB=per_block, num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"])
-        # combine the tiles: the row's maximum over all of them, each tile's sums rescaled to it, normalised
-        row_max = tile_max.amax(-1, keepdim=True)
-        weight = torch.exp2(tile_max - torch.where(torch.isinf(row_max), 0.0, row_max))
-        part.view(h1 - h0, rows, tiles, bn // per_block).mul_(weight.unsqueeze(-1))
-        part.div_(part.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny))
-        out[h0:h1] = part.view(h1 - h0, nb, per_block, kb_padded).sum(2)[..., :nb]
+            BM=cfg["BM"], BN=bn, BK=cfg["BK"], PB=per_block, USE_TMA=bool(cfg["USE_TMA"]),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+        chunk = out[h0:h1]
+        _xattn_combine_kernel[(nb, h1 - h0)](
+            part, tile_max, tile_sum, chunk, groups, nb, tiles, part.stride(0), part.stride(1), tile_max.stride(0),
+            tile_max.stride(1), chunk.stride(0), chunk.stride(1), PB=per_block, KPT=bn // per_block,
+            BLOCK_T=_pow2(tiles), BLOCK_KB=256 if q.is_cuda else 32, num_warps=4)
     return out
 
 
-def _xattn_config(device: torch.device) -> dict[str, int]:
-    """Tile sizes of the group GEMM: Hopper-sized on a GPU, small under the interpreter."""
+def _group_descriptors(qg: torch.Tensor, kg: torch.Tensor, bm: int, bn: int, bk: int) -> tuple:
+    """TMA descriptors over the (H, G, S*D) query and key groups, whose per-head bound zero-fills past G."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def desc(t: torch.Tensor, rows: int) -> TensorDescriptor:
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), [1, rows, bk])
+
+    return desc(qg, bm), desc(kg, bn)
+
+
+def xattention_config(device: torch.device) -> dict[str, int]:
+    """Tile sizes of the group GEMM: the fastest of those tried on the H200 (``benchmarks/results/mask-build-h200/``:
+    128 x 256 tiles, 4 stages, TMA loads where the GPU has them, sm_90 on), small under the interpreter."""
     if device.type == "cuda":
-        return {"BM": 128, "BN": 128, "BK": 64, "num_warps": 8, "num_stages": 3}
-    return {"BM": 16, "BN": 32, "BK": 32, "num_warps": 4, "num_stages": 1}
+        tma = torch.cuda.get_device_capability(device)[0] >= 9
+        return {"BM": 128, "BN": 256, "BK": 64, "num_warps": 8, "num_stages": 4, "USE_TMA": tma}
+    return {"BM": 16, "BN": 32, "BK": 32, "num_warps": 4, "num_stages": 1, "USE_TMA": False}
 
 
 def xattention_supports(block_size: int, stride: int) -> bool:

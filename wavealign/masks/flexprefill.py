@@ -52,14 +52,14 @@ PARAMS: dict[str, Any] = {"gamma": 0.6, "tau": 0.1, "min_budget": 1024, "max_bud
 @dataclass
 class _Estimate:
     """What FlexPrefill decides a head's pattern and budgets from, for H heads: the last block's attention averaged
-    per key (``vertical``) and per diagonal distance (``slash``), (H, N); the pooled K blocks (H, NB, D); the last
-    block's mean query over sqrt(d) (H, D); and ``pooled_q(heads)``, the pooled Q blocks of those heads."""
+    per key (``vertical``) and per diagonal distance (``slash``), (H, N); the pooled Q and K blocks (H, NB, D); and
+    the last block's mean query over sqrt(d) (H, D)."""
 
     vertical: torch.Tensor
     slash: torch.Tensor
+    pooled_q: torch.Tensor
     pooled_k: torch.Tensor
     last_mean: torch.Tensor
-    pooled_q: Callable[[list[int]], torch.Tensor]
 
 
 def _estimate_reference(q: torch.Tensor, k: torch.Tensor, block_size: int) -> _Estimate:
@@ -68,8 +68,7 @@ def _estimate_reference(q: torch.Tensor, k: torch.Tensor, block_size: int) -> _E
     last = q[-block_size:].float() / math.sqrt(d)
     probs = torch.softmax(last @ k.float().T, dim=-1)
     return _Estimate(probs.mean(0)[None], (diagonal_mass(probs, n) / last.shape[0])[None],
-                     pool_blocks(k, block_size)[None], last.mean(0)[None],
-                     lambda heads: pool_blocks(q, block_size)[None])
+                     pool_blocks(q, block_size)[None], pool_blocks(k, block_size)[None], last.mean(0)[None])
 
 
 def _estimate_kernels(q: torch.Tensor, k: torch.Tensor, block_size: int) -> _Estimate:
@@ -81,12 +80,10 @@ def _estimate_kernels(q: torch.Tensor, k: torch.Tensor, block_size: int) -> _Est
     step = _kernels.heads_per_chunk(2 * rows * n * 4, k.device)
     for h0 in range(0, h, step):
         h1 = min(h0 + step, h)
-        probs = torch.stack([logits_f32(q[i, -rows:], k[i]) for i in range(h0, h1)]).div_(math.sqrt(d))
-        probs = torch.softmax(probs, dim=-1)
+        probs = torch.softmax(logits_f32(q[h0:h1, -rows:], k[h0:h1]).div_(math.sqrt(d)), dim=-1)
         vertical[h0:h1], slash[h0:h1] = probs.mean(1), _kernels.diagonal_mass(probs, n) / rows
-    pooled_k, _ = _kernels.block_stats(k, block_size, with_similarity=False)
-    return _Estimate(vertical, slash, pooled_k, (q[:, -rows:].float() / math.sqrt(d)).mean(1),
-                     lambda heads: _kernels.block_stats(q[heads], block_size, with_similarity=False)[0])
+    (pooled_q, _), (pooled_k, _) = (_kernels.block_stats(x, block_size, with_similarity=False) for x in (q, k))
+    return _Estimate(vertical, slash, pooled_q, pooled_k, (q[:, -rows:].float() / math.sqrt(d)).mean(1))
 
 
 def js_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -128,8 +125,9 @@ def _decide(est: _Estimate, n: int, block_size: int, gamma: float, tau: float, m
     query_aware = js_distance(estimate, vertical_blocks) < tau
     counts = []
     for scores in (est.vertical, est.slash):
-        # the fewest tokens whose sorted scores cover gamma, in blocks, within [lo, hi] (lo if query-aware)
-        covered = (torch.cumsum(torch.sort(scores, dim=-1, descending=True).values, -1) <= gamma).sum(-1) + 1
+        # the fewest tokens whose sorted scores cover gamma of their total, in blocks, within [lo, hi] (lo if
+        # query-aware); a count, which the order of equal scores does not change
+        covered = keep_by_mass_sorted(scores, gamma).sum(-1) + 1
         count = (covered // block_size + 1).clamp(lo, hi)
         counts.append(torch.where(query_aware, min(lo, nb), count).clamp_min(1))
     vertical_blocks[:, 0] = float("inf")  # the first kv block and the diagonal are always kept (upstream: +inf)
@@ -141,9 +139,9 @@ def _decide(est: _Estimate, n: int, block_size: int, gamma: float, tau: float, m
     mask = columns.unsqueeze(1) | on_diagonal[:, r.unsqueeze(1) - r.unsqueeze(0) + nb - 1]
     aware = query_aware.nonzero().flatten().tolist()  # the one wait for the device
     if aware:
-        pooled_q = est.pooled_q(aware)
-        d = pooled_q.shape[-1]
-        attn = torch.softmax(torch.bmm(pooled_q, est.pooled_k[aware].transpose(1, 2)) / math.sqrt(d), dim=-1)
+        d = est.pooled_q.shape[-1]
+        attn = torch.softmax(torch.bmm(est.pooled_q[aware], est.pooled_k[aware].transpose(1, 2)) / math.sqrt(d),
+                             dim=-1)
         # query-aware blocks: chosen over all rows at once, highest first, within gamma of the rows' (unit) masses
         kept = keep_by_mass(attn.reshape(len(aware), -1), gamma)
         mask[aware] |= kept.view(len(aware), nb, nb)

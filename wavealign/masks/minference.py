@@ -80,30 +80,33 @@ CANDIDATES: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
 
 
 def _diagonal_mask(signed_offsets: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
-    """(MB, NB) blocks crossed by any diagonal i - j = o for o in ``signed_offsets`` (bool over o + n - 1)."""
+    """(..., MB, NB) blocks crossed by any diagonal i - j = o for o in ``signed_offsets`` (bool (..., 2n - 1), at
+    o + n - 1)."""
     nb = num_blocks(n, block_size)
+    device = signed_offsets.device
     # block (r, c) holds offsets i - j in [(r - c) bs - (bs - 1), (r - c) bs + (bs - 1)]
-    prefix = torch.nn.functional.pad(torch.cumsum(signed_offsets.long(), 0), (1, 0))
-    delta = torch.arange(-(nb - 1), nb, device=signed_offsets.device)
+    prefix = torch.nn.functional.pad(torch.cumsum(signed_offsets.long(), -1), (1, 0))
+    delta = torch.arange(-(nb - 1), nb, device=device)
     lo = (delta * block_size - (block_size - 1) + n - 1).clamp(0, 2 * n - 1)
     hi = (delta * block_size + block_size + n - 1).clamp(0, 2 * n - 1)
-    hit = (prefix[hi] - prefix[lo]) > 0
-    r = torch.arange(nb, device=signed_offsets.device)
-    return hit[(r.unsqueeze(1) - r.unsqueeze(0)) + nb - 1]
+    hit = (prefix[..., hi] - prefix[..., lo]) > 0
+    r = torch.arange(nb, device=device)
+    return hit[..., (r.unsqueeze(1) - r.unsqueeze(0)) + nb - 1]
 
 
 def _column_mask(columns: torch.Tensor, n: int, block_size: int) -> torch.Tensor:
+    """(..., MB, NB): every kv block holding one of the token ``columns`` (..., K), for every query block."""
     nb = num_blocks(n, block_size)
-    on = torch.zeros(nb, dtype=torch.bool, device=columns.device)
-    on[columns // block_size] = True
-    return on.unsqueeze(0).expand(nb, nb)
+    on = torch.zeros(*columns.shape[:-1], nb, dtype=torch.bool, device=columns.device)
+    on.scatter_(-1, columns // block_size, True)
+    return on.unsqueeze(-2).expand(*on.shape[:-1], nb, nb)
 
 
 def _mirrored(distances: torch.Tensor, n: int) -> torch.Tensor:
-    offsets = torch.zeros(2 * n - 1, dtype=torch.bool, device=distances.device)
-    offsets[n - 1 + distances] = True
-    offsets[n - 1 - distances] = True
-    return offsets
+    """The signed offsets (..., 2n - 1) of ``distances`` (..., K) on both sides of the diagonal."""
+    offsets = torch.zeros(*distances.shape[:-1], 2 * n - 1, dtype=torch.bool, device=distances.device)
+    offsets.scatter_(-1, n - 1 + distances, True)
+    return offsets.scatter_(-1, n - 1 - distances, True)
 
 
 def last_rows_scores(q: torch.Tensor, k: torch.Tensor, last_q: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,10 +126,22 @@ def _all_last_rows_scores(q: torch.Tensor, k: torch.Tensor, last_q: int) -> tupl
     step = _kernels.heads_per_chunk(2 * rows * n * 4, k.device)
     for h0 in range(0, h, step):
         h1 = min(h0 + step, h)
-        probs = torch.stack([logits_f32(q[i, -rows:], k[i]) for i in range(h0, h1)]).div_(math.sqrt(d))
-        probs = torch.softmax(probs, dim=-1)
+        probs = torch.softmax(logits_f32(q[h0:h1, -rows:], k[h0:h1]).div_(math.sqrt(d)), dim=-1)
         vertical[h0:h1], slash[h0:h1] = probs.sum(1), _kernels.diagonal_mass(probs, n)
     return vertical, slash
+
+
+def _vertical_slash_from_scores(vertical: torch.Tensor, slash: torch.Tensor, block_size: int, vertical_size: int,
+                                slash_size: int, n_init: int, n_local: int) -> torch.Tensor:
+    """Vertical-slash block masks (..., MB, NB) from heads' ``last_rows_scores`` (..., N): the top columns and
+    diagonals, the first ``n_init`` tokens and the nearest ``n_local`` diagonals always."""
+    n = vertical.shape[-1]
+    vertical, slash = vertical.clone(), slash.clone()
+    vertical[..., :n_init] = float("inf")
+    columns = torch.topk(vertical, min(vertical_size, n), dim=-1).indices
+    slash[..., :n_local] = float("inf")
+    distances = torch.topk(slash, min(slash_size, n), dim=-1).indices
+    return _column_mask(columns, n, block_size) | _diagonal_mask(_mirrored(distances, n), n, block_size)
 
 
 def vertical_slash(q: torch.Tensor, k: torch.Tensor, block_size: int, vertical_size: int, slash_size: int,
@@ -134,14 +149,8 @@ def vertical_slash(q: torch.Tensor, k: torch.Tensor, block_size: int, vertical_s
                    scores: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Vertical-slash block mask (MB, NB) of one head (q, k each (N, D)), from ``scores`` (``last_rows_scores``)
     when given."""
-    n = k.shape[0]
     vertical, slash = last_rows_scores(q, k, last_q) if scores is None else scores
-    vertical, slash = vertical.clone(), slash.clone()
-    vertical[:n_init] = float("inf")
-    columns = torch.topk(vertical, min(vertical_size, n)).indices
-    slash[:n_local] = float("inf")
-    distances = torch.topk(slash, min(slash_size, n)).indices
-    return _column_mask(columns, n, block_size) | _diagonal_mask(_mirrored(distances, n), n, block_size)
+    return _vertical_slash_from_scores(vertical, slash, block_size, vertical_size, slash_size, n_init, n_local)
 
 
 def a_shape(n: int, block_size: int, init: int, local: int, device: torch.device) -> torch.Tensor:
@@ -197,11 +206,12 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
 
 def _build(q: torch.Tensor, k: torch.Tensor, block_size: int, params: dict[str, Any],
            scores: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
-    """Each head's mask, its last rows' scores (at ``params["last_q"]``) taken from ``scores`` (H*B, N) when given."""
+    """Each head's mask, its last rows' scores (at ``params["last_q"]``) taken from ``scores`` (B*H, N) when given:
+    then the heads of one vertical-slash config are selected together."""
     budget, heads = params["budget"], q.shape[1]
     configs = _tuned.HeadConfigs("minference", params["tuned_config"], params["model"], params["layer"],
                                  params["heads"], heads)
-    masks_out = []
+    chosen = []
     for i in range(q.shape[0] * heads):
         qh, kh = q[i // heads, i % heads], k[i // heads, i % heads]
         own = None if scores is None else (scores[0][i], scores[1][i])
@@ -209,9 +219,22 @@ def _build(q: torch.Tensor, k: torch.Tensor, block_size: int, params: dict[str, 
         search = (lambda qh=qh, kh=kh, searched=searched: search_head(
             qh, kh, block_size, budget=budget, recall_target=params["recall_target"],
             sample_blocks=params["sample_blocks"], scores=searched)) if params["search"] else None
-        cfg = {**params, **(configs.get(i % heads, search) or {})}
-        masks_out.append(head_mask(qh, kh, block_size, cfg, own if cfg["last_q"] == params["last_q"] else None))
-    return torch.stack(masks_out).view(*q.shape[:2], *masks_out[0].shape)
+        chosen.append({**params, **(configs.get(i % heads, search) or {})})
+    out = torch.empty(q.shape[0] * heads, num_blocks(q.shape[2], block_size), num_blocks(k.shape[2], block_size),
+                      dtype=torch.bool, device=q.device)
+    batched: dict[tuple, list[int]] = {}
+    for i, cfg in enumerate(chosen):
+        if scores is not None and cfg["pattern"] == "vertical_slash" and cfg["last_q"] == params["last_q"]:
+            batched.setdefault(tuple(cfg[key] for key in VERTICAL_SLASH_KEYS), []).append(i)
+        else:
+            out[i] = head_mask(q[i // heads, i % heads], k[i // heads, i % heads], block_size, cfg)
+    for sizes, group in batched.items():
+        out[group] = _vertical_slash_from_scores(scores[0][group], scores[1][group], block_size, *sizes)
+    return out.view(*q.shape[:2], *out.shape[-2:])
+
+
+# what selects a vertical-slash mask from a head's last-rows scores, in _vertical_slash_from_scores' order
+VERTICAL_SLASH_KEYS = ("vertical_size", "slash_size", "n_init", "n_local")
 
 
 def _check_search(budget: float | None, recall_target: float, sample_blocks: int) -> None:
