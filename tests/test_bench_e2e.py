@@ -39,7 +39,7 @@ def test_a_live_estimator_runs_the_method_in_every_layer_of_every_sparse_forward
     configs are tuned by one forward before the timed ones and reused by every variant."""
     mask = synthetic.random_mask(2, 4, 4, 0.5, seed=0)
     mask[:, :, 0] = True
-    packed.save(tmp_path / "mask.npz", mask)
+    mask_file.save(tmp_path / "mask.npz", mask)
     out = tmp_path / "e2e.json"
     assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "4,8,8",
                            "--block-size", "16", "--backend", "reference", "--device", "cpu", "--method", method,

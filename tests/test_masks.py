@@ -371,8 +371,8 @@ def test_a_method_module_draws_its_mask_to_a_png(tmp_path):
 
 
 def test_a_mask_file_is_read_once_per_version_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
-    from wavealign.masks import file
     from wavealign import mask_file
+    from wavealign.masks import file
 
     reads, load = [], mask_file.load
     monkeypatch.setattr(mask_file, "load", lambda p: reads.append(p) or load(p))
