@@ -31,14 +31,13 @@ from typing import Any
 
 import torch
 
-from wavealign import hardware, kernels, masks, pipeline, reorder, workloads
+from wavealign import hardware, inputs, kernels, mask_file, masks, reorder, workloads
 from wavealign.integrations import diffusers as wa
 from wavealign.jobs._args import check_at_least, check_device
 from wavealign.kernels import LaunchShape
 from wavealign.measure import timing
 from wavealign.measure.timing import synced_clock
 from wavealign.records import Cell
-from wavealign.sim import packed
 
 VARIANTS = ("dense", "never", "always", "adaptive")
 ESTIMATORS = ("live", "none")
@@ -99,17 +98,18 @@ def random_transformer(config: str, device: str, layers: int | None = None) -> t
 def calibrated_mask(config: str, frames: int, resolution: str, method: str, path: Path, device: str) -> float:
     """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
     model's mid-depth layer, mid-denoising) the way a sweep cell on that workload builds it
-    (``pipeline.build_inputs``), save it at ``path``, and return its density."""
+    (``inputs.build``), save it at ``path``, and return its density."""
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
-    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated backend: no Q/K/V kept)
+    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated measurer: no Q/K/V kept)
     # only place the cell
-    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="sim", method=method,
+    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="fa4",
+                measure="simulated", method=method,
                 variant="original", stages="none", skip_mode="force", workload=f"{MODELS[config]}-{resolution}",
                 seq_len_tokens=wl.seq_len, num_heads=wl.heads, head_dim=wl.head_dim, block_size=128, wave_size=132,
                 model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
                 layer=wl.layers // 2, step=25)
-    mask, _ = pipeline.build_inputs(cell, torch.device(device))
-    packed.save(path, mask.cpu())
+    mask, _ = inputs.build(cell, torch.device(device))
+    mask_file.save(path, mask.cpu())
     return float(mask.float().mean())
 
 
@@ -240,7 +240,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")
     parser.add_argument("--method", default="xattention", help="the mask method built on the calibrated workload")
-    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.sim.packed .npz) instead")
+    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.mask_file .npz) instead")
     parser.add_argument("--estimator", default="live", choices=ESTIMATORS,
                         help="live: run --method on every layer's live Q/K inside the timed forward, its mask "
                              "discarded (the kernel replays the calibrated one); none: replay only")
@@ -282,16 +282,16 @@ def main(argv: list[str]) -> int:
         latent = (wl.latent_frames, 2 * wl.grid_height, 2 * wl.grid_width)
     check_at_least(parser, "--block-size", args.block_size, 1)
     check_device(parser, "--device", args.device)
-    if args.backend not in kernels.computing():
+    if args.backend not in kernels.names():
         parser.error(f"--backend {args.backend!r}: expected a backend that computes attention, one of "
-                     f"{kernels.computing()}")
+                     f"{kernels.names()}")
     cuda = args.device.startswith("cuda")
     with tempfile.TemporaryDirectory() as tmp:
         mask_path, density = args.mask, None
         if mask_path is None:
             mask_path = Path(tmp) / "mask.npz"
             density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path, args.device)
-        mask = packed.load(mask_path)
+        mask = mask_file.load(mask_path)
         density = float(mask.float().mean()) if density is None else density
         tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
         blocks = -(-tokens // args.block_size)

@@ -142,9 +142,9 @@ def main(argv: list[str]) -> int:
     preset_heads = workloads.preset(wl_model, frames=frames[0], resolution="720p").heads
     if args.heads > preset_heads:
         parser.error(f"--heads must be at most {preset_heads} (Wan2.1-14B's), got {args.heads}")
-    if args.backend not in kernels.computing():
+    if args.backend not in kernels.names():
         parser.error(f"--backend {args.backend!r}: expected a backend that computes attention, one of "
-                     f"{kernels.computing()}")
+                     f"{kernels.names()}")
     device = check_device(parser, "--device", args.device)
     if device.type != "cuda":
         parser.error(f"--device {args.device!r}: the benchmark times GPU kernels; expected a CUDA device")

@@ -70,8 +70,14 @@ def inventory() -> Inventory:
 
 
 class CellRunner:
-    """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep.
-    A plain class, so that tests can subclass it (e.g. to inject a worker death)."""
+    """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep, and so does
+    its ``InputCache`` (the inputs it keeps for its next group, and the ones it prefetches). A plain class, so that
+    tests can subclass it (e.g. to inject a worker death)."""
+
+    def __init__(self) -> None:
+        from wavealign.inputs import InputCache
+
+        self.inputs = InputCache()
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
@@ -86,7 +92,7 @@ class CellRunner:
         if ray.get_runtime_context().was_current_actor_reconstructed:
             then = None
         started = time.time()
-        results = pipeline.run_group(cells, then)
+        results = pipeline.run_group(cells, then, self.inputs)
         finished = time.time()
         where = self.where()
         return [{"result": r, "started_at": started, "finished_at": finished, **where} for r in results]

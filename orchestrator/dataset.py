@@ -27,14 +27,17 @@ import pyarrow.parquet as pq
 
 from wavealign.records import Cell, CellResult, Environment
 
-SCHEMA_VERSION = 4  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
-#                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2); 4: inputs_prefetched
+SCHEMA_VERSION = 5  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
+#                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2);
+#                    4: inputs_prefetched;
+#                    5: measure and measure_params (wavealign.measurers): a simulated row names the backend it
+#                    models (no backend sim), and Nsight Compute is measure ncu (no ncu_requested column). Rows of
+#                    v4 and before are read as v5 writes them (``upgraded``)
 PARTITION_COLUMNS = ("hardware", "method")
 STATUSES = ("done", "failed", "unschedulable")
 
 _TS = pa.timestamp("ms", tz="UTC")
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
-CELL_RENAMED = {"ncu": "ncu_requested"}  # a Cell field whose column would read as a measurement
 _log = logging.getLogger(__name__)
 
 
@@ -53,8 +56,7 @@ def _arrow_type(where: str, hint: Any) -> pa.DataType:
 
 def _record_fields(record: type, skip: tuple[str, ...] = ()) -> list[tuple[str, pa.DataType]]:
     hints = typing.get_type_hints(record)
-    return [(CELL_RENAMED.get(f.name, f.name) if record is Cell else f.name,
-             _arrow_type(f"{record.__name__}.{f.name}", hints[f.name]))
+    return [(f.name, _arrow_type(f"{record.__name__}.{f.name}", hints[f.name]))
             for f in dataclasses.fields(record) if f.name not in skip]
 
 
@@ -83,7 +85,7 @@ def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name
     row: dict[str, Any] = {name: None for name in SCHEMA.names}
     config = dataclasses.asdict(cell)
     for key, value in config.items():
-        row[CELL_RENAMED.get(key, key)] = _json(value) if isinstance(value, dict | list) else value
+        row[key] = _json(value) if isinstance(value, dict | list) else value
     if result is not None:
         for key, value in dataclasses.asdict(result).items():
             if key == "environment":
@@ -170,24 +172,71 @@ def quarantine_unreadable(run_root: str | Path) -> list[Path]:
 
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
-    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none). A file that cannot
-    be read is moved aside (``quarantine_unreadable``) and the rest read again: the probe of every file runs only
-    when a read fails, not on each of the several reads a sweep makes."""
+    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none), older rows
+    ``upgraded``. A file that cannot be read is moved aside (``quarantine_unreadable``) and the rest read again: the
+    probe of every file runs only when a read fails, not on each of the several reads a sweep makes."""
     folder = results_dir(run_root)
     if not folder.is_dir():
         return SCHEMA.empty_table().select(columns or SCHEMA.names)
+    upgrading = columns is None or any(c in UPGRADED_COLUMNS for c in columns)
+    read_columns = columns if columns is None or not upgrading else list(
+        dict.fromkeys([*columns, "schema_version", "cell_json"]))
 
     def table() -> pa.Table:
         dataset = ds.dataset(folder, format="parquet", schema=SCHEMA, partitioning="hive",
                              ignore_prefixes=[".", "_"])
-        return dataset.to_table(columns=columns, filter=filter)
+        return dataset.to_table(columns=read_columns, filter=filter)
 
     try:
-        return table()
+        found = table()
     except (pa.ArrowInvalid, OSError):
         if not quarantine_unreadable(run_root):
             raise
-        return table()
+        found = table()
+    found = upgraded(found) if upgrading else found
+    return found if columns is None else found.select(columns)
+
+
+# the columns v5 changed the meaning of, and the first spelling of a simulated cell (backend sim, modelling its
+# backend_params' kernel, flex unless given), which config.upgrade_first_spellings maps too
+UPGRADED_COLUMNS = ("backend", "backend_params", "measure", "measure_params", "cell_json")
+SIM_BACKEND, SIM_KERNEL, SIM_DEFAULT_KERNEL = "sim", "kernel", "flex"
+
+
+def upgraded_cell(config: dict[str, Any]) -> dict[str, Any]:
+    """A cell's config (``cell_json``) written before dataset v5 in today's fields: backend ``sim`` is its
+    ``kernel`` measured ``simulated`` (the sim backend's other options its ``measure_params``); ``ncu: true`` is
+    measure ``ncu``; else measure ``timed``."""
+    config = dict(config)
+    profiled = bool(config.pop("ncu", False))
+    if config.get("backend") == SIM_BACKEND:
+        options = dict(config.get("backend_params") or {})
+        config.update(backend=options.pop(SIM_KERNEL, SIM_DEFAULT_KERNEL), backend_params={}, measure="simulated",
+                      measure_params=options)
+    config.setdefault("measure", "ncu" if profiled else "timed")
+    config.setdefault("measure_params", {})
+    return config
+
+
+def upgraded(table: pa.Table) -> pa.Table:
+    """``table`` with its rows of schema v4 and before (``schema_version``) as v5 writes them: their ``cell_json``
+    through ``upgraded_cell``, and the columns of ``UPGRADED_COLUMNS`` taken from it."""
+    if table.num_rows == 0 or "schema_version" not in table.column_names or "cell_json" not in table.column_names:
+        return table
+    versions = table.column("schema_version").to_pylist()
+    old = [i for i, v in enumerate(versions) if v is not None and v < 5]
+    if not old:
+        return table
+    columns = {name: table.column(name).to_pylist() for name in UPGRADED_COLUMNS if name in table.column_names}
+    configs = table.column("cell_json").to_pylist()
+    for i in old:
+        config = upgraded_cell(json.loads(configs[i]))
+        for name in columns:
+            value = config if name == "cell_json" else config[name]
+            columns[name][i] = _json(value) if isinstance(value, dict) else value
+    for name, values in columns.items():
+        table = table.set_column(table.column_names.index(name), name, pa.array(values, type=SCHEMA.field(name).type))
+    return table
 
 
 def done_cell_ids(run_root: str | Path) -> set[str]:

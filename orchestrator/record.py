@@ -15,9 +15,9 @@ from typing import Any
 import pyarrow.dataset as ds
 from omegaconf import DictConfig
 
+from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import dataset, tracking
 from wavealign.orchestrator.plan import SweepPlan
-from wavealign.pipeline import timed_calls
 from wavealign.records import CPU, Cell
 
 _RUN_RECORD_PREFIX = "run-"  # sweeps/<sweep_id>/run-<UTC time>.json: one per run of the sweep
@@ -99,7 +99,7 @@ class Recorder:
 
 def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_workers: int) -> float | None:
     """Share of the GPU workers' dispatch time spent in the kernel calls of timed GPU cells: per done cell, the
-    calls it made (``pipeline.timed_calls``: the first call, the remaining warm-ups, the repetitions) x its kernel
+    calls it made (``measurers.timed.calls``: the first call, the remaining warm-ups, the repetitions) x its kernel
     median. The first call is counted at the median like the others, though the compile/JIT time inside it is not
     kernel time and is left out (it is ``first_call_ms`` minus about one median); mask building, reorder and launch
     planning count as not busy."""

@@ -1,4 +1,4 @@
-"""Whole-block gather/scatter (``wavealign.block_gather``): the torch path's contract on the CPU, and the
+"""Whole-block gather/scatter (``wavealign.reorder.block_gather``): the torch path's contract on the CPU, and the
 Triton copy kernel run by Triton's interpreter in a child process, bitwise against the torch path."""
 
 import json
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from wavealign import block_gather, reorder
+from wavealign import reorder
+from wavealign.reorder import block_gather
 
 
 def _order(perm) -> reorder.RowOrder:
@@ -58,7 +59,8 @@ def test_bad_inputs_are_named(call, message):
 
 CHILD = r"""
 import json, torch
-from wavealign import block_gather, reorder
+from wavealign import reorder
+from wavealign.reorder import block_gather
 out = {}
 for name, (b, h, n, d, bs) in {"ragged_d64": (1, 2, 100, 64, 32), "whole_d128": (2, 2, 128, 128, 32),
                                "odd_d": (1, 3, 70, 24, 16)}.items():

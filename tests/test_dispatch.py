@@ -1,5 +1,5 @@
 """The dispatcher's queues: groups on the same inputs one after another, and a worker offered the group whose
-inputs it keeps (``pipeline.group_inputs``), so a mask shared by several backends is built once per worker."""
+inputs it keeps (``inputs.InputCache``), so a mask shared by several backends is built once per worker."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from wavealign.inputs import key as inputs_key
 from wavealign.orchestrator import dispatch
-from wavealign.pipeline import inputs_key
 from wavealign.records import Cell
 
 

@@ -371,21 +371,21 @@ def test_a_method_module_draws_its_mask_to_a_png(tmp_path):
 
 
 def test_a_mask_file_is_read_once_per_version_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
+    from wavealign import mask_file
     from wavealign.masks import file
-    from wavealign.sim import packed
 
-    reads, load = [], packed.load
-    monkeypatch.setattr(packed, "load", lambda p: reads.append(p) or load(p))
+    reads, load = [], mask_file.load
+    monkeypatch.setattr(mask_file, "load", lambda p: reads.append(p) or load(p))
     file._read.cache_clear()
     path = tmp_path / "mask.npz"
     first, second = (synthetic.random_mask(2, 6, 6, 0.5, seed=s) for s in (1, 2))
-    packed.save(path, first)
+    mask_file.save(path, first)
     got = masks.get("file").for_shape(2, 6, 6, path=str(path))
     assert torch.equal(got, first)
     got.fill_(True)  # the caller's copy; the next call must not see it
     assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), first)
     assert len(reads) == 1
-    packed.save(path, second)
+    mask_file.save(path, second)
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))  # a later version
     assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), second)
     assert len(reads) == 2

@@ -1,4 +1,5 @@
-"""A block mask saved as packed bits (``.npz``): how measured cells hand their exact masks to the simulator.
+"""A block mask saved as packed bits (``.npz``): how a measured cell's exact mask reaches the simulator, and a mask
+captured elsewhere a sweep (mask method ``file``).
 
 Format: ``bits`` = ``np.packbits(mask, axis=-1)`` (uint8) and ``shape`` = the mask's shape (int64), so a
 (40, 2840, 2840) mask takes 40 MB instead of 322 MB.
