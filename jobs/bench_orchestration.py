@@ -9,16 +9,19 @@ real sweep path (grid -> Ray CPU workers -> Parquet + MLflow sqlite) and reports
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 
 from rich.console import Console
 
+from wavealign.jobs._args import Parser
+
+EXTRAS = ("sweep",)
+
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign bench-orchestration", description=__doc__.splitlines()[0])
+    parser = Parser("bench-orchestration", __doc__)
     parser.add_argument("--cells", type=int, default=500)
     parser.add_argument("--no-mlflow", action="store_true", help="record to Parquet only")
     parser.add_argument("--run-root", default=None, help="default: a fresh temporary folder")

@@ -26,12 +26,15 @@ from typing import Any
 import yaml
 
 from wavealign import hardware, inputs, kernels, masks, pipeline, placement, workloads
+from wavealign.jobs._args import Parser
 from wavealign.jobs._head_masks import add_workload_arguments
 from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._records import write_csv
 from wavealign.masks._draw import save_mask_png
 from wavealign.records import Cell
+
+EXTRAS = ("sim", "analysis")
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,7 @@ def _write_outputs(out: Path, rows: list[FidelityRow], command: str, seq_len: in
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign mask-fidelity", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("mask-fidelity", __doc__)
     parser.add_argument("--out", default="wavealign-runs/mask-fidelity", help="output folder")
     add_workload_arguments(parser, device=False)
     parser.add_argument("--heads", default="8", help="a count (spread evenly) or a comma list of heads")

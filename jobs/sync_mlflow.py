@@ -11,7 +11,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rich.console import Console
+from wavealign.jobs._args import UsageError, respell_flags
+
+EXTRAS = ("sweep",)
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """What stops it before it logs anything (exit 2), besides a bad argument: a run root another driver holds."""
+    from wavealign.orchestrator import lock
+
+    return (lock.RunRootBusy,)
 
 
 def main(argv: list[str]) -> int:
@@ -20,29 +29,19 @@ def main(argv: list[str]) -> int:
         return 0
     from wavealign.orchestrator import config, dataset, lock, record, tracking
 
-    console = Console()
-    try:
-        cfg = config.load(argv)
-    except config.ConfigError as exc:
-        console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
-        return 2
+    respell_flags(argv, config.key_paths)
+    cfg = config.load(argv)
     if not dataset.results_dir(cfg.run_root).is_dir():  # a typo'd root would get an empty store and "0 logged"
-        console.print(f"[red]wavealign sync-mlflow: run_root={cfg.run_root!r} has no results/ folder; expected the "
-                      "run root of a sweep[/red]")
-        return 2
+        raise UsageError(f"run_root={cfg.run_root!r} has no results/ folder; expected the run root of a sweep")
     uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(cfg.run_root)
-    try:
-        with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
-            tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=Path(cfg.run_root) / "mlartifacts")
-            logged = record.sync(cfg.run_root, tracker)
-    except lock.RunRootBusy as exc:
-        console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
-        return 2
+    with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
+        tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=Path(cfg.run_root) / "mlartifacts")
+        logged = record.sync(cfg.run_root, tracker)
     if not tracker.available:
-        console.print(f"[red]MLflow at {uri} is unreachable: {tracker.down_reason}[/red]")
+        print(f"wavealign sync-mlflow: MLflow at {uri} is unreachable: {tracker.down_reason}", file=sys.stderr)
         return 1
-    console.print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {uri}")
-    console.print(f"MLflow UI: {tracking.ui_hint(uri, tracker.experiment_id)}", soft_wrap=True)
+    print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {uri}")
+    print(f"MLflow UI: {tracking.ui_hint(uri, tracker.experiment_id)}")
     return 0
 
 

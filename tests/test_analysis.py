@@ -243,7 +243,8 @@ def test_report_draws_fig14_for_each_cell_asked_and_refuses_an_unknown_one(run_r
                         "--mask-cell", chosen["cell_id"]]) == 0
     picture = tmp_path / f"fig14_{chosen['method']}_{chosen['cell_id']}.png"
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert report.main(["--run-root", str(run_root), "--out", str(tmp_path), "--no-mlflow", "--mask-cell", "nope"]) == 2
+    with pytest.raises(ValueError, match="--mask-cell nope is not a cell of these results"):
+        report.main(["--run-root", str(run_root), "--out", str(tmp_path), "--no-mlflow", "--mask-cell", "nope"])
 
 
 def test_kernel_latency_draws_variants_in_one_order_and_no_empty_panel():
