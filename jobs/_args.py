@@ -66,6 +66,9 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
         if not item.startswith("-") or item.split("=")[0] in own_flags:
             continue
         flag, sep, value = item.partition("=")
+        close = difflib.get_close_matches(flag, [f for f in own_flags if f.startswith("--")], n=1, cutoff=0.75)
+        if close:
+            raise UsageError(f"{item}: not a flag of this command; did you mean {close[0]}?")
         following = argv[index + 1] if index + 1 < len(argv) else None
         if not sep and following is not None and not following.startswith("-") and "=" not in following:
             value, item = following, f"{item} {following}"

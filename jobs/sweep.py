@@ -57,7 +57,7 @@ def _options(argv: list[str]) -> tuple[list[str], bool]:
                              "brackets: grid.seq_k=[148,364] grid.method=[xattention,minference]")
         else:
             overrides.append(item)
-    respell_flags(overrides, config.key_paths)
+    respell_flags(overrides, config.key_paths, own_flags=("--dry-run", "--cfg", "-h", "--help"))
     return overrides, show_cfg
 
 

@@ -28,6 +28,7 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     from wavealign.orchestrator import config, dataset, lock, record, tracking
+    from wavealign.orchestrator.summary import runnable
 
     respell_flags(argv, config.key_paths)
     cfg = config.load(argv)
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
         print(f"wavealign sync-mlflow: MLflow at {uri} is unreachable: {tracker.down_reason}", file=sys.stderr)
         return 1
     print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {uri}")
-    print(f"MLflow UI: {tracking.ui_hint(uri, tracker.experiment_id)}")
+    print(f"MLflow: {tracking.ui_hint(uri, tracker.experiment_id, runnable('mlflow'))}")
     return 0
 
 

@@ -63,12 +63,12 @@ def default_tracking_uri(run_root: str | Path) -> str:
     return f"sqlite:///{Path(run_root).resolve() / 'mlflow.db'}"
 
 
-def ui_hint(tracking_uri: str, experiment_id: str | None) -> str:
+def ui_hint(tracking_uri: str, experiment_id: str | None, mlflow: str = "mlflow") -> str:
     """How to open this store's runs table in the MLflow UI: a server's address, or the ``mlflow ui`` command
-    for a local store and then the address it serves."""
+    (``mlflow``: how to run MLflow's CLI here) for a local store and then the address it serves."""
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {experiment_address(tracking_uri, experiment_id)}"
-    return (f"mlflow ui --backend-store-uri {tracking_uri}\n"
+    return (f"{mlflow} ui --backend-store-uri {tracking_uri}\n"
             f"  then open {experiment_address(MLFLOW_UI_ADDRESS, experiment_id)}")
 
 

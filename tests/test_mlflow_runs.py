@@ -14,6 +14,7 @@ from rich.console import Console
 from wavealign import analysis
 from wavealign.jobs import sync_mlflow
 from wavealign.orchestrator import config, dataset, record, sweep, tracking
+from wavealign.orchestrator.summary import runnable
 
 # two tiny exact reference-kernel cells on this CPU: the original and its reordered variant
 TINY = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
@@ -110,13 +111,13 @@ def test_the_printed_ui_hint_is_the_address_of_the_experiments_runs_table(finish
     root, _, printed = finished
     experiment_id = MlflowClient(tracking_uri=tracking.default_tracking_uri(root)).get_experiment_by_name(
         "wavealign").experiment_id
-    assert f"mlflow ui --backend-store-uri {tracking.default_tracking_uri(root)}" in printed
+    assert f"{runnable('mlflow')} ui --backend-store-uri {tracking.default_tracking_uri(root)}" in printed
     assert f"http://127.0.0.1:5000/#/experiments/{experiment_id}?workflowType=machine_learning" in printed
 
 
 def test_the_summary_ends_with_the_next_command_to_run(finished):
     root, _, printed = finished
-    assert f"next: wavealign report --run-root {root}" in printed
+    assert f"report:  {runnable('wavealign')} report --run-root {root}" in printed
 
 
 def test_the_ui_hint_for_a_server_is_its_runs_table_address():
