@@ -138,6 +138,18 @@ def test_a_resumed_sweep_reopens_its_parent_run_and_finishes_it_again(tmp_path):
     assert run.info.status == "FINISHED" and run.info.end_time > ended_first
 
 
+def test_a_resume_that_runs_nothing_keeps_the_parent_s_wall_times_and_logs_its_own_apart(tmp_path):
+    first = run_sweep(tmp_path)
+    uri = tracking.default_tracking_uri(tmp_path)
+    measured = parent_run(uri, first.sweep_id).data.metrics
+    again = run_sweep(tmp_path)  # resume=true: every cell is done
+    assert again.counts == {} and again.skipped_done == 2
+    metrics = parent_run(uri, first.sweep_id).data.metrics
+    assert metrics["startup_s"] == measured["startup_s"] > 0
+    assert metrics["dispatch_s"] == measured["dispatch_s"] > 0
+    assert metrics["resume_startup_s"] == again.startup_s and metrics["resume_dispatch_s"] == again.dispatch_s
+
+
 def test_a_sweep_interrupted_before_its_cells_ran_leaves_its_parent_run_killed(tmp_path):
     def interrupt(_):
         raise KeyboardInterrupt
