@@ -268,8 +268,9 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
 
 
 def reorderer_comparison(frame: pd.DataFrame) -> Figure:
-    """Table II as bars: per hardware, backend and head count (rows) and method (columns), each launch order's
-    speedup over the original with the reorder counted (bar) and of the kernel alone (tick)."""
+    """Table II as bars: one panel per hardware, backend, method, head count and length that has cells (none drawn
+    empty), each launch order's speedup over the original with the reorder counted (bar) and of the kernel alone
+    (tick)."""
     from wavealign.analysis.tables import table2
 
     title = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
@@ -279,29 +280,30 @@ def reorderer_comparison(frame: pd.DataFrame) -> Figure:
     table = table[table["order"] != "Original"]
     if table.empty or table["order"].nunique() < 2:
         return note_figure(title, "fewer than two reordered launch orders: nothing to compare")
-    rows = sorted(table.groupby(["hardware", "backend", "num_heads"]).groups)
-    methods = sorted(table["method"].unique())
+    keys = ["hardware", "backend", "method", "num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in table else [])]
+    panels = sorted(table.groupby(keys).groups)
     orders = list(dict.fromkeys(table["order"]))  # table2's order: baselines, then WaveAlign
-    fig, axes = panel_grid(len(rows), len(methods), width=4.2, height=0.35 * len(orders) + 1.2)
-    for (hw, backend, heads), axes_row in zip(rows, axes, strict=True):
-        for ax, method in zip(axes_row, methods, strict=True):
-            ax.set_title(f"{hw} / {backend} / {method}, {heads} heads", fontsize=9)
-            panel = table[(table["hardware"] == hw) & (table["backend"] == backend) & (table["num_heads"] == heads)
-                          & (table["method"] == method)].set_index("order")
-            if panel.empty:
-                note(ax, "no cells")
-                continue
-            ys = range(len(orders))
-            net = [panel["speedup_with_overhead"].get(o, math.nan) for o in orders]
-            kernel = [panel["speedup"].get(o, math.nan) for o in orders]
-            ax.barh(ys, net, color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2")
-                                            else 0.45) for o in orders])
-            ax.plot(kernel, ys, "k|", markersize=10)
-            ax.axvline(1.0, color="0.4", linewidth=0.8)
-            ax.set_yticks(list(ys))
-            ax.set_yticklabels(orders, fontsize=7)
-            ax.invert_yaxis()
-            ax.set_xlabel("x original", fontsize=8)
+    cols = min(4, len(panels))
+    fig, axes = panel_grid(-(-len(panels) // cols), cols, width=4.2, height=0.35 * len(orders) + 1.2)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, panels, strict=False):
+        hw, backend, method, heads, *tokens = key
+        ax.set_title(f"{hw} / {backend} / {method}, {heads} heads" + (f", {tokens[0]:,} tokens" if tokens else ""),
+                     fontsize=9)
+        panel = table[(table[keys] == pd.Series(key, index=keys)).all(axis=1)].set_index("order")
+        mine = [o for o in orders if o in panel.index]  # the launch orders this panel has cells of
+        ys = range(len(mine))
+        net = [panel["speedup_with_overhead"].get(o, math.nan) for o in mine]
+        kernel = [panel["speedup"].get(o, math.nan) for o in mine]
+        ax.barh(ys, net, color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2")
+                                        else 0.45) for o in mine])
+        ax.plot(kernel, ys, "k|", markersize=10)
+        ax.axvline(1.0, color="0.4", linewidth=0.8)
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels(mine, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("x original", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
