@@ -157,15 +157,13 @@ def roofline(frame: pd.DataFrame) -> Figure:
                 label=f"roof: {hw.peak_bf16_flops / 1e12:.0f} TFLOP/s, {hw.hbm_bytes_per_s / 1e12:.2f} TB/s")
         for i, method in enumerate(methods):
             for sim, pts in part[part["method"] == method].groupby("_sim"):
-                reordered = pts["stages"] != "none" if "stages" in pts else pd.Series(False, index=pts.index)
-                for flag, marker in ((False, "o"), (True, "s")):
-                    sel = pts[reordered == flag]
-                    if sel.empty:
-                        continue
-                    ax.scatter(sel["_intensity"], sel["_tflops"], marker=marker, s=28,
+                order = (pts.assign(_label=_variant_labels(pts))["_label"] if "variant" in pts
+                         else pd.Series("original", index=pts.index))
+                for name in _ordered_labels(pts.assign(_label=order)) if "variant" in pts else ["original"]:
+                    sel = pts[order == name]
+                    ax.scatter(sel["_intensity"], sel["_tflops"], marker=_variant_marker(name), s=30,
                                facecolors="none" if sim else COLORS[i % len(COLORS)],
-                               edgecolors=COLORS[i % len(COLORS)],
-                               label=label(f"{method} {'reordered' if flag else 'original'}", bool(sim)))
+                               edgecolors=COLORS[i % len(COLORS)], label=label(f"{method} {name}", bool(sim)))
                 if sim:
                     badge_simulated(ax)
         _log_scale(ax, "x")
@@ -176,6 +174,16 @@ def roofline(frame: pd.DataFrame) -> Figure:
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+# one marker per launch order, the same in every panel: the variants in their fixed order, then any other label
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def _variant_marker(name: str) -> str:
+    variant = name.split("[")[0].split(" ")[0]
+    index = _VARIANT_ORDER.get(variant, len(_VARIANT_ORDER) + sum(map(ord, name)) % 3)
+    return _MARKERS[index % len(_MARKERS)]
 
 
 def _params(text: object) -> dict:
@@ -443,7 +451,8 @@ def ablation(frame: pd.DataFrame) -> Figure:
 
 def adaptive_skip(frame: pd.DataFrame) -> Figure:
     """Fig. 13: end-to-end latency (reorder + kernel) relative to the original order, with and without the
-    adaptive skip, against sequence length and density; a red x marks where the policy skipped."""
+    adaptive skip, against sequence length and density; a red x marks where the policy skipped. Each panel names the
+    skip profile that decided (a ``cpu`` cell's is its ``cpu_profile`` GPU's), and every point is inside its axes."""
     title = "Adaptive skip: latency with and without the skip (Fig. 13)"
     need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
             "total_ms")
@@ -464,7 +473,10 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
         hw_adaptive = adaptive[adaptive["hardware"] == hw]
         for ax, (x, xlabel) in zip(axes_row, (("seq_k", "sequence length (K tokens)"), ("density", "density")),
                                    strict=True):
-            ax.set_title(f"{hw}: against {xlabel.split(' (')[0]}", fontsize=9)
+            decided = sorted({str(p) for p in pd.concat([hw_always, hw_adaptive]).get(
+                "profile_hardware", pd.Series(dtype=object)).dropna()})
+            profile = f" (skip profile: {', '.join(decided)})" if decided else ""
+            ax.set_title(f"{hw}{profile}: against {xlabel.split(' (')[0]}", fontsize=9)
             for sim, part in hw_always.groupby("_sim"):
                 ax.scatter(part[x], part["_rel"], marker="o", facecolors="none" if sim else "tab:blue",
                            edgecolors="tab:blue", s=22, label=label("no skip (always reorder)", bool(sim)))
@@ -483,6 +495,7 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
                 badge_simulated(ax)
             ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="-", label="original (never reorder)")
             _log_scale(ax, "y")
+            ax.margins(x=0.08, y=0.15)  # no marker cut by the frame
             ax.set_xlabel(xlabel)
             ax.set_ylabel("latency ÷ original kernel")
             ax.legend(fontsize=7)
