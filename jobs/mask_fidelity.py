@@ -8,7 +8,7 @@ Jaccard per (head, method), draws one head's mask per method (full and zoomed), 
 summary.json under --out and prints a markdown table. ``--set METHOD.KEY=VALUE`` overrides a method's param.
 
 GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 101 latent frames = 363600 tokens):
-    wavealign mask-fidelity --out docs/mask_fidelity --heads 8 --device cuda
+    wavealign mask-fidelity --out docs/mask_fidelity --heads 8          # on a GPU machine: masks built there
 CPU, a small smoke run:
     wavealign mask-fidelity --out /tmp/mf --model wan2.1-1.3b --frames 9 --resolution 480p --heads 2
 """
