@@ -32,7 +32,7 @@ import torch
 
 from wavealign import hardware, inputs, kernels, mask_file, masks, reorder, workloads
 from wavealign.integrations import diffusers as wa
-from wavealign.jobs._args import Parser, check_at_least, check_device
+from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
 from wavealign.kernels import LaunchShape
 from wavealign.measure import timing
 from wavealign.measure.timing import synced_clock
@@ -259,9 +259,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="write the timings as JSON here")
     args = parser.parse_args(argv)
 
-    variants = args.variants.split(",")
-    if bad := [v for v in variants if v not in VARIANTS]:
-        parser.error(f"--variants: {bad} not in {VARIANTS}")
+    variants = choices_list(parser, "--variants", args.variants, VARIANTS)
     if args.forwards < 1:
         parser.error(f"--forwards must be >= 1, got {args.forwards}")
     if args.layers is not None and args.layers < 1:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from wavealign import kernels, masks, workloads
-from wavealign.jobs._args import Parser, check_at_least, check_device
+from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
 from wavealign.kernels import LaunchShape
 from wavealign.measure import timing
 
@@ -127,9 +127,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, help="write the rows (JSON, CSV) and the table (markdown) here")
     args = parser.parse_args(argv)
 
-    methods = args.methods.split(",")
-    if bad := [m for m in methods if m not in METHODS]:
-        parser.error(f"--methods: {bad} not in {METHODS}")
+    methods = choices_list(parser, "--methods", args.methods, METHODS)
     try:
         frames = [int(f) for f in args.frames.split(",")]
     except ValueError:

@@ -2,13 +2,10 @@
 Triton copy kernel run by Triton's interpreter in a child process, bitwise against the torch path."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 from wavealign import reorder
 from wavealign.reorder import block_gather
@@ -87,10 +84,6 @@ print(json.dumps(out))
 
 def test_the_triton_copy_equals_the_torch_copy_bitwise_under_the_interpreter():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = json.loads(run_interpreted(CHILD, timeout=300).strip().splitlines()[-1])
     assert results == {name: {"gather_bitwise": True, "round_trip_bitwise": True} for name in results}
     assert len(results) == 4

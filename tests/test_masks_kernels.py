@@ -8,12 +8,9 @@ the masks are sparse, and ties placed where a selection must break them in index
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from interpreted import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -83,11 +80,7 @@ print("RESULTS" + json.dumps(results))
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.split("RESULTS", 1)[1])
+    return json.loads(run_interpreted(CHILD, timeout=900).split("RESULTS", 1)[1])
 
 
 METHOD_CASES = ["xattention", "xattention_stride4_diagonal", "spargeattn_tuned", "spargeattn_fixed",

@@ -30,6 +30,8 @@ import os
 
 import torch
 
+from wavealign.masks._common import logits_f32
+
 try:
     import triton
     import triton.language as tl
@@ -398,6 +400,21 @@ def diagonal_mass(probs: torch.Tensor, n: int) -> torch.Tensor:
     _diagonal_mass_kernel[(triton.cdiv(n, block), h)](probs, out, rows, n, probs.stride(0), probs.stride(1),
                                                       out.stride(0), BLOCK=block, num_warps=4)
     return out
+
+
+def last_rows_mass(q: torch.Tensor, k: torch.Tensor, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention softmax(q_last k^T / sqrt(d)) of each head's last ``rows`` queries (q, k (H, N, D)), summed per
+    key and per diagonal distance (``diagonal_mass``): (H, N) float32 each, the heads taken a working-memory budget
+    at a time. What FlexPrefill and MInference estimate their patterns from."""
+    h, n, d = k.shape
+    rows = min(rows, n)
+    per_key, per_distance = torch.empty(h, n, device=k.device), torch.empty(h, n, device=k.device)
+    step = heads_per_chunk(2 * rows * n * 4, k.device)
+    for h0 in range(0, h, step):
+        h1 = min(h0 + step, h)
+        probs = torch.softmax(logits_f32(q[h0:h1, -rows:], k[h0:h1]).div_(math.sqrt(d)), dim=-1)
+        per_key[h0:h1], per_distance[h0:h1] = probs.sum(1), diagonal_mass(probs, n)
+    return per_key, per_distance
 
 
 # candidate cut-offs per pass of ``top_mass_cutoff``: 4 bits of the cut-off decided per read of the values

@@ -39,7 +39,6 @@ from wavealign.masks._common import (
     check_number,
     check_qkv,
     diagonal_mass,
-    logits_f32,
     num_blocks,
     optional,
     per_head,
@@ -74,16 +73,12 @@ def _estimate_reference(q: torch.Tensor, k: torch.Tensor, block_size: int) -> _E
 def _estimate_kernels(q: torch.Tensor, k: torch.Tensor, block_size: int) -> _Estimate:
     """Every head's estimate (q, k (H, N, D)) at once: the last block's logits on the tensor cores, the per-diagonal
     sums and the pooled blocks by the GPU kernels."""
-    h, n, d = k.shape
+    n, d = k.shape[1:]
     rows = min(block_size, n)
-    vertical, slash = torch.empty(h, n, device=k.device), torch.empty(h, n, device=k.device)
-    step = _kernels.heads_per_chunk(2 * rows * n * 4, k.device)
-    for h0 in range(0, h, step):
-        h1 = min(h0 + step, h)
-        probs = torch.softmax(logits_f32(q[h0:h1, -rows:], k[h0:h1]).div_(math.sqrt(d)), dim=-1)
-        vertical[h0:h1], slash[h0:h1] = probs.mean(1), _kernels.diagonal_mass(probs, n) / rows
+    per_key, per_distance = _kernels.last_rows_mass(q, k, rows)
     (pooled_q, _), (pooled_k, _) = (_kernels.block_stats(x, block_size, with_similarity=False) for x in (q, k))
-    return _Estimate(vertical, slash, pooled_q, pooled_k, (q[:, -rows:].float() / math.sqrt(d)).mean(1))
+    return _Estimate(per_key / rows, per_distance / rows, pooled_q, pooled_k,
+                     (q[:, -rows:].float() / math.sqrt(d)).mean(1))
 
 
 def js_distance(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

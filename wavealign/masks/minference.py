@@ -118,19 +118,6 @@ def last_rows_scores(q: torch.Tensor, k: torch.Tensor, last_q: int) -> tuple[tor
     return probs.sum(0), diagonal_mass(probs, n)
 
 
-def _all_last_rows_scores(q: torch.Tensor, k: torch.Tensor, last_q: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``last_rows_scores`` of every head of q, k (H, N, D), the per-diagonal sums by the GPU kernel: (H, N) each."""
-    h, n, d = k.shape
-    rows = min(last_q, n)
-    vertical, slash = torch.empty(h, n, device=k.device), torch.empty(h, n, device=k.device)
-    step = _kernels.heads_per_chunk(2 * rows * n * 4, k.device)
-    for h0 in range(0, h, step):
-        h1 = min(h0 + step, h)
-        probs = torch.softmax(logits_f32(q[h0:h1, -rows:], k[h0:h1]).div_(math.sqrt(d)), dim=-1)
-        vertical[h0:h1], slash[h0:h1] = probs.sum(1), _kernels.diagonal_mass(probs, n)
-    return vertical, slash
-
-
 def _vertical_slash_from_scores(vertical: torch.Tensor, slash: torch.Tensor, block_size: int, vertical_size: int,
                                 slash_size: int, n_init: int, n_local: int) -> torch.Tensor:
     """Vertical-slash block masks (..., MB, NB) from heads' ``last_rows_scores`` (..., N): the top columns and
@@ -192,7 +179,7 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     """
     check_qkv(q, k, v, block_size)
     b, h, n, d = q.shape
-    scores = _all_last_rows_scores(q.reshape(b * h, n, d), k.reshape(b * h, n, d), params["last_q"]) \
+    scores = _kernels.last_rows_mass(q.reshape(b * h, n, d), k.reshape(b * h, n, d), params["last_q"]) \
         if _kernels.enabled(q) else None
     return _build(q, k, block_size, params, scores)
 
