@@ -194,8 +194,8 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
              "original variant timed in their groups; IQR %: the kernel time's interquartile range over its "
              "repetitions, as a share of its median"]
     if any(line["verdict"] == "not significant" for line in lines.values()):
-        notes.append("n.s.: not significant, the speedup's spread holds 1.0 (one IQR about each median: the two "
-                     "times' repetitions overlap; a wall-clock IQR counts as at least 4% of its median)")
+        notes.append("n.s.: not significant, the speedup's spread holds 1.0 (each time within one IQR of its median: "
+                     "the two times' repetitions overlap; a wall-clock IQR counts as at least 2% of its median)")
     if len(all_timers) == 1:
         notes.append(f"timer: {next(iter(all_timers))} for every line")
     if any("[" in key[-1] for key in lines):

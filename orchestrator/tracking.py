@@ -335,7 +335,7 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
         values = [r[column] for r in reordered if r.get(column) is not None and math.isfinite(r[column])]
         if values:
             metrics[f"{column}_median"] = statistics.median(values)
-    ran_cells = run_record is not None and any(run_record.get("counts", {}).values())
+    ran_cells = run_record is not None and bool(run_record.get("workers"))  # a no-op resume starts none
     for key in ("startup_s", "dispatch_s", "mlflow_drain_s", "kernel_busy_fraction"):
         if run_record is not None and run_record.get(key) is not None:
             metrics[key if ran_cells else f"resume_{key}"] = run_record[key]
