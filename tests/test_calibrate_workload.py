@@ -84,6 +84,12 @@ def test_searched_settings_are_the_product_of_the_lists_checked_against_the_gene
         cal.search_settings(["objects=2.5"], base)
 
 
+@pytest.mark.parametrize(("measured", "target"), [(97.0, "relative"), (80.0, "relative"), (50.0, "absolute"),
+                                                 (30.0, "absolute")])
+def test_a_dense_hit_rate_near_lock_step_makes_the_l2_target_relative(measured, target):
+    assert cal.l2_target_for(measured, dense_lockstep_pct=98.4) == target
+
+
 def test_a_fitted_config_scales_each_types_sharpness_and_sets_its_noise_and_one_mix():
     base = GeneratorConfig()
     choice = {t: (2.0, 0.3) for t in HEAD_TYPES}
