@@ -133,6 +133,17 @@ def test_a_launch_of_several_heads_counts_each_head_apart():
     assert per_head[0, 0] / per_head[0, 1] > per_head[-1, 0] / per_head[-1, 1]
 
 
+def test_a_primed_head_hits_as_a_later_head_of_a_launch_and_the_primer_is_not_counted():
+    shape = (3000, 3000)
+    launch = cal.random_launch_l2([0.25] * 4, shape, SIM, seed=0)
+    alone, primed = (cal.random_launch_l2([0.25], shape, SIM, seed=0, primer=p)[0] for p in (False, True))
+    hit = {name: h / lookups for name, (h, lookups) in
+           {"alone": alone, "primed": primed, "last of four": launch[-1]}.items()}
+    assert hit["primed"] < hit["alone"]
+    assert abs(hit["primed"] - hit["last of four"]) < abs(hit["alone"] - hit["last of four"])
+    assert cal.random_launch_l2([0.25, 0.25], shape, SIM, seed=0, primer=True).shape == (2, 2)
+
+
 def test_the_cli_writes_a_loadable_generator_with_provenance_and_residuals(tmp_path, capsys):
     argv = ["--out", str(tmp_path), *TINY, "--sharpness", "0.7,1.4", "--noise", "0.1", "--replicates", "1",
             "--layers", "0", "--steps", "0", "--verify-at", "0:0", "--mix-step", "0.25", "--restarts", "2"]

@@ -185,9 +185,6 @@ class GeneratorConfig(HeadTypesConfig):
         return _cluster_span(wl, spec, basis, start, stop, noise)
 
 
-CALIBRATED_PATH = GeneratorConfig.CALIBRATED_PATH
-
-
 def default_config() -> GeneratorConfig:
     """The calibrated cluster generator (``calibrated.yaml``'s ``generator``), or the hand-set one if none is
     shipped: the generator every caller gets unless it names another."""
