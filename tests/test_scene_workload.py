@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from wavealign import inputs, workloads
+from wavealign import inputs, pipeline, workloads
 from wavealign.jobs import cli
 from wavealign.orchestrator import config, grid
 from wavealign.workloads.rope import positions
@@ -202,6 +202,9 @@ def test_a_workload_yaml_names_its_generator_and_its_cells_are_drawn_by_it(tmp_p
     expected, _, _ = workloads.synthetic(wl, heads=[1], layer=2, step=5, config=workloads.generator("scene"))
     assert torch.equal(q, expected)
     assert inputs.key(tiny) != inputs.key(replace(tiny, generator="clusters"))
+    result = pipeline.run_cell(replace(tiny, reps=1, warmup=0))
+    assert result.status == "done", result.traceback
+    assert 0 < result.density < 1
 
 
 def test_a_bare_shape_cell_names_no_generator():
