@@ -11,9 +11,10 @@
 #   controls   dense (original order) and the iid random control (original, WaveAlign), timed + NCU      ~5 min
 #              then here, on the CPU (~4 min): python benchmarks/results/scene-workload-h200/table.py settings
 #              OUT/controls  -> the CAL_FLAGS line (L2 target, simulated GPU and row jitter) for the next step
-#   calibrate  CAL_FLAGS='...' : calibrate-workload --generator scene, fitted and verified at seed 0     ~5 min
+#   calibrate  CAL_FLAGS='...' : calibrate-workload --generator scene, fitted and verified at seed 0: 240
+#              sampled heads (2 settings x 5 types x 12 candidates x 2) + 3 x 40 verified, ~0.55 s each    ~4 min
 #              then commit OUT/calibrate/scene.yaml as wavealign/workloads/scene.yaml (the steps below need it)
-#   robust     the fitted scene.yaml verified over seeds 1-4 x the same 3 (layer, step) pairs           ~5 min
+#   robust     the fitted scene.yaml verified over seeds 1-4 x the same 3 (layer, step) pairs (480 heads) ~5 min
 #   scene-a    Table I sweep on the scene workload: MInference, FlexPrefill, timed + NCU                 ~4 min
 #   scene-b    the same for XAttention, SpargeAttn                                                         ~4 min
 #   clusters   the cluster generator's four methods in the same session, timed (MEASURE=ncu: +NCU, ~8 min;
@@ -62,8 +63,9 @@ case "$step" in
     fi
     # shellcheck disable=SC2086  # CAL_FLAGS and SEARCH are lists of flags
     timeout 530 "${cli[@]}" calibrate-workload --generator scene --device cuda --out "$OUT/calibrate" $CAL_FLAGS \
-      ${SEARCH:---search ground_sharpness=0.4,0.7,1} --sharpness "${SHARPNESS:-0.5,0.7,1,1.4,2,2.8}" \
-      --noise "${NOISE:-0.1,0.35}" --replicates "${REPLICATES:-1}" --verify-at "$VERIFY_AT" \
+      ${SEARCH:---search ground_sharpness=0.2,0.4} \
+      --sharpness "${SHARPNESS:-0.5,0.7,1,1.4,2,2.8}" --noise "${NOISE:-0.1,0.35}" --replicates "${REPLICATES:-2}" \
+      --verify-at "$VERIFY_AT" \
       > "$OUT/$step/$step.log" 2>&1
     echo "calibrate-workload rc=$?"
     tail -n 24 "$OUT/$step/$step.log" ;;
