@@ -81,12 +81,19 @@ def extra_requirements(extra: str) -> list[str]:
 
 
 def missing_requirement(extra: str) -> str | None:
-    """The first distribution of ``extra`` that is not installed, or whose modules cannot be found, or None."""
+    """The first distribution of ``extra`` that is not installed, or whose modules cannot be found, or None. One that
+    is not installed but whose module of its own name is (``mlflow`` from ``mlflow-skinny``) counts as there."""
     for name in extra_requirements(extra):
         try:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
-            return name
+            try:
+                provided = importlib.util.find_spec(_canonical(name).replace("-", "_")) is not None
+            except (ImportError, ValueError):
+                provided = False
+            if not provided:
+                return name
+            continue
         try:
             if any(importlib.util.find_spec(module) is None for module in _top_level_modules(dist)):
                 return name
