@@ -31,6 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wavealign import conf_dir, kernels, masks, registry, reorder, reorderers
 from wavealign import hardware as hardware_registry
+from wavealign.orchestrator.redact import redact, redact_tree
 from wavealign.records import CPU
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel
@@ -178,6 +179,12 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
     return cfg
 
 
+def to_yaml(cfg: DictConfig) -> str:
+    """The resolved config as YAML, every URI's password and token redacted: what a sweep writes
+    (``sweeps/<id>/config.yaml``, an MLflow artifact too) and ``--cfg job`` prints."""
+    return OmegaConf.to_yaml(OmegaConf.create(redact_tree(OmegaConf.to_container(cfg, resolve=True))))
+
+
 def load_plugins(cfg: DictConfig) -> None:
     """Import the modules ``cfg.plugins`` names, here and (through ``WAVEALIGN_PLUGINS``) on every worker."""
     if not cfg.plugins:
@@ -308,8 +315,8 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     uri = cfg.mlflow.tracking_uri
     if uri is not None and not (isinstance(uri, str) and uri and
                                 urllib.parse.urlparse(uri).scheme.split("+")[0] in MLFLOW_SCHEMES):
-        raise ConfigError(f"mlflow.tracking_uri={uri!r}; expected null (<run_root>/mlflow.db), a path, or a URI "
-                          f"with a scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
+        raise ConfigError(f"mlflow.tracking_uri={redact(repr(uri))}; expected null (<run_root>/mlflow.db), a path, "
+                          f"or a URI with a scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
     if Path(cfg.run_root).exists() and not Path(cfg.run_root).is_dir():
         raise ConfigError(f"run_root={cfg.run_root!r} is a file; expected a folder (made if missing) for the "
                           "sweep's results")

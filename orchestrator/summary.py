@@ -3,13 +3,14 @@ this run's counts, where the results are, and what to do next (log to MLflow lat
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 from rich.console import Console
 
-from wavealign.orchestrator import dataset, tracking
+from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.plan import SweepPlan
 from wavealign.orchestrator.progress import summary_table
 from wavealign.orchestrator.record import SweepOutcome
@@ -24,8 +25,9 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
             latest[row["cell_id"]] = row
     table = summary_table(list(latest.values()), f"sweep {cfg.name} ({plan.sweep_id})")
     console.print(table)
-    with path.open("w") as fh:
-        Console(file=fh, width=200).print(table)
+    text = Console(file=io.StringIO(), width=200)
+    text.print(table)
+    files.write_whole(path, text.file.getvalue())
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
     if outcome.kernel_busy_fraction is not None:
