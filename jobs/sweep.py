@@ -49,6 +49,18 @@ def _options(argv: list[str]) -> tuple[list[str], bool, str | None]:
 
 
 def main(argv: list[str]) -> int:
+    from wavealign.orchestrator import stop
+
+    stop.install()  # first: a Ctrl-C or SIGTERM from here on ends the command as in every other phase
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # before the sweep began (imports, config): nothing was recorded
+        print(f"wavealign sweep: stopped by {stop.requested or 'SIGINT'} before the sweep began; nothing was "
+              "recorded", file=sys.stderr)
+        return stop.exit_code() or 130
+
+
+def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
@@ -56,7 +68,8 @@ def main(argv: list[str]) -> int:
     if refused:
         print(f"wavealign sweep: {refused}", file=sys.stderr)
         return 2
-    from wavealign.orchestrator import cluster, config, lock, plan, sweep
+    from wavealign.orchestrator import cluster, config, files, lock, plan, stop, sweep
+    from wavealign.orchestrator.redact import redact
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -64,9 +77,7 @@ def main(argv: list[str]) -> int:
     try:
         cfg = config.load(overrides)
         if show_cfg:
-            from omegaconf import OmegaConf
-
-            print(OmegaConf.to_yaml(cfg), end="")
+            print(config.to_yaml(cfg), end="")
             return 0
         if cfg.dry_run:
             plan.dry_run(cfg, console)
@@ -74,11 +85,18 @@ def main(argv: list[str]) -> int:
         plan.check_size(cfg)  # before the run root is locked or Ray started
         outcome = sweep.run(cfg, console)
     except (config.ConfigError, lock.RunRootBusy, cluster.ClusterUnreachable) as exc:
-        console.print(f"[red]wavealign sweep: {exc}[/red]")
+        console.print(f"[red]wavealign sweep: {redact(str(exc))}[/red]")
         return 2
-    if outcome.terminated_by == "SIGTERM":
-        return 143  # 128 + SIGTERM, as a shell reports a process that signal ended
-    return 130 if outcome.interrupted else (1 if outcome.counts.get("failed") else 0)
+    except files.StorageError as exc:  # before any cell ran: the run root cannot be written
+        print(f"wavealign sweep: {exc}", file=sys.stderr)
+        return 1
+    if outcome.storage_error is not None:
+        print(f"wavealign sweep: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
+              "runs them)", file=sys.stderr)
+        return 1
+    if outcome.interrupted:
+        return stop.EXIT_CODES.get(outcome.terminated_by or "SIGINT", 130)
+    return 1 if outcome.counts.get("failed") else 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from wavealign.orchestrator import config, dataset, lock, record, tracking
+    from wavealign.orchestrator import config, dataset, files, lock, record, sqlite_store, tracking
+    from wavealign.orchestrator.redact import redact
 
     console = Console()
     try:
@@ -31,17 +32,25 @@ def main(argv: list[str]) -> int:
                       "run root of a sweep[/red]")
         return 2
     uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(cfg.run_root)
+    store = sqlite_store.sqlite_path(uri)
     try:
         with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
-            tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=Path(cfg.run_root) / "mlartifacts")
+            if store is not None and store.exists() and (reason := sqlite_store.problem(store)) is not None:
+                moved = sqlite_store.set_aside(store)  # kept, not deleted: its runs may hold more than Parquet
+                console.print(f"the store {store} {reason}; moved it to {moved} and rebuilding it from Parquet",
+                              soft_wrap=True)
+            tracker = tracking.Tracker(uri, cfg.mlflow.experiment, run_root=Path(cfg.run_root))
             logged = record.sync(cfg.run_root, tracker)
     except lock.RunRootBusy as exc:
         console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
         return 2
-    if not tracker.available:
-        console.print(f"[red]MLflow at {uri} is unreachable: {tracker.down_reason}[/red]")
+    except files.StorageError as exc:
+        print(f"wavealign sync-mlflow: {exc}", file=sys.stderr)
         return 1
-    console.print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {uri}")
+    if not tracker.available:
+        console.print(f"[red]MLflow at {redact(uri)} is unreachable: {tracker.down_reason}[/red]")
+        return 1
+    console.print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {redact(uri)}")
     console.print(f"MLflow UI: {tracking.ui_hint(uri, tracker.experiment_id)}", soft_wrap=True)
     return 0
 

@@ -2,17 +2,21 @@
 and method under ``<run_root>/results/``.
 
 Files are written whole to a hidden temporary name and renamed, so a crash never leaves half a file, and
-readers (``read``) ignore temporaries. Analysis reads one GPU type or method cheaply through the
-partitioning: ``read(root, filter=(ds.field("hardware") == "h100"))``.
+readers (``read``) ignore temporaries. A file is read only once it has been read whole and its schema checked
+against ours (``trusted_files``); any other file is moved to ``results/_quarantine/`` with its reason.
+Analysis reads one GPU type or method cheaply through the partitioning:
+``read(root, filter=(ds.field("hardware") == "h100"))``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
 import os
+import re
 import time
 import types
 import typing
@@ -25,6 +29,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from wavealign.orchestrator import files
 from wavealign.records import Cell, CellResult, Environment
 
 SCHEMA_VERSION = 4  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
@@ -36,6 +41,14 @@ _TS = pa.timestamp("ms", tz="UTC")
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 CELL_RENAMED = {"ncu": "ncu_requested"}  # a Cell field whose column would read as a measurement
 _log = logging.getLogger(__name__)
+# a sweep's id (``plan.sweep_id``): it names the folder sweeps/<sweep_id>, so an id read from a file is used only if
+# it is one of ours
+SWEEP_ID_FORMAT = "16 lowercase hex digits"
+_SWEEP_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def is_sweep_id(value: Any) -> bool:
+    return isinstance(value, str) and _SWEEP_ID.fullmatch(value) is not None
 
 
 def _arrow_type(where: str, hint: Any) -> pa.DataType:
@@ -98,6 +111,8 @@ def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name
     row.update(schema_version=SCHEMA_VERSION, result_id=row.get("result_id") or uuid.uuid4().hex,
                sweep_id=sweep_id, sweep_name=sweep_name, cell_json=_json(config),
                recorded_at=row.get("recorded_at") or time.time())
+    if not is_sweep_id(sweep_id):
+        raise ValueError(f"sweep_id must be {SWEEP_ID_FORMAT}, got {sweep_id!r}")
     if row["status"] not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {row['status']!r}")
     return row
@@ -125,69 +140,137 @@ def results_dir(run_root: str | Path) -> Path:
     return Path(run_root) / "results"
 
 
+def file_name(rows: list[dict[str, Any]]) -> str:
+    """A results file's name, from its rows' sweep and result ids: writing the same rows again (a flush retried
+    after an interrupt between its rename and the buffer's clearing) replaces the file instead of adding one."""
+    digest = hashlib.sha256("\n".join(sorted(r["result_id"] for r in rows)).encode()).hexdigest()[:16]
+    return f"part-{rows[0]['sweep_id']}-{digest}.parquet"
+
+
 def write(run_root: str | Path, rows: list[dict[str, Any]]) -> list[Path]:
-    """Write ``rows`` as one file per (hardware, method) partition, each via a temporary name + rename."""
+    """Write ``rows`` as one file per (hardware, method) partition, each whole (``files.write_whole``: a temporary
+    name, then a rename), with page checksums that ``read`` verifies; raises ``files.StorageError``."""
     by_partition: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_partition[(row["hardware"], row["method"])].append(row)
     written = []
     for (hardware, method), part in by_partition.items():
-        folder = results_dir(run_root) / f"hardware={hardware}" / f"method={method}"
-        folder.mkdir(parents=True, exist_ok=True)
-        name = f"part-{part[0]['sweep_id']}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp = folder / f".{name}.tmp"
-        pq.write_table(to_table(part, FILE_SCHEMA), tmp)
-        os.replace(tmp, folder / name)
-        written.append(folder / name)
+        path = results_dir(run_root) / f"hardware={hardware}" / f"method={method}" / file_name(part)
+        table = to_table(part, FILE_SCHEMA)
+        files.write_whole(path, lambda tmp, table=table: pq.write_table(table, tmp, write_page_checksum=True))
+        _TRUSTED[path.resolve()] = _version(path)  # made here from our schema: no need to read it back
+        written.append(path)
     return written
 
 
 QUARANTINE = "_quarantine"
+REASON_SUFFIX = ".reason.txt"  # beside a quarantined file: why it was moved
+# identity columns a row cannot be without, whatever version of the schema wrote it
+REQUIRED_COLUMNS = ("schema_version", "result_id", "sweep_id", "cell_id", "group_id", "status", "recorded_at")
+_TRUSTED: dict[Path, tuple[int, int, int]] = {}  # files read whole and found ours, by (inode, size, mtime_ns)
+_CHECKSUMS = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
+_PARTITIONING = ds.partitioning(pa.schema([SCHEMA.field(name) for name in PARTITION_COLUMNS]), flavor="hive")
 
 
-def quarantine_unreadable(run_root: str | Path) -> list[Path]:
-    """Move every file under ``results/`` that is not a readable Parquet file (truncated, empty, a stray note)
-    to ``results/_quarantine/``, warning with each name; return where they went. Hidden files (a writer's
-    temporaries) and the quarantine itself are left alone. The cells such a file held are simply not done, so
-    a resumed sweep runs them again."""
+def _version(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def untrusted_reason(path: Path, relative: Path) -> str | None:
+    """Why the results file ``path`` (at ``relative`` under ``results/``) cannot be trusted, or None: it is
+    trusted only once it was read whole (every page, checksums verified) and found to be ours: in a
+    ``hardware=<id>/method=<name>`` folder, every column one of our schema's with our type, no identity column
+    missing or empty, a known schema version and status, and sweep ids of our own format."""
+    if path.suffix != ".parquet":
+        return "not a .parquet file"
+    keys = [part.partition("=")[0] for part in relative.parts[:-1]]
+    if keys != list(PARTITION_COLUMNS) or any(not part.partition("=")[2] for part in relative.parts[:-1]):
+        return f"not in a {'/'.join(f'{k}=<value>' for k in PARTITION_COLUMNS)} folder"
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
+        return f"unreadable: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+    for field in table.schema:
+        if field.name not in FILE_SCHEMA.names:
+            return f"column {field.name!r} is not in dataset schema v{SCHEMA_VERSION}"
+        expected = FILE_SCHEMA.field(field.name).type
+        if field.type != expected:
+            return f"column {field.name!r} is {field.type}; expected {expected}"
+    for name in REQUIRED_COLUMNS:
+        if name not in table.column_names:
+            return f"no {name!r} column"
+        if table.column(name).null_count:
+            return f"{table.column(name).null_count} rows have no {name!r}"
+    versions = set(table.column("schema_version").to_pylist())
+    if not versions <= set(range(1, SCHEMA_VERSION + 1)):
+        return f"schema_version {sorted(versions)}; expected 1 to {SCHEMA_VERSION}"
+    statuses = set(table.column("status").to_pylist())
+    if not statuses <= set(STATUSES):
+        return f"status {sorted(statuses - set(STATUSES))}; expected one of {STATUSES}"
+    bad_ids = sorted(s for s in set(table.column("sweep_id").to_pylist()) if not is_sweep_id(s))
+    if bad_ids:
+        return f"sweep_id {bad_ids[0]!r} is not a sweep id ({SWEEP_ID_FORMAT})"
+    return None
+
+
+def trusted_files(run_root: str | Path, recheck: bool = False) -> list[Path]:
+    """The results files ``read`` may read: each checked once per version (``untrusted_reason``, remembered for
+    this process; ``recheck`` forgets), the others moved to ``results/_quarantine/`` with their reason, in a
+    warning and in a ``.reason.txt`` beside them. Hidden files (a writer's temporaries) and the quarantine itself are
+    left alone. The cells a quarantined file held are not done, so a resumed sweep runs them again."""
     folder = results_dir(run_root)
-    moved = []
+    trusted = []
     for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
         relative = path.relative_to(folder)
-        if not path.is_file() or any(part.startswith((".", "_")) for part in relative.parts):
+        if any(part.startswith((".", "_")) for part in relative.parts) or not path.is_file():
             continue
+        key = path.resolve()
         try:
-            if path.suffix != ".parquet":
-                raise ValueError("not a .parquet file")
-            pq.read_metadata(path)
-        except (pa.ArrowInvalid, OSError, ValueError) as exc:
-            target = folder / QUARANTINE / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
-            _log.warning("results: moved unreadable %s to %s (%s)", path, target, str(exc).splitlines()[0])
-            moved.append(target)
-    return moved
+            version = _version(path)
+        except FileNotFoundError:  # moved away (quarantined by another reader) since the listing
+            continue
+        if not recheck and _TRUSTED.get(key) == version:
+            trusted.append(path)
+            continue
+        reason = untrusted_reason(path, relative)
+        if reason is None:
+            _TRUSTED[key] = version
+            trusted.append(path)
+        else:
+            _quarantine(folder, relative, reason)
+    return trusted
+
+
+def _quarantine(folder: Path, relative: Path, reason: str) -> None:
+    target = folder / QUARANTINE / relative
+    files.make_dir(target.parent)
+    try:
+        os.replace(folder / relative, target)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise files.storage_error(folder / relative, exc, "quarantine") from None
+    files.write_whole(target.with_name(target.name + REASON_SUFFIX), reason + "\n")
+    _log.warning("results: moved %s to %s (%s)", folder / relative, target, reason)
 
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
-    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none). A file that cannot
-    be read is moved aside (``quarantine_unreadable``) and the rest read again: the probe of every file runs only
-    when a read fails, not on each of the several reads a sweep makes."""
-    folder = results_dir(run_root)
-    if not folder.is_dir():
-        return SCHEMA.empty_table().select(columns or SCHEMA.names)
-
-    def table() -> pa.Table:
-        dataset = ds.dataset(folder, format="parquet", schema=SCHEMA, partitioning="hive",
-                             ignore_prefixes=[".", "_"])
+    """Every row of the trusted files under ``<run_root>/results`` (``trusted_files``; an empty table of the schema
+    if there are none). A file damaged after its check (its pages fail their checksums) sends every file through
+    the check again, once."""
+    def table(paths: list[Path]) -> pa.Table:
+        if not paths:
+            return SCHEMA.empty_table().select(columns or SCHEMA.names)
+        dataset = ds.dataset([str(p) for p in paths], schema=SCHEMA, format=_CHECKSUMS, partitioning=_PARTITIONING,
+                             partition_base_dir=str(results_dir(run_root)))
         return dataset.to_table(columns=columns, filter=filter)
 
     try:
-        return table()
-    except (pa.ArrowInvalid, OSError):
-        if not quarantine_unreadable(run_root):
-            raise
-        return table()
+        return table(trusted_files(run_root))
+    except (pa.ArrowException, OSError):
+        return table(trusted_files(run_root, recheck=True))
 
 
 def done_cell_ids(run_root: str | Path) -> set[str]:

@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
+from wavealign.orchestrator import stop
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder
 from wavealign.pipeline import inputs_key, placement, timed_calls
@@ -155,6 +156,8 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     probes: dict[Any, tuple[str, Any, float]] = {}  # where() of a worker that died -> placement, worker, deadline
     try:
         while any(queues.values()) or inflight or reserved:
+            if stop.requested:  # its KeyboardInterrupt may have been swallowed on the way (``stop``)
+                return True
             for key, queue in queues.items():
                 started = []
                 while idle[key]:
