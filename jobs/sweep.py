@@ -68,7 +68,7 @@ def _main(argv: list[str]) -> int:
     if refused:
         print(f"wavealign sweep: {refused}", file=sys.stderr)
         return 2
-    from wavealign.orchestrator import cluster, config, files, lock, plan, stop, sweep
+    from wavealign.orchestrator import cluster, config, files, lock, netns, plan, stop, sweep
     from wavealign.orchestrator.redact import redact
 
     console = Console()
@@ -83,6 +83,13 @@ def _main(argv: list[str]) -> int:
             plan.dry_run(cfg, console)
             return 0
         plan.check_size(cfg)  # before the run root is locked or Ray started
+        if cfg.ray.private_network and not netns.inside():
+            reason = netns.unavailable(cfg.mlflow.tracking_uri if cfg.mlflow.enabled else None, cfg.ray.address)
+            if reason is not None:
+                print(f"wavealign sweep: ray.private_network=true, but {reason}", file=sys.stderr)
+                return 2
+            sys.stdout.flush()
+            netns.enter(argv)  # this process is replaced by the same command inside the namespace
         outcome = sweep.run(cfg, console)
     except (config.ConfigError, lock.RunRootBusy, cluster.ClusterUnreachable) as exc:
         console.print(f"[red]wavealign sweep: {redact(str(exc))}[/red]")

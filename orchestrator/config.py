@@ -95,6 +95,9 @@ class RayConfig:
     # build the inputs (mask, Q/K/V) of a worker's next group in the background while its current group is timed
     # (on a stream of their own on a GPU); off by default until it is shown not to move the kernel medians
     prefetch_inputs: bool = False
+    # run the driver and the embedded Ray in a network namespace of their own (Linux; `wavealign sweep` only): Ray's
+    # servers then listen where no other host, nor this host outside the sweep, can reach them (orchestrator/netns.py)
+    private_network: bool = False
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
-from wavealign.orchestrator import config, dispatch, files, lock, stop, tracking, watchdog
+from wavealign.orchestrator import config, dispatch, files, lock, netns, stop, tracking, watchdog
 from wavealign.orchestrator.plan import SweepPlan, make_plan
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder, SweepOutcome, end_parent_run, sweep_folder, sync, write_run_record
@@ -31,6 +31,9 @@ def run(cfg: DictConfig, console: Console | None = None,
     driver is refused: ``lock.RunRootBusy``). ``on_workers`` receives, once the workers are up, their node and pid
     per placement. Ctrl-C and SIGTERM (``stop``), and storage that refuses a write (``files.StorageError``), end it
     as every run ends: what finished recorded, the run record, the summary, the MLflow parent run ended."""
+    if cfg.ray.private_network and not netns.inside():
+        raise config.ConfigError("ray.private_network=true runs through `wavealign sweep` only (it restarts the "
+                                 "driver inside the namespace); expected false when calling sweep.run")
     with stop.handling():
         files.check_writable(Path(cfg.run_root), ("results", "sweeps"))  # before any work: one line naming the path
         with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):

@@ -3,9 +3,14 @@ owner's group only (issue 32)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import subprocess
 import sys
+import time
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import pytest
 
@@ -88,3 +93,40 @@ def test_the_lock_file_names_its_holder_s_command_without_the_password(tmp_path,
         text = path.read_text()
     assert "https://bob:***@mlflow.lab" in text and SECRET not in text
     assert path.stat().st_mode & 0o777 == files.FILE_MODE
+
+
+def test_with_a_private_network_the_embedded_ray_listens_in_a_namespace_of_its_own(tmp_path):
+    from wavealign.orchestrator import netns, watchdog
+
+    if (reason := netns.unavailable(None, None)) is not None:
+        pytest.skip(reason)
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", "~sweep", "grid.hardware=[cpu]",
+                             "grid.backend=[reference]", "grid.method=[random]", "grid.workload=[shape-2h]",
+                             "grid.seq_k=[2.048]", "grid.seed=[0,1]", "grid.variant=[original]", "grid.reps=40",
+                             "progress=false", "ray.num_cpus=1", "mlflow.enabled=false", "ray.private_network=true",
+                             f"run_root={tmp_path / 'runs'}"], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "RAY_ADDRESS": "local"})
+    ours = os.readlink("/proc/self/ns/net")
+    namespaces = set()
+    deadline = time.monotonic() + 300
+    while not namespaces and proc.poll() is None and time.monotonic() < deadline:
+        for pid in watchdog.descendants(proc.pid):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "raylet":
+                    namespaces.add(os.readlink(f"/proc/{pid}/ns/net"))
+        time.sleep(0.1)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert namespaces and ours not in namespaces
+    assert "this run: done 2" in out
+
+
+def test_a_private_network_with_a_remote_mlflow_store_is_refused_in_one_line(tmp_path, capsys):
+    code = sweep_job.main(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+                           "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "ray.private_network=true",
+                           "mlflow.tracking_uri=https://mlflow.lab", f"run_root={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == ("wavealign sweep: ray.private_network=true, but the MLflow store (https://...) is reached "
+                           "over the network; expected a local one (sqlite, a path)")
