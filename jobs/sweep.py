@@ -51,13 +51,13 @@ def _options(argv: list[str]) -> tuple[list[str], bool, str | None]:
 def main(argv: list[str]) -> int:
     from wavealign.orchestrator import stop
 
-    stop.install()  # first: a Ctrl-C or SIGTERM from here on ends the command as in every other phase
-    try:
-        return _main(argv)
-    except KeyboardInterrupt:  # before the sweep began (imports, config): nothing was recorded
-        print(f"wavealign sweep: stopped by {stop.requested or 'SIGINT'} before the sweep began; nothing was "
-              "recorded", file=sys.stderr)
-        return stop.exit_code() or 130
+    with stop.handling():  # first: a Ctrl-C or SIGTERM from here on ends the command as in every other phase
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:  # before the sweep began (imports, config): nothing was recorded
+            print(f"wavealign sweep: stopped by {stop.requested or 'SIGINT'} before the sweep began; nothing was "
+                  "recorded", file=sys.stderr)
+            return stop.exit_code() or 130
 
 
 def _main(argv: list[str]) -> int:

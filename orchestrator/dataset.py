@@ -260,17 +260,20 @@ def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expr
     """Every row of the trusted files under ``<run_root>/results`` (``trusted_files``; an empty table of the schema
     if there are none). A file damaged after its check (its pages fail their checksums) sends every file through
     the check again, once."""
-    def table(paths: list[Path]) -> pa.Table:
-        if not paths:
-            return SCHEMA.empty_table().select(columns or SCHEMA.names)
-        dataset = ds.dataset([str(p) for p in paths], schema=SCHEMA, format=_CHECKSUMS, partitioning=_PARTITIONING,
-                             partition_base_dir=str(results_dir(run_root)))
-        return dataset.to_table(columns=columns, filter=filter)
-
     try:
-        return table(trusted_files(run_root))
+        return read_files(run_root, trusted_files(run_root), columns, filter)
     except (pa.ArrowException, OSError):
-        return table(trusted_files(run_root, recheck=True))
+        return read_files(run_root, trusted_files(run_root, recheck=True), columns, filter)
+
+
+def read_files(run_root: str | Path, paths: list[Path], columns: list[str] | None = None,
+               filter: ds.Expression | None = None) -> pa.Table:
+    """The rows of ``paths``, results files of ``run_root`` already trusted (``trusted_files``, or written here)."""
+    if not paths:
+        return SCHEMA.empty_table().select(columns or SCHEMA.names)
+    dataset = ds.dataset([str(p) for p in paths], schema=SCHEMA, format=_CHECKSUMS, partitioning=_PARTITIONING,
+                         partition_base_dir=str(results_dir(run_root)))
+    return dataset.to_table(columns=columns, filter=filter)
 
 
 def done_cell_ids(run_root: str | Path) -> set[str]:

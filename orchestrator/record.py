@@ -61,14 +61,17 @@ def repro_command(cfg: DictConfig, cell: Cell) -> str:
 
 
 class Recorder:
-    """Buffers rows; each flush writes one Parquet batch, then logs the same rows to MLflow."""
+    """Buffers rows; each flush writes one Parquet batch, then has MLflow log the same rows from the files written.
+    Once written, a row is kept only as its id (``written``), so the driver's memory stays flat however long the
+    sweep; ``recorded_rows`` reads them back."""
 
     def __init__(self, cfg: DictConfig, plan: SweepPlan, tracker: tracking.Tracker | None,
                  parent_run_id: str | None) -> None:
         self.cfg, self.plan = cfg, plan
-        self.mlflow = tracking.BackgroundLogger(tracker, parent_run_id) if tracker is not None else None
+        self.mlflow = (tracking.BackgroundLogger(tracker, parent_run_id, Path(cfg.run_root)) if tracker is not None
+                       else None)
         self.buffer: list[dict[str, Any]] = []
-        self.rows: list[dict[str, Any]] = []
+        self.written: dict[str, None] = {}  # result ids written to Parquet, in order
         self.storage_error: files.StorageError | None = None
         self.baselines: set[str] = set()  # cell ids run only as a resumed group's reference (see dispatch.queues)
 
@@ -85,7 +88,6 @@ class Recorder:
         row = dataset.make_row(cell, result, sweep_id=self.plan.sweep_id, sweep_name=self.cfg.name, status=status,
                                error=error, extra={**extra, "repro_command": repro_command(self.cfg, cell)})
         self.buffer.append(row)
-        self.rows.append(row)
         if len(self.buffer) >= self.cfg.batch_cells:
             self.flush()
         return row
@@ -98,19 +100,21 @@ class Recorder:
         if not self.buffer or self.storage_error is not None:
             return
         try:
-            dataset.write(self.cfg.run_root, self.buffer)  # Parquet first: the record of truth
+            paths = dataset.write(self.cfg.run_root, self.buffer)  # Parquet first: the record of truth
         except files.StorageError as exc:
             self.storage_error = exc
             raise
-        batch, self.buffer = self.buffer, []
+        self.written.update(dict.fromkeys(r["result_id"] for r in self.buffer))
+        self.buffer = []
         if self.mlflow is not None:
-            self.mlflow.submit(batch)
+            self.mlflow.submit(paths)
 
-    @property
-    def recorded(self) -> list[dict[str, Any]]:
-        """The rows this sweep wrote to Parquet (all but the buffered ones a storage failure kept out)."""
-        unwritten = {id(r) for r in self.buffer}
-        return [r for r in self.rows if id(r) not in unwritten]
+    def recorded_rows(self) -> list[dict[str, Any]]:
+        """The rows this sweep wrote to Parquet, read back (those a storage failure kept out are not among them)."""
+        if not self.written:
+            return []
+        wanted = (ds.field("sweep_id") == self.plan.sweep_id) & ds.field("result_id").isin(list(self.written))
+        return dataset.read(self.cfg.run_root, filter=wanted).to_pylist()
 
     def close(self, abandon: Callable[[], bool] = lambda: False) -> bool:
         """Write what is buffered and wait for MLflow to log everything submitted, unless ``abandon()`` turns

@@ -1,13 +1,13 @@
 """Stopping a sweep on Ctrl-C (SIGINT) or SIGTERM, in whichever phase it is, the same way every time.
 
-``install`` puts one handler on both signals, first thing in ``wavealign sweep``, before the imports, the run-root
-lock, MLflow's set-up and Ray's start. The handler writes down which signal came, then raises
-``KeyboardInterrupt`` so that the phase under way stops. The note is what counts: a ``KeyboardInterrupt`` raised
-inside a callback that swallows exceptions (SQLAlchemy's connection clean-up, a ``__del__``) is lost, but the
-dispatch loop and the exit code read ``requested``, so the sweep stops all the same. Once a sweep is ending
-(``deferred``: the MLflow drain, the run record, the summary, the end of its MLflow parent run), a signal is only
-noted: the ending runs whole, and a signal during the MLflow drain stops just the drain (``sync-mlflow`` logs the
-rest from Parquet).
+``install`` puts one handler on both signals (``handling``: for the length of a block), first thing in
+``wavealign sweep``, before the imports, the run-root lock, MLflow's set-up and Ray's start. The handler writes down
+which signal came, then raises ``KeyboardInterrupt`` so that the phase under way stops. The note is what counts: a
+``KeyboardInterrupt`` raised inside a callback that swallows exceptions (SQLAlchemy's connection clean-up, a
+``__del__``) is lost, but the dispatch loop and the exit code read ``requested``, so the sweep stops all the same.
+Once a sweep is ending (``deferred``: the MLflow drain, the run record, the summary, the end of its MLflow parent
+run), a signal is only noted: the ending runs whole, and a signal during the MLflow drain stops just the drain
+(``sync-mlflow`` logs the rest from Parquet).
 """
 
 from __future__ import annotations

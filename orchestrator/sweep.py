@@ -166,7 +166,7 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
     outcome.mlflow_drain_s = time.monotonic() - started
     if stop.requested:  # also when the KeyboardInterrupt itself was swallowed on its way (``stop``)
         outcome.interrupted, outcome.terminated_by = True, stop.requested
-    outcome.rows = recorder.recorded
+    outcome.rows = recorder.recorded_rows()
     outcome.counts = Counter(r["status"] for r in outcome.rows)
     outcome.storage_error = recorder.storage_error
     if tracker is not None:

@@ -253,21 +253,23 @@ def has_dataset(run: Run, run_root: Path) -> bool:
 
 
 class BackgroundLogger:
-    """Logs row batches on one driver thread, so workers are not kept waiting on MLflow (a child run costs
-    a few store round trips); ``close`` waits until everything submitted is logged."""
+    """Logs the rows of results files on one driver thread, so workers are not kept waiting on MLflow (a child run
+    costs a few store round trips); ``close`` waits until everything submitted is logged. It is handed the files,
+    not the rows, and reads each batch when it comes to it: a backlog (MLflow slower than the cells) holds paths."""
 
-    def __init__(self, tracker: Tracker, parent_run_id: str | None) -> None:
-        self.tracker, self.parent_run_id = tracker, parent_run_id
-        self._queue: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
+    def __init__(self, tracker: Tracker, parent_run_id: str | None, run_root: Path) -> None:
+        self.tracker, self.parent_run_id, self.run_root = tracker, parent_run_id, run_root
+        self._queue: queue.Queue[list[Path] | None] = queue.Queue()
         self._abandoned = threading.Event()
         self._thread = threading.Thread(target=self._drain, name="wavealign-mlflow", daemon=True)
         self._thread.start()
 
-    def submit(self, rows: list[dict[str, Any]]) -> None:
-        self._queue.put(list(rows))
+    def submit(self, paths: list[Path]) -> None:
+        self._queue.put(list(paths))
 
     def _drain(self) -> None:
-        while (rows := self._queue.get()) is not None:
+        while (paths := self._queue.get()) is not None:
+            rows = dataset.read_files(self.run_root, paths).to_pylist()
             self.tracker.log_rows(self.parent_run_id, itertools.takewhile(lambda _: not self._abandoned.is_set(),
                                                                           rows))
 

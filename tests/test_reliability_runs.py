@@ -221,10 +221,11 @@ def test_a_signal_while_the_sweep_ends_is_noted_not_raised():
 def test_a_further_signal_stops_the_wait_for_mlflow_s_logging_and_the_rows_stay_in_parquet(tmp_path):
     from wavealign.orchestrator import tracking
 
-    rows = _rows(1) * 300  # 300 child runs: minutes of sqlite round trips
+    rows = [{**row, "result_id": f"r{i}"} for i, row in enumerate(_rows(1) * 300)]  # minutes of sqlite round trips
+    paths = dataset.write(tmp_path, rows)
     tracker = tracking.Tracker(tracking.default_tracking_uri(tmp_path), "wavealign", run_root=tmp_path)
-    logger = tracking.BackgroundLogger(tracker, tracker.parent_run(SWEEP, "t"))
-    logger.submit([{**r, "result_id": f"r{i}"} for i, r in enumerate(rows)])
+    logger = tracking.BackgroundLogger(tracker, tracker.parent_run(SWEEP, "t"), tmp_path)
+    logger.submit(paths)
     assert logger.close(abandon=lambda: True) is False
     logger._thread.join(timeout=60)  # it stops after the row it is logging
     assert not logger._thread.is_alive()
