@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from wavealign import hardware as hardware_registry
-from wavealign import masks
+from wavealign import masks, variants
 from wavealign.analysis.load import with_derived_columns
 from wavealign.analysis.plotting import (
     NO_CELLS,
@@ -41,11 +41,11 @@ from wavealign.analysis.plotting import (
     relative_to_original,
     variant_color,
 )
-from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, order_name
+from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, ORIGINAL_VARIANT, order_name
 
-ORIGINAL = "original"
+ORIGINAL = ORIGINAL_VARIANT
 DENSE = "dense"
-BYTES_HINT = "needs Nsight Compute counters (an ncu record per cell)\nor simulated cells (backend sim)"
+BYTES_HINT = "needs Nsight Compute counters (measure ncu)\nor simulated cells (measure simulated)"
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
 
 
@@ -203,7 +203,7 @@ def _variant_labels(panel: pd.DataFrame) -> pd.Series:
 
 
 # the order variants are drawn in, in every panel: the baseline first, then the paper's ablation order
-_VARIANT_ORDER = {name: i for i, name in enumerate((ORIGINAL, "spatial", "temporal", "wavealign", "adaptive"))}
+_VARIANT_ORDER = {name: i for i, name in enumerate(variants.VARIANTS)}
 
 
 def _ordered_labels(panel: pd.DataFrame) -> list[str]:
@@ -226,19 +226,19 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
         return note_figure(title, NO_CELLS)
     if "workload" not in cells:
         cells = cells.assign(workload="")
-    # one row per workload too (a 4-head and a 40-head workload of one method are not one panel's bars), and in a
-    # row only the methods it has: no empty panels
+    # one row per workload too (a 4-head and a 40-head workload of one method are not one panel's bars), and per
+    # simulated or measured (a backend's predicted launch is not its timed one); in a row only the methods it has
     rows = {key: sorted(part["method"].unique())
-            for key, part in cells.groupby(["hardware", "backend", "workload"])}
+            for key, part in cells.groupby(["hardware", "backend", "_sim", "workload"])}
     many = cells["workload"].nunique() > 1
     fig, axes = panel_grid(len(rows), max(len(methods) for methods in rows.values()))
-    for ((hw, backend, workload), methods), axes_row in zip(sorted(rows.items()), axes, strict=True):
+    for ((hw, backend, simulated, workload), methods), axes_row in zip(sorted(rows.items()), axes, strict=True):
         for ax in axes_row[len(methods):]:
             ax.set_visible(False)
         for ax, method in zip(axes_row, methods, strict=False):
             ax.set_title(f"{hw} / {backend} / {method}" + (f"\n{workload}" if many else ""), fontsize=9)
             panel = cells[(cells["hardware"] == hw) & (cells["backend"] == backend) & (cells["method"] == method)
-                          & (cells["workload"] == workload)]
+                          & (cells["workload"] == workload) & (cells["_sim"] == simulated)]
             panel = panel.assign(_label=_variant_labels(panel))
             if "reorder_ms" not in panel:  # older results: draw the kernel time alone
                 panel = panel.assign(reorder_ms=0.0)
@@ -492,7 +492,7 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
 def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_tokens: int = 65_536) -> Figure:
     """Fig. 14: one head's block mask before and after reordering, in full and zoomed to the first wave.
 
-    The mask is regenerated from the cell's recorded config with ``wavealign.pipeline.build_inputs`` (the
+    The mask is regenerated from the cell's recorded config with ``wavealign.inputs.build`` (the
     sweep's own mask-building code) and reordered with ``wavealign.reorder.plan`` using the cell's stages,
     wave size and seed. Without ``cell_id``, the longest reordered cell up to ``max_seq_len_tokens``
     (building a mask from Q/K on the CPU costs time) is drawn, preferring Q/K-free synthetic masks and a
@@ -538,19 +538,19 @@ def _rebuild_and_reorder(config: dict):
     """The cell's first head's mask, rebuilt with the sweep's own code, and the same head reordered."""
     import dataclasses
 
-    from wavealign import reorder
-    from wavealign.pipeline import build_inputs, device_for, plan_order
+    from wavealign import inputs, placement, reorder
+    from wavealign.attention import AttentionStep
     from wavealign.records import Cell
 
     known = {f.name for f in dataclasses.fields(Cell)}
     cell = Cell(**{k: v for k, v in config.items() if k in known})
     if cell.model is not None:  # one head is all the figure shows: build only that head's Q/K
         cell.heads, cell.num_heads = list(cell.heads[:1]), 1
-    cell.backend = "sim"  # Q/K/V for a kernel are not needed, only the mask (built on a GPU when one is visible)
-    mask, _ = build_inputs(cell, device_for(cell))
+    cell.measure = "simulated"  # the mask alone, no Q/K/V for a kernel (built on a GPU when one is visible)
+    mask, _ = inputs.build(cell, placement.device(cell))
     head = mask[:1]
     cell.stages = cell.stages if cell.stages != "none" else "both"
-    order = plan_order(cell, head, cell.stages)  # the cell's own reorderer and its params
+    order = AttentionStep.for_cell(cell).plan_order(head, cell.stages)  # the cell's own reorderer and its params
     return cell, head.cpu(), reorder.permute_mask(head, order).cpu()
 
 
@@ -573,7 +573,7 @@ def _draw_masks(cell, head, after, title: str) -> Figure:
             ax.set_xlabel("K/V block")
             ax.set_ylabel("launch slot (query block)")
     fig.suptitle(f"{title}\n{cell.hardware}/{cell.method} {cell.seq_len_tokens} tokens, head 0 "
-                 f"(regenerated with wavealign.pipeline.build_inputs)", fontsize=10)
+                 f"(regenerated with wavealign.inputs.build)", fontsize=10)
     fig.tight_layout()
     return fig
 

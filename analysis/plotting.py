@@ -21,15 +21,15 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from wavealign import reorder
+from wavealign import variants
 
-STAGE_LABELS = reorder.PAPER_LABELS
-# One colour per reorder variant in every figure, whatever else a panel holds; a stage set takes its variant's
-# colour (none = original, both = wavealign). Other labels get one of the rest, fixed by their name.
+STAGE_LABELS = variants.PAPER_LABELS
+# One colour per reorder variant (wavealign.variants, in their order) in every figure, whatever else a panel holds; a
+# stage set takes its forced variant's colour (none = original, both = wavealign). Other labels get one of the rest,
+# fixed by their name.
 NO_CELLS = "no finished cells in the results"  # what a figure or table without one says
-VARIANT_COLORS = {"original": "tab:blue", "spatial": "tab:orange", "temporal": "tab:green", "wavealign": "tab:red",
-                  "adaptive": "tab:purple"}
-_STAGE_VARIANT = {"none": "original", "spatial": "spatial", "temporal": "temporal", "both": "wavealign"}
+VARIANT_COLORS = dict(zip(variants.VARIANTS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"),
+                          strict=True))
 _OTHER_COLORS = ("tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
 SIMULATED_LABEL = "simulated"
 NOTE_COLOR = "0.35"
@@ -93,7 +93,7 @@ def line_style(simulated: bool) -> dict[str, Any]:
 def variant_color(name: str) -> str:
     """The fixed colour of a variant (``wavealign``), a stage set (``both``) or a variant label with backend
     parameters after it (``wavealign head_order=sequential`` takes its own, name-fixed colour)."""
-    name = _STAGE_VARIANT.get(name, name)
+    name = variants.forced(name) if name in STAGE_LABELS else name
     if name in VARIANT_COLORS:
         return VARIANT_COLORS[name]
     return _OTHER_COLORS[zlib.crc32(name.encode()) % len(_OTHER_COLORS)]

@@ -24,3 +24,11 @@ def check_device(parser: argparse.ArgumentParser, flag: str, value: str) -> torc
 def check_at_least(parser: argparse.ArgumentParser, flag: str, value: int, least: int) -> None:
     if value < least:
         parser.error(f"{flag} must be >= {least}, got {value}")
+
+
+def choices_list(parser: argparse.ArgumentParser, flag: str, value: str, choices: tuple[str, ...]) -> list[str]:
+    """A comma-separated ``value`` of names from ``choices``, else ``parser.error`` naming the ones that are not."""
+    names = value.split(",")
+    if bad := [name for name in names if name not in choices]:
+        parser.error(f"{flag}: {bad} not in {choices}")
+    return names

@@ -1,31 +1,46 @@
 """Time a diffusers Wan transformer's denoising forward, dense against WaveAlign's block-sparse attention in the
-original order, reordered and adaptive, with a workload's calibrated method mask replayed in every layer.
+original order, reordered and adaptive, with a workload's calibrated method mask replayed in every layer and the
+method itself run on every layer's live Q/K.
 
-Random weights give near-uniform attention, so masks built from the live Q/K would be near-dense; the sparse
-variants replay instead the mask the calibrated synthetic workload gives (``method=file``), the same in every
-self-attention layer, and the results say so. The transformer is the Wan2.1-14B configuration (diffusers'
-``WanTransformer3DModel()`` defaults) unless ``--config 1.3b``, with random bf16 weights: no download.
+Random weights give near-uniform attention, so masks built from the live Q/K would be near-dense; the kernel runs
+instead the mask the calibrated synthetic workload gives (``method=file``), the same in every self-attention layer.
+What building the method's mask costs a live pipeline is still paid inside the timed forward: with ``--estimator
+live`` (the default) every layer runs the method on its own Q/K (SpargeAttn and MInference with their configs
+tuned by a first, untimed forward, as a pipeline's first step tunes them) and discards the mask. The results say
+both. The transformer is the Wan2.1-14B configuration (diffusers' ``WanTransformer3DModel()`` defaults) unless
+``--config 1.3b``, with random bf16 weights: no download.
+
+Beside the forwards, the backend's kernel alone is timed on the replayed mask in the original and the reordered
+order; with the kernel's share of the original-order forward a, and its speedup s, Amdahl's bound 1 / (1 - a + a / s)
+is what the reordered forward could reach if nothing around the kernel cost anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import platform
 import statistics
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from wavealign import kernels, pipeline, workloads
+from wavealign import hardware, inputs, kernels, mask_file, masks, reorder, workloads
 from wavealign.integrations import diffusers as wa
-from wavealign.jobs._args import check_at_least, check_device
+from wavealign.jobs._args import check_at_least, check_device, choices_list
+from wavealign.kernels import LaunchShape
+from wavealign.measure import timing
+from wavealign.measure.timing import synced_clock
 from wavealign.records import Cell
-from wavealign.sim import packed
 
 VARIANTS = ("dense", "never", "always", "adaptive")
+ESTIMATORS = ("live", "none")
 # diffusers' WanTransformer3DModel arguments of the 1.3B model (its defaults are the 14B's)
 CONFIGS = {"14b": {}, "1.3b": {"num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30},
            # for tests on a CPU: two layers of two heads
@@ -41,11 +56,33 @@ class StepTiming:
 
     variant: str
     forward_ms: float
-    self_attention_ms: float  # the attn1 modules (projections, norms, RoPE and attention), summed over layers
+    self_attention_ms: float  # the attn1 modules (projections, norms, RoPE, estimator, plan, attention), all layers
+    estimator_ms: float  # the method run on the live Q/K, mask discarded, summed over layers (0 without)
     mask_ms: float  # replaying the mask file, summed over layers (0 for dense)
     reorder_ms: float  # planning the orders, summed over layers
     reordered_layers: int
     forwards: int
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """The backend alone on the replayed mask, one layer's call: original order and reordered (both stages)."""
+
+    original_ms: float
+    original_ms_iqr: float
+    reordered_ms: float
+    reordered_ms_iqr: float
+
+    @property
+    def speedup(self) -> float:
+        return self.original_ms / self.reordered_ms
+
+
+def amdahl_bound(kernel: KernelTiming, layers: int, original_forward_ms: float) -> tuple[float, float]:
+    """(the kernel's share a of the original-order forward, the forward speedup 1 / (1 - a + a / s) a kernel
+    speedup s gives when nothing else changes)."""
+    share = layers * kernel.original_ms / original_forward_ms
+    return share, 1.0 / (1.0 - share + share / kernel.speedup)
 
 
 def random_transformer(config: str, device: str, layers: int | None = None) -> torch.nn.Module:
@@ -61,28 +98,71 @@ def random_transformer(config: str, device: str, layers: int | None = None) -> t
 def calibrated_mask(config: str, frames: int, resolution: str, method: str, path: Path, device: str) -> float:
     """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
     model's mid-depth layer, mid-denoising) the way a sweep cell on that workload builds it
-    (``pipeline.build_inputs``), save it at ``path``, and return its density."""
+    (``inputs.build``), save it at ``path``, and return its density."""
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
-    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated backend: no Q/K/V kept)
+    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated measurer: no Q/K/V kept)
     # only place the cell
-    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="sim", method=method,
+    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="fa4",
+                measure="simulated", method=method,
                 variant="original", stages="none", skip_mode="force", workload=f"{MODELS[config]}-{resolution}",
                 seq_len_tokens=wl.seq_len, num_heads=wl.heads, head_dim=wl.head_dim, block_size=128, wave_size=132,
                 model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
                 layer=wl.layers // 2, step=25)
-    mask, _ = pipeline.build_inputs(cell, torch.device(device))
-    packed.save(path, mask.cpu())
+    mask, _ = inputs.build(cell, torch.device(device))
+    mask_file.save(path, mask.cpu())
     return float(mask.float().mean())
 
 
+class LiveEstimator:
+    """``method`` run on every self-attention call's live Q/K, its mask discarded: the cost a live pipeline pays for
+    its masks, inside the timed forward, while the kernel runs the replayed one. Tuned methods keep their per-layer
+    configs in one store across forwards and variants."""
+
+    def __init__(self, method: str, model: str, block_size: int) -> None:
+        self.method, self.model, self.block_size = method, model, block_size
+        self.store = {"tuned_config": masks.TunedConfigs(method)} if masks.get(method).tuned else {}
+        self.calls_ms: list[float] = []
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> None:
+        start = synced_clock(q.device)
+        masks.build_for_heads(self.method, q, k, v, self.block_size, model=self.model, layer=layer,
+                              heads=list(range(q.shape[1])), **self.store)
+        self.calls_ms.append((synced_clock(q.device) - start) * 1e3)
+
+
+@contextlib.contextmanager
+def installed_variant(model: torch.nn.Module, variant: str, mask_path: Path, backend: str, block_size: int,
+                      estimator: LiveEstimator | None) -> Iterator[Any]:
+    """The model with ``variant``'s self-attention installed (the stock processors for ``dense``), each layer's call
+    preceded by ``estimator`` when given; the stock processors back on leaving."""
+    if variant == "dense":
+        yield None
+        return
+    cuda = next(model.parameters()).is_cuda
+    installed = wa.apply(model, method="file", backend=backend, reorder=variant, block_size=block_size,
+                         path=str(mask_path), **({} if cuda else {"hardware": "h200"}))
+    try:
+        if estimator is not None:
+            def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+                estimator(q, k, v, layer)
+                return installed.attention(q, k, v, layer=layer)
+
+            make = wa.processor_class()
+            model.set_attn_processor({name: make(functools.partial(call, layer=installed.layers.index(name)))
+                                      if name in installed.layers else proc
+                                      for name, proc in model.attn_processors.items()})
+        yield installed
+    finally:
+        installed.remove()
+
+
 def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], variant: str, mask_path: Path,
-                  backend: str, block_size: int, forwards: int) -> StepTiming:
-    """Median forward time of ``variant`` after one warm-up forward (compiles kernels), with CUDA events around the
-    whole forward and around every self-attention module."""
+                  backend: str, block_size: int, forwards: int, estimator: LiveEstimator | None = None,
+                  warmup: torch.nn.Module | None = None) -> StepTiming:
+    """Median forward time of ``variant`` over ``forwards`` forwards, CUDA events around the whole forward and
+    around every self-attention module, after one forward of ``warmup`` (a one-block copy compiles every kernel of
+    these shapes; None: the first of the model's own forwards is the warm-up)."""
     cuda = inputs["hidden_states"].is_cuda
-    installed = None if variant == "dense" else wa.apply(
-        model, method="file", backend=backend, reorder=variant, block_size=block_size, path=str(mask_path),
-        **({} if cuda else {"hardware": "h200"}))
     spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     hooks = []
     if cuda:
@@ -93,28 +173,49 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
     forward_ms, attention_ms = [], []
     try:
         with torch.inference_mode(), _dense_backend(cuda, variant):
-            for i in range(forwards + 1):
-                spans.clear()
-                if installed is not None:
-                    installed.attention.calls.clear()
-                start, end = _event_pair() if cuda else (None, None)
-                model(**inputs, return_dict=False)
-                if cuda:
-                    end.record()
-                    torch.cuda.synchronize()
-                if i and cuda:  # the first forward is the warm-up
-                    forward_ms.append(start.elapsed_time(end))
-                    attention_ms.append(sum(a.elapsed_time(b) for a, b in spans))
+            if warmup is not None:
+                with installed_variant(warmup, variant, mask_path, backend, block_size, estimator):
+                    warmup(**inputs, return_dict=False)
+            with installed_variant(model, variant, mask_path, backend, block_size, estimator) as installed:
+                for i in range(forwards + (warmup is None)):
+                    spans.clear()
+                    if estimator is not None:
+                        estimator.calls_ms.clear()
+                    if installed is not None:
+                        installed.attention.calls.clear()
+                    start, end = _event_pair() if cuda else (None, None)
+                    model(**inputs, return_dict=False)
+                    if cuda:
+                        end.record()
+                        torch.cuda.synchronize()
+                    if cuda and (i or warmup is not None):
+                        forward_ms.append(start.elapsed_time(end))
+                        attention_ms.append(sum(a.elapsed_time(b) for a, b in spans))
     finally:
         for hook in hooks:
             hook.remove()
-        if installed is not None:
-            installed.remove()
     calls = installed.attention.calls if installed is not None else []
     return StepTiming(variant=variant, forward_ms=statistics.median(forward_ms) if forward_ms else float("nan"),
                       self_attention_ms=statistics.median(attention_ms) if attention_ms else float("nan"),
+                      estimator_ms=sum(estimator.calls_ms) if estimator is not None else 0.0,
                       mask_ms=sum(c.mask_ms for c in calls), reorder_ms=sum(c.reorder_ms for c in calls),
                       reordered_layers=sum(c.reordered for c in calls), forwards=forwards)
+
+
+def time_kernel(mask: torch.Tensor, tokens: int, head_dim: int, backend: str, block_size: int,
+                device: str, reps: int = 3) -> KernelTiming:
+    """The backend's launch on ``mask`` (H, MB, NB) alone, original order and WaveAlign's (both stages, the backend's
+    wave on this GPU), on random bf16 Q/K/V of one layer's shape: CUDA events, L2 flushed, medians."""
+    gen = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(1, mask.shape[0], tokens, head_dim, generator=gen, device=device, dtype=torch.bfloat16)
+               for _ in range(3))
+    shape = LaunchShape.of(q, k, block_size, v=v)
+    order = reorder.plan(mask, wave_size=kernels.get(backend).wave_size(hardware.detect().name), stages="both")
+    timed = []
+    for planned in (None, order):
+        launch = kernels.get(backend).plan(mask, planned, shape)
+        timed.append(timing.time_cuda(lambda launch=launch: launch.run(q, k, v), reps=reps, warmup=1))
+    return KernelTiming(timed[0].median_ms, timed[0].iqr_ms, timed[1].median_ms, timed[1].iqr_ms)
 
 
 def _event_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
@@ -126,8 +227,6 @@ def _event_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
 def _dense_backend(cuda: bool, variant: str):
     """cuDNN's fused attention for the dense forward on a GPU (what SDPA dispatches to on Hopper at these lengths
     when allowed); no change otherwise."""
-    import contextlib
-
     if not (cuda and variant == "dense"):
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -136,34 +235,39 @@ def _dense_backend(cuda: bool, variant: str):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign bench-e2e", description=__doc__)
+    parser = argparse.ArgumentParser(prog="wavealign bench-e2e", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="14b", choices=sorted(CONFIGS))
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")
     parser.add_argument("--method", default="xattention", help="the mask method built on the calibrated workload")
-    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.sim.packed .npz) instead")
+    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.mask_file .npz) instead")
+    parser.add_argument("--estimator", default="live", choices=ESTIMATORS,
+                        help="live: run --method on every layer's live Q/K inside the timed forward, its mask "
+                             "discarded (the kernel replays the calibrated one); none: replay only")
     parser.add_argument("--latent", help="T,H,W of the latent video (default: the workload preset's); tokens are "
                                          "T * H/2 * W/2")
     parser.add_argument("--backend", default="fa4")
     parser.add_argument("--block-size", type=int, default=128)
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {VARIANTS}")
-    parser.add_argument("--forwards", type=int, default=2, help="timed forwards per variant, after one warm-up")
-    parser.add_argument("--layers", type=int, help="build only this many transformer blocks (all alike: the "
-                                                   "blocks' share of a forward scales with them) to fit long videos "
-                                                   "in less time")
+    parser.add_argument("--forwards", type=int, default=1, help="timed forwards per variant, after a warm-up "
+                                                                "forward of a one-block copy of the model")
+    parser.add_argument("--layers", type=int, help="build only this many transformer blocks (a cut of the model, "
+                                                   "for quick checks: the embeddings then weigh more than in the "
+                                                   "whole model)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, help="write the timings as JSON here")
     args = parser.parse_args(argv)
 
-    variants = args.variants.split(",")
-    if bad := [v for v in variants if v not in VARIANTS]:
-        parser.error(f"--variants: {bad} not in {VARIANTS}")
+    variants = choices_list(parser, "--variants", args.variants, VARIANTS)
     if args.forwards < 1:
         parser.error(f"--forwards must be >= 1, got {args.forwards}")
     if args.layers is not None and args.layers < 1:
         parser.error(f"--layers must be >= 1, got {args.layers}")
     if args.config not in MODELS and (args.mask is None or args.latent is None):
         parser.error(f"--config {args.config} has no workload preset: pass --mask FILE and --latent T,H,W")
+    if args.method not in masks.available() or not masks.get(args.method).needs_qk:
+        parser.error(f"--method {args.method!r}: expected a method that builds its mask from Q/K, one of "
+                     f"{[m for m in masks.available() if masks.get(m).needs_qk]}")
     if args.latent:
         try:
             latent = tuple(int(x) for x in args.latent.split(","))
@@ -176,15 +280,16 @@ def main(argv: list[str]) -> int:
         latent = (wl.latent_frames, 2 * wl.grid_height, 2 * wl.grid_width)
     check_at_least(parser, "--block-size", args.block_size, 1)
     check_device(parser, "--device", args.device)
-    if args.backend not in kernels.computing():
+    if args.backend not in kernels.names():
         parser.error(f"--backend {args.backend!r}: expected a backend that computes attention, one of "
-                     f"{kernels.computing()}")
+                     f"{kernels.names()}")
+    cuda = args.device.startswith("cuda")
     with tempfile.TemporaryDirectory() as tmp:
         mask_path, density = args.mask, None
         if mask_path is None:
             mask_path = Path(tmp) / "mask.npz"
             density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path, args.device)
-        mask = packed.load(mask_path)
+        mask = mask_file.load(mask_path)
         density = float(mask.float().mean()) if density is None else density
         tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
         blocks = -(-tokens // args.block_size)
@@ -192,6 +297,7 @@ def main(argv: list[str]) -> int:
             parser.error(f"--mask {mask_path} is {tuple(mask.shape)}; the latent {latent} has {tokens} tokens = "
                          f"{blocks} blocks of --block-size {args.block_size}, so (H, {blocks}, {blocks}) is expected")
         model = random_transformer(args.config, args.device, args.layers)
+        one_block = random_transformer(args.config, args.device, 1)
         gen = torch.Generator(device=args.device).manual_seed(0)
         inputs = {
             "hidden_states": torch.randn(1, LATENT_CHANNELS, *latent, generator=gen, device=args.device,
@@ -200,25 +306,52 @@ def main(argv: list[str]) -> int:
             "encoder_hidden_states": torch.randn(1, TEXT_TOKENS, model.config.text_dim, generator=gen,
                                                  device=args.device, dtype=torch.bfloat16),
         }
+        estimator = LiveEstimator(args.method, MODELS.get(args.config, args.config), args.block_size) \
+            if args.estimator == "live" else None
         described = str(args.mask) if args.mask else f"calibrated {args.method}, replayed in every layer"
         print(f"{args.config} transformer ({model.config.num_layers} blocks), {tokens} tokens, "
-              f"mask density {density:.3f} ({described}), backend {args.backend}", flush=True)
+              f"mask density {density:.3f} ({described}), estimator "
+              f"{'live ' + args.method + ' (mask discarded)' if estimator else 'none'}, backend {args.backend}",
+              flush=True)
+        tuning_ms = None
+        if estimator is not None and estimator.store:  # a pipeline's first step tunes every layer's heads
+            sparse = next(v for v in variants if v != "dense")
+            tuning_ms = time_forwards(model, inputs, sparse, mask_path, args.backend, args.block_size, 1,
+                                      estimator, warmup=one_block).forward_ms
+            print(f"  tuning forward ({sparse}, {args.method}'s configs tuned in every layer) {tuning_ms:9.1f} ms",
+                  flush=True)
         rows: list[StepTiming] = []
         for variant in variants:  # each line as it is measured
             rows.append(r := time_forwards(model, inputs, variant, mask_path, args.backend, args.block_size,
-                                           args.forwards))
+                                           args.forwards, None if variant == "dense" else estimator,
+                                           warmup=one_block))
             original = next((o.forward_ms for o in rows if o.variant == "never"), None)
             speedup = "" if original is None else f"speedup over original-order sparse {original / r.forward_ms:.3f}x"
             print(f"  {r.variant:9s} forward {r.forward_ms:9.1f} ms  self-attention {r.self_attention_ms:9.1f} ms  "
-                  f"mask {r.mask_ms:7.1f} ms  reorder {r.reorder_ms:6.1f} ms ({r.reordered_layers} layers)  {speedup}",
-                  flush=True)
+                  f"estimator {r.estimator_ms:7.1f} ms  replay {r.mask_ms:6.1f} ms  reorder {r.reorder_ms:6.1f} ms "
+                  f"({r.reordered_layers} layers)  {speedup}", flush=True)
+        kernel = time_kernel(mask.to(args.device), tokens, model.config.attention_head_dim, args.backend,
+                             args.block_size, args.device) if cuda else None
+    bounds = {}
+    never = next((r for r in rows if r.variant == "never"), None)
+    if kernel is not None and never is not None:
+        share, bound = amdahl_bound(kernel, model.config.num_layers, never.forward_ms)
+        print(f"  kernel alone: original {kernel.original_ms:.1f} ms, reordered {kernel.reordered_ms:.1f} ms "
+              f"({kernel.speedup:.3f}x); {share:.1%} of the original-order forward -> Amdahl bound {bound:.3f}x")
+        for r in rows:
+            if r.variant in ("always", "adaptive"):
+                measured = never.forward_ms / r.forward_ms
+                bounds[r.variant] = {"speedup": measured, "attention_share": share, "amdahl_bound": bound,
+                                     "of_bound": measured / bound}
+                print(f"  {r.variant}: {measured:.3f}x measured = {measured / bound:.1%} of the bound")
     record = {"config": args.config, "layers": model.config.num_layers, "tokens": tokens, "latent": latent,
               "method": None if args.mask else args.method, "mask": described, "density": density,
-              "backend": args.backend,
-              "rows": [asdict(r) for r in rows], "torch": torch.__version__, "host": platform.node(),
-              "gpu": torch.cuda.get_device_name() if args.device.startswith("cuda") else None}
+              "estimator": f"{args.method}, live, mask discarded" if estimator else None,
+              "tuning_forward_ms": tuning_ms, "backend": args.backend, "rows": [asdict(r) for r in rows],
+              "kernel": None if kernel is None else {**asdict(kernel), "speedup": kernel.speedup},
+              "bounds": bounds, "torch": torch.__version__, "host": platform.node(),
+              "gpu": torch.cuda.get_device_name() if cuda else None}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2))
     return 0
-

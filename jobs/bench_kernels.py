@@ -26,17 +26,20 @@ def main(argv: list[str]) -> int:
         return 0
     from wavealign.analysis.load import load
     from wavealign.analysis.tables import kernel_benchmark, to_markdown
+    from wavealign.jobs.sweep import exit_code, refusals
     from wavealign.orchestrator import config, sweep
 
     console = Console(width=160)
     try:
         cfg = config.load(["sweep=kernels", *argv])
         outcome = sweep.run(cfg, console)
-    except config.ConfigError as exc:
-        console.print(f"[red]wavealign bench-kernels: {exc}[/red]")
+    except refusals() as exc:
+        print(f"wavealign bench-kernels: {exc}", file=sys.stderr)
         return 2
     frame = load(cfg.run_root)
     frame = frame[frame["sweep_id"] == outcome.sweep_id]
+    if not (frame["status"] == "done").any():
+        return exit_code(outcome)  # nothing measured: no table (the summary said why)
     table = kernel_benchmark(frame)
     folder = outcome.run_root / "sweeps" / outcome.sweep_id
     table.to_csv(folder / "kernels.csv", index=False)
@@ -44,7 +47,7 @@ def main(argv: list[str]) -> int:
     (folder / "kernels.md").write_text(f"wavealign bench-kernels {shlex.join(argv)}\n\n{markdown}\n")
     console.print(markdown)
     console.print(f"kernel table: {folder / 'kernels.md'}")
-    return 130 if outcome.interrupted else (1 if outcome.counts.get("failed") else 0)
+    return exit_code(outcome)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Measure how the four sparse-attention methods' masks look on a synthetic video-DiT workload (Table I).
 
 For each chosen head of one layer it builds every method's block mask with the method's own defaults
-(``conf/method/*.yaml`` = the registry's params: XAttention tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and
+(``masks.get(name).params``, which a sweep's cells take too: XAttention tau=0.9, FlexPrefill gamma=0.60, SpargeAttn and
 MInference tuned per head as they run), through ``masks.build_for_heads``, the call a sweep cell makes, so a
 cell of the same workload, layer, step and heads builds the same masks. It records density and adjacent-row
 Jaccard per (head, method), draws one head's mask per method (full and zoomed), writes rows.csv / rows.json /
@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from wavealign import hardware, kernels, masks, pipeline, workloads
+from wavealign import hardware, inputs, kernels, masks, pipeline, placement, workloads
 from wavealign.jobs._head_masks import add_workload_arguments
 from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
@@ -91,12 +91,12 @@ def head_cells(args: argparse.Namespace, wl: workloads.Workload, heads: list[int
     """One simulated sweep cell per (head, method): what a sweep of this workload, layer, step and head runs."""
     wave = kernels.get(args.kernel).wave_size(args.hardware)
     return [Cell(cell_id=f"{method}-head{head}", group_id=f"{method}-head{head}", hardware=args.hardware,
-                 profile_hardware=args.hardware, backend="sim", method=method, variant="original", stages="none",
+                 profile_hardware=args.hardware, backend=args.kernel, measure="simulated", method=method,
+                 variant="original", stages="none",
                  skip_mode="force", workload=f"{args.model}-{args.resolution}", seq_len_tokens=wl.seq_len,
                  num_heads=1, head_dim=wl.head_dim, block_size=args.block_size, wave_size=wave, seed=args.seed,
                  model=args.model, resolution=args.resolution, frames=args.frames, heads=[head], layer=args.layer,
-                 step=args.step, method_params=overrides[method], backend_params={"kernel": args.kernel}, reps=1,
-                 warmup=0)
+                 step=args.step, method_params=overrides[method], reps=1, warmup=0)
             for head in heads for method in methods]
 
 
@@ -147,7 +147,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--step", type=int, default=25, help="denoising step of the generator (0..49)")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--set", action="append", default=[], metavar="METHOD.KEY=VALUE",
-                        help="override one method param (default: the method's own, as conf/method/ has it)")
+                        help="override one method param (default: the method's own, as a sweep cell has it)")
     parser.add_argument("--picture-head", type=int, default=None, help="head drawn per method (default: first)")
     parser.add_argument("--hardware", default="h100", choices=hardware.names(),
                         help="the GPU simulated for the L2 hit, and whose wave the features use (Table I: h100)")
@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
         print(f"  head {head:2d} {types[head]:9s} {cell.method:12s} density {r.density:6.1%}  jaccard "
               f"{r.adjacent_jaccard:.3f}  L2 {r.l2_hit_pct:5.1f}%  build {r.mask_ms:8.1f} ms", flush=True)
         if head == picture_head:
-            mask, _ = pipeline.build_inputs(cell, pipeline.device_for(cell))
+            mask, _ = inputs.build(cell, placement.device(cell))
             frame_blocks = max(1, round(3 * wl.tokens_per_frame / args.block_size))
             save_mask_png(mask[0].cpu(), out / f"mask_{cell.method}.png",
                           f"{cell.method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {head} "

@@ -8,8 +8,18 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from wavealign.orchestrator.record import SweepOutcome
+
+# the exit status of a sweep that ran (bad input, before anything runs: 2; Ctrl-C: 130; SIGTERM: 143)
+EXIT_CELLS_FAILED = 3  # one or more cells failed: their errors are in the summary and their rows
+EXIT_NOTHING_PLACED = 4  # every cell to run was unschedulable: no node has its GPU type (the summary says which)
+# the run root's storage refused a write (disk full, read-only, a file in a folder's place): one line names the path
+EXIT_STORAGE_REFUSED = 5
 
 USAGE = """usage: wavealign sweep [--dry-run | --cfg job] [KEY=VALUE ...]
 
@@ -68,7 +78,7 @@ def _main(argv: list[str]) -> int:
     if refused:
         print(f"wavealign sweep: {refused}", file=sys.stderr)
         return 2
-    from wavealign.orchestrator import cluster, config, files, lock, netns, plan, stop, sweep
+    from wavealign.orchestrator import config, files, netns, plan, sweep
     from wavealign.orchestrator.redact import redact
 
     console = Console()
@@ -91,19 +101,37 @@ def _main(argv: list[str]) -> int:
             sys.stdout.flush()
             netns.enter(argv)  # this process is replaced by the same command inside the namespace
         outcome = sweep.run(cfg, console)
-    except (config.ConfigError, lock.RunRootBusy, cluster.ClusterUnreachable) as exc:
-        console.print(f"[red]wavealign sweep: {redact(str(exc))}[/red]")
+    except refusals() as exc:
+        print(f"wavealign sweep: {redact(str(exc))}", file=sys.stderr)
         return 2
     except files.StorageError as exc:  # before any cell ran: the run root cannot be written
         print(f"wavealign sweep: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_STORAGE_REFUSED
     if outcome.storage_error is not None:
         print(f"wavealign sweep: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
               "runs them)", file=sys.stderr)
-        return 1
+    return exit_code(outcome)
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """What stops a sweep before it runs anything (exit 2): a bad config, a run root another driver holds, a
+    cluster it cannot join."""
+    from wavealign.orchestrator import config, join, lock
+
+    return config.ConfigError, lock.RunRootBusy, join.CannotJoin
+
+
+def exit_code(outcome: SweepOutcome) -> int:
+    """A sweep's exit status from its outcome (``sweep.SweepOutcome``)."""
+    from wavealign.orchestrator import stop
+
+    if outcome.storage_error is not None:
+        return EXIT_STORAGE_REFUSED
     if outcome.interrupted:
         return stop.EXIT_CODES.get(outcome.terminated_by or "SIGINT", 130)
-    return 1 if outcome.counts.get("failed") else 0
+    if outcome.counts and set(outcome.counts) == {"unschedulable"}:
+        return EXIT_NOTHING_PLACED
+    return EXIT_CELLS_FAILED if outcome.counts.get("failed") else 0
 
 
 if __name__ == "__main__":

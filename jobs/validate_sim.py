@@ -2,15 +2,15 @@
 
     wavealign validate-sim RESULTS --out DIR [--hardware h200] [--l2-partitions 1|2] [--row-jitter X]
 
-``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.ncu=true``) or a
+``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.measure=[ncu]``) or a
 table of one row per measured launch (CSV, JSON list or JSON lines) with the columns ``backend, stages,
 mask_kind, seq_len, heads, block_size, head_dim, density, seed, l2_hit_pct, dram_read_bytes, kernel_ms`` and
-optionally ``mask_file`` (a ``wavealign.sim.packed`` .npz, for method masks), ``mask_density`` (the density asked
+optionally ``mask_file`` (a ``wavealign.mask_file`` .npz, for method masks), ``mask_density`` (the density asked
 of the generator), ``nnz_spread``, ``prototypes``, ``noise``, ``wave_size`` and ``plan_seed``.
 
-Each measured cell becomes the same cell on backend ``sim`` (``kernel`` = the measured backend), run through
-``wavealign.pipeline.run_group``: the sweep's own mask, reorder and simulator path. Writes ``validation.csv`` and
-``validation.md`` to DIR.
+Each measured cell becomes the same cell measured ``simulated`` (the measured backend's launch predicted), run
+through ``wavealign.pipeline.run_group``: the sweep's own mask, reorder and simulator path. Writes
+``validation.csv`` and ``validation.md`` to DIR.
 
 Goals (issue 6): L2 hit MAE <= 5 points; DRAM bytes within +-15%; the variants' ranking preserved in every
 group (a group is one mask and backend, its rows the stages).
@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wavealign import hardware, masks, pipeline, reorder
+from wavealign import hardware, masks, pipeline, reorder, variants
 from wavealign.jobs._records import write_csv
 from wavealign.records import Cell
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
             "l2_hit_pct", "dram_read_bytes", "kernel_ms")
-# legacy tables name the stages by the sweep's variant names
-VARIANT_STAGES = {"original": "none", "spatial": "spatial", "temporal": "temporal", "wavealign": "both"}
+# legacy tables name the stages by the sweep's forced variants' names
+VARIANT_STAGES = {name: v.stages for name, v in variants.VARIANTS.items() if v.skip == "force"}
 STAGES = reorder.STAGES
 L2_MAE_GOAL_PTS = 5.0
 DRAM_RATIO_GOAL = 0.15
@@ -123,7 +123,7 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
             method = kind
         else:
             raise ValueError(f"row {i}: mask_kind {kind!r} is none of {sorted(_GENERATOR_COLUMNS)}, so it needs a "
-                             "mask_file column (a wavealign.sim.packed .npz)")
+                             "mask_file column (a wavealign.mask_file .npz)")
         kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
         seq_len, block_size = _number(row, "seq_len", int), _number(row, "block_size", int)
         group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"
@@ -155,14 +155,14 @@ def from_run_root(run_root: Path) -> list[Measured]:
                                  float(row["ncu_kernel_ms"])))
     if not measured:
         raise ValueError(f"{run_root} holds no done GPU cell with Nsight Compute counters (run a sweep with "
-                         "grid.ncu=true)")
+                         "grid.measure=[ncu])")
     return measured
 
 
 def as_simulated(m: Measured, l2_partitions: int | None, row_jitter: float) -> Cell:
-    """The measured cell on backend ``sim``, modelling the backend that ran it."""
-    options = {"kernel": m.cell.backend, "l2_partitions": l2_partitions, "row_jitter": row_jitter}
-    return dataclasses.replace(m.cell, backend="sim", backend_params=options, ncu=False, reps=1, warmup=0)
+    """The measured cell, measured ``simulated``: the launch of the backend that ran it, predicted."""
+    options = {"l2_partitions": l2_partitions, "row_jitter": row_jitter}
+    return dataclasses.replace(m.cell, measure="simulated", measure_params=options, reps=1, warmup=0)
 
 
 def validate(measured: list[Measured], l2_partitions: int | None = None,

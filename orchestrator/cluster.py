@@ -1,4 +1,4 @@
-"""Ray: connect (embedded local Ray, ``auto`` or ``ray://``), see which GPU types the cluster has, and keep
+"""Ray: see which GPU types the cluster has (``orchestrator.join`` connects to it), and keep
 one long-lived worker actor per GPU (holding it exclusively, so two cells never time on one GPU at once
 and compiled kernels stay warm) plus a pool of CPU actors for ``cpu`` and simulated cells.
 
@@ -10,7 +10,6 @@ GPU types are matched by Ray's node label ``ray.io/accelerator-type``, which Ray
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -18,78 +17,22 @@ from typing import Any
 
 import ray
 
-import wavealign
 from wavealign import hardware as hardware_registry
 from wavealign.records import CPU, Cell
-from wavealign.registry import PLUGINS_ENV
 
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 USER_ACCELERATOR_LABEL = "accelerator-type"
 LABEL_KEYS = (ACCELERATOR_LABEL, USER_ACCELERATOR_LABEL)  # Ray's label wins where a node has both
-# what the workers of a cluster are not sent of the checkout (runtime_env working_dir; .gitignore'd files neither)
-SHIP_EXCLUDES = (".git", ".venv", "benchmarks", "docs", "deploy", "wavealign-runs", ".devsite", ".fa4", ".vendor",
-                 ".devold", "*.egg-info", "**/__pycache__")
-
-
-class ClusterUnreachable(ConnectionError):
-    """``ray.address`` names a head nothing answers at (Ray itself would retry for minutes)."""
-
-
-def probe(address: str, timeout_s: float = 15.0) -> None:
-    """Raise ``ClusterUnreachable`` unless a TCP connection to ``address``'s head (``host:port``, or
-    ``ray://host[:port]``, Ray Client's default port 10001) opens within ``timeout_s``; ``auto`` and ``local``
-    name no head to try."""
-    if address in ("auto", "local"):
-        return
-    hostport = address.removeprefix("ray://")
-    host, sep, port = hostport.rpartition(":") if not hostport.endswith("]") else (hostport, "", "")
-    if not sep:
-        host, port = hostport, "10001"
-    host = host.strip("[]")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise ClusterUnreachable(f"ray.address={address!r}: nothing answers at {host}:{port} within {timeout_s:g} s "
-                                 f"({exc.strerror or exc}); is the head up (ray start --head) and the port open "
-                                 "from this machine?") from None
-
-
-def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None,
-            object_store_mb: int | None = None) -> None:
-    """Join ``address`` (``auto``, ``ray://host:port``, ``host:port``) or start an embedded local Ray."""
-    if ray.is_initialized():
-        return
-    # the user's own import path and the plugin modules the sweep names (wavealign.registry imports them on every
-    # worker)
-    env_vars = {k: os.environ[k] for k in ("PYTHONPATH", PLUGINS_ENV) if os.environ.get(k)}
-    checkout = str(wavealign.CHECKOUT) if wavealign.CHECKOUT else None
-    if address:
-        # a cluster's nodes may not have this checkout: Ray ships it to every worker (packages and conf/;
-        # results, caches and bundles stay home) and puts it first on their import path. Code installed from a
-        # wheel is not shipped: the nodes run the same wheel (e.g. the image's).
-        runtime_env = {"env_vars": env_vars}
-        if checkout:
-            runtime_env |= {"working_dir": checkout, "excludes": list(SHIP_EXCLUDES)}
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
-        return
-    # this machine's own workers import the checkout in place (or the installed wheel): nothing to ship
-    if checkout:
-        env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [checkout, env_vars.get("PYTHONPATH")]))
-    runtime_env = {"env_vars": env_vars}
-    # "local": always a fresh embedded instance, never a stale or foreign cluster found on this machine
-    ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, runtime_env=runtime_env,
-             include_dashboard=False,
-             object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
-             log_to_driver=False, logging_level="WARNING")
 
 
 @dataclass(frozen=True)
 class Inventory:
-    """What the cluster offers: GPUs per accelerator type and CPUs, over alive nodes."""
+    """What the cluster offers: GPUs per accelerator type and CPUs, over its alive nodes."""
 
     gpus_by_label: dict[tuple[str, str], int]  # (label key, accelerator type) -> GPUs
     untyped_gpus: int
     cpus: int
+    nodes: int
 
     @property
     def gpus_by_type(self) -> dict[str, int]:
@@ -110,10 +53,11 @@ class Inventory:
 
 def inventory() -> Inventory:
     gpus: Counter = Counter()
-    untyped, cpus = 0, 0
+    untyped, cpus, nodes = 0, 0, 0
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
+        nodes += 1
         resources, labels = node.get("Resources", {}), node.get("Labels") or {}
         cpus += int(resources.get("CPU", 0))
         count = int(resources.get("GPU", 0))
@@ -122,12 +66,18 @@ def inventory() -> Inventory:
             gpus[(key, labels[key])] += count
         else:
             untyped += count
-    return Inventory(gpus_by_label=dict(gpus), untyped_gpus=untyped, cpus=cpus)
+    return Inventory(gpus_by_label=dict(gpus), untyped_gpus=untyped, cpus=cpus, nodes=nodes)
 
 
 class CellRunner:
-    """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep.
-    A plain class, so that tests can subclass it (e.g. to inject a worker death)."""
+    """Runs cell groups one at a time with ``wavealign.pipeline.run_group``; lives as long as the sweep, and so does
+    its ``InputCache`` (the inputs it keeps for its next group, and the ones it prefetches). A plain class, so that
+    tests can subclass it (e.g. to inject a worker death)."""
+
+    def __init__(self) -> None:
+        from wavealign.inputs import InputCache
+
+        self.inputs = InputCache()
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
@@ -142,7 +92,7 @@ class CellRunner:
         if ray.get_runtime_context().was_current_actor_reconstructed:
             then = None
         started = time.time()
-        results = pipeline.run_group(cells, then)
+        results = pipeline.run_group(cells, then, self.inputs)
         finished = time.time()
         where = self.where()
         return [{"result": r, "started_at": started, "finished_at": finished, **where} for r in results]

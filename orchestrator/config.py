@@ -29,13 +29,13 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from wavealign import conf_dir, kernels, masks, registry, reorder, reorderers
+from wavealign import conf_dir, kernels, masks, measurers, placement, registry, reorderers, variants
 from wavealign import hardware as hardware_registry
+from wavealign.orchestrator.dataset import SIM_BACKEND, SIM_DEFAULT_KERNEL, SIM_KERNEL
 from wavealign.orchestrator.redact import redact, redact_tree
 from wavealign.records import CPU
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel
-SKIP_MODES = ("force", "policy")
 # The longest sequence a grid may ask for, in thousands of tokens: ten times the paper's longest (436K); a value
 # past it is nearly always tokens typed where thousands were meant, which would fill every worker's memory
 MAX_SEQ_K = 4096
@@ -47,10 +47,15 @@ class ConfigError(ValueError):
 
 @dataclass
 class VariantConfig:
-    """A reorder variant: which WaveAlign stages, and whether the skip policy may veto them."""
+    """A reorder variant (``wavealign.variants``): which WaveAlign stages, and whether the skip policy may veto them."""
 
     stages: str = "both"
     skip: str = "force"  # "force" applies ``stages``; "policy" lets wavealign.skip fall back to "none"
+
+
+def _library_variants() -> dict[str, VariantConfig]:
+    """The variants every sweep may name: ``wavealign.variants.VARIANTS`` (a sweep's ``variants:`` may add more)."""
+    return {name: VariantConfig(v.stages, v.skip) for name, v in variants.VARIANTS.items()}
 
 
 @dataclass
@@ -59,6 +64,9 @@ class GridConfig:
 
     hardware: list[str] = field(default_factory=lambda: [CPU])  # GPU ids, or "cpu" for CPU workers
     backend: list[str] = field(default_factory=lambda: ["reference"])
+    # how each cell's launch is measured (wavealign.measurers): timed, simulated (the backend's launch predicted for
+    # the hardware by the L2/HBM simulator, on CPU workers), ncu (timed, plus Nsight Compute counters)
+    measure: list[str] = field(default_factory=lambda: ["timed"])
     method: list[str] = field(default_factory=lambda: ["planted"])
     workload: list[str] = field(default_factory=lambda: ["shape-2h"])
     seq_k: list[float] = field(default_factory=lambda: [4.0])  # thousands of tokens (nearest valid shape)
@@ -71,12 +79,13 @@ class GridConfig:
     # e.g. {xattention: {threshold: [0.8, 0.9]}}: each listed value is an axis (a scalar is one value)
     method_params: dict[str, Any] = field(default_factory=dict)
     backend_params: dict[str, Any] = field(default_factory=dict)
+    measure_params: dict[str, Any] = field(default_factory=dict)
     reorderer_params: dict[str, Any] = field(default_factory=dict)
     block_size: Any = None  # None: the hardware's default block size
     cpu_profile: str = "h100"  # GPU description whose wave size and skip profile "cpu" cells plan for
     reps: int = 5
     warmup: int = 1  # calls before the timed reps; the first call (timed apart: first_call_ms) is one of them
-    ncu: bool = False  # GPU cells also profile one launch under Nsight Compute (ncu_* columns)
+    ncu: bool = False  # the first spelling of measure ncu: true measures the grid's timed cells with ncu instead
 
 
 @dataclass
@@ -117,7 +126,7 @@ class SweepConfig:
     run_root: str = "wavealign-runs"
     grid: GridConfig = field(default_factory=GridConfig)
     extra_grids: dict[str, GridConfig] = field(default_factory=dict)
-    variants: dict[str, VariantConfig] = field(default_factory=dict)
+    variants: dict[str, VariantConfig] = field(default_factory=_library_variants)
     ray: RayConfig = field(default_factory=RayConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     resume: bool = True  # skip cells already done in the dataset
@@ -137,7 +146,8 @@ class SweepConfig:
 
 @dataclass
 class NamedConfig:
-    """The form of ``conf/method``, ``conf/backend``, ``conf/reorderer`` and ``conf/hardware`` entries."""
+    """The form of ``conf/method``, ``conf/backend``, ``conf/measure`` and ``conf/reorderer`` entries: the name, and
+    values for some of the parameters the entry's module declares (``declared_params``)."""
 
     name: str = "?"
     params: dict[str, Any] = field(default_factory=dict)
@@ -178,6 +188,7 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
         raise ConfigError(f"config: {message.rstrip('.') + hint if hint else message}") from None
     cfg.overrides = [o for o in overrides if not o.startswith(("only_cells=", "force="))]
     load_plugins(cfg)
+    upgrade_first_spellings(cfg)
     validate(cfg, conf_dir)
     return cfg
 
@@ -186,6 +197,35 @@ def to_yaml(cfg: DictConfig) -> str:
     """The resolved config as YAML, every URI's password and token redacted: what a sweep writes
     (``sweeps/<id>/config.yaml``, an MLflow artifact too) and ``--cfg job`` prints."""
     return OmegaConf.to_yaml(OmegaConf.create(redact_tree(OmegaConf.to_container(cfg, resolve=True))))
+
+
+def upgrade_first_spellings(cfg: DictConfig) -> None:
+    """Sweeps written before measurers keep loading, meaning what they meant:
+
+    - ``backend: [sim]`` with ``backend_params.sim.kernel: K`` (an axis) is ``backend: [K]`` with
+      ``measure: [simulated]``, the sim backend's other params its ``measure_params.simulated``; a grid that lists
+      real backends beside ``sim`` keeps them and its simulated cells move to an extra grid ``<name>_simulated``;
+    - ``ncu: true`` measures the grid's ``timed`` cells with ``ncu``."""
+    with open_dict(cfg):
+        for where, grid in list(grids(cfg).items()):
+            if grid.ncu:
+                grid.measure = ["ncu" if m == "timed" else m for m in grid.measure]
+                grid.ncu = False
+            if SIM_BACKEND not in grid.backend:
+                continue
+            sim = OmegaConf.to_container(grid.backend_params.get(SIM_BACKEND) or OmegaConf.create({}))
+            modelled = sim.pop(SIM_KERNEL, SIM_DEFAULT_KERNEL)
+            simulated = grid if list(grid.backend) == [SIM_BACKEND] else OmegaConf.create(
+                OmegaConf.to_container(grid))
+            simulated.backend = modelled if isinstance(modelled, list) else [modelled]
+            simulated.measure = ["simulated"]
+            simulated.measure_params = {"simulated": sim} if sim else {}
+            simulated.backend_params.pop(SIM_BACKEND, None)
+            if simulated is not grid:
+                grid.backend = [b for b in grid.backend if b != SIM_BACKEND]
+                grid.backend_params.pop(SIM_BACKEND, None)
+                cfg.extra_grids[f"{where.rpartition('.')[2]}_simulated"] = OmegaConf.merge(
+                    OmegaConf.structured(GridConfig), simulated)
 
 
 def load_plugins(cfg: DictConfig) -> None:
@@ -295,10 +335,10 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     ``ConfigError``."""
     check_keys(cfg)
     for name, variant in cfg.variants.items():
-        if variant.stages not in reorder.STAGES:
-            raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {reorder.STAGES}")
-        if variant.skip not in SKIP_MODES:
-            raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {SKIP_MODES}")
+        if variant.stages not in variants.STAGES:
+            raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {variants.STAGES}")
+        if variant.skip not in variants.SKIP_MODES:
+            raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {variants.SKIP_MODES}")
     for key in ("batch_cells", "max_cells"):
         if cfg[key] < 1:
             raise ConfigError(f"{key}={cfg[key]}; expected >= 1")
@@ -354,33 +394,47 @@ def _check_keys(node: DictConfig, schema: type, prefix: str) -> None:
 AXES = tuple(k for k, kind in typing.get_type_hints(GridConfig).items() if typing.get_origin(kind) is list)
 
 
+def declared_params(kind: str, name: str) -> dict[str, Any]:
+    """What ``kind`` (method, backend, measure or reorderer) ``name`` declares a sweep may set, with its defaults:
+    the entry's own module is the one place they are written (a method's workload identity, filled from the cell,
+    left out)."""
+    if kind == "method":
+        return {k: v for k, v in masks.get(name).params.items() if k not in masks.IDENTITY_PARAMS}
+    registry = {"backend": kernels.get, "measure": measurers.get, "reorderer": reorderers.get}[kind]
+    return dict(registry(name).params)
+
+
 def param_axes(kind: str, name: str, grid: DictConfig, where: str,
                dirs: Sequence[Path] = (CONF_DIR,)) -> dict[str, list[Any]]:
-    """The parameter axes of ``kind`` (method, backend or reorderer) ``name`` in a grid: ``conf/<kind>/<name>.yaml``'s
-    params (one value each) overridden by ``<where>.<kind>_params.<name>`` (a list is an axis, a scalar one value).
-    Only parameters the YAML declares may be given (none declared: none, unless the backend passes any option
-    through); no axis may be empty, numbers must be finite, and a method's or reorderer's own checks pass (the
-    ones its builds use), so a bad value stops the sweep here instead of failing every cell. Checks across two
-    params (flexprefill's max_budget >= min_budget) run only where a cell builds its mask."""
-    base: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
+    """The parameter axes of ``kind`` (method, backend, measure or reorderer) ``name`` in a grid: the parameters
+    its module declares (``declared_params``, one value each: the default), the values ``conf/<kind>/<name>.yaml``
+    sets for some of them (none in the shipped entries), then ``<where>.<kind>_params.<name>`` (a list is an axis,
+    a scalar one value). Only declared parameters may be given (none declared: none, unless the backend passes any
+    option through); no axis may be empty, numbers must be finite, and a method's, measurer's or reorderer's own
+    checks pass (the ones its builds use), so a bad value stops the sweep here instead of failing every cell.
+    Checks across two params (flexprefill's max_budget >= min_budget) run only where a cell builds its mask."""
+    declared = declared_params(kind, name)
+    passes_any = not declared and kind == "backend" and _passes_any_option(name)
+    entry: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
     prefix = f"{where}.{kind}_params.{name}"
     given = grid[f"{kind}_params"].get(name)
     if given is not None and not isinstance(given, DictConfig):
         raise ConfigError(f"{prefix}={given!r}; expected a map of parameter names to values")
     override: dict[str, Any] = OmegaConf.to_container(given) if given is not None else {}  # type: ignore[assignment]
-    if base or not (kind == "backend" and _passes_any_option(name)):
-        for key, value in override.items():
-            if key not in base:
-                raise ConfigError(f"{prefix}.{key}={value!r} is not a parameter of {kind} {name!r}; "
-                                  f"{_declared(kind, name, base, str(key))}")
-    axes = {**{k: [v] for k, v in base.items()},
+    for source, values in ((f"conf/{kind}/{name}.yaml params", entry), (prefix, override)):
+        for key, value in values.items():
+            if key not in declared and not passes_any:
+                raise ConfigError(f"{source}.{key}={value!r} is not a parameter of {kind} {name!r}; "
+                                  f"{_declared(kind, name, declared, str(key))}")
+    axes = {**{k: [v] for k, v in {**declared, **entry}.items()},
             **{k: v if isinstance(v, list) else [v] for k, v in override.items()}}
     for key, values in axes.items():
-        path = f"{prefix}.{key}" if key in override else f"conf/{kind}/{name}.yaml params.{key}"
+        path = (f"{prefix}.{key}" if key in override else f"conf/{kind}/{name}.yaml params.{key}" if key in entry
+                else f"{kind} {name!r}'s default {key}")
         if not values:
             raise ConfigError(f"{path}=[] is empty; expected at least one value (a list is an axis: an empty one "
                               "makes no cells)")
-        own_checks = {"method": masks.get, "reorderer": reorderers.get}.get(kind)
+        own_checks = {"method": masks.get, "reorderer": reorderers.get, "measure": measurers.get}.get(kind)
         for value in values:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{path} has {value!r}; expected a finite number")
@@ -401,7 +455,7 @@ def _passes_any_option(backend: str) -> bool:
 
 def _declared(kind: str, name: str, base: dict[str, Any], key: str) -> str:
     if not base:
-        return f"expected none: conf/{kind}/{name}.yaml declares no params"
+        return f"expected none: {kind} {name!r} declares no params"
     close = difflib.get_close_matches(key, list(base), n=1)
     return f"expected one of {sorted(base)}" + (f"; did you mean {close[0]}?" if close else "")
 
@@ -417,53 +471,21 @@ def axis_product(axes: dict[str, list[Any]]) -> int:
     return math.prod(len(values) for values in axes.values())
 
 
-def modelled_backend(where: str, backend: kernels.Backend, options: dict[str, Any]) -> kernels.Backend:
-    """The backend ``backend`` runs or models with ``options``; a simulator naming no real backend is an error."""
-    if backend.models_option is None:
-        return backend
-    option = backend.models_option
-    try:
-        modelled = backend.modelled(options)
-    except (KeyError, ValueError):
-        raise ConfigError(f"{where}.backend_params.{backend.name}.{option}={options.get(option)!r}; expected one of "
-                          f"{[n for n in kernels.names() if kernels.get(n).execution is not None]}") from None
-    if modelled.execution is None:
-        raise ConfigError(f"{where}.backend_params.{backend.name}.{option}={modelled.name!r} has no execution facts "
-                          "to model; expected a backend that runs on a GPU")
-    return modelled
-
-
-def placement_reason(hw: str, backend: kernels.Backend, options: dict[str, Any]) -> str | None:
-    """Why ``backend`` with ``options`` cannot run on (or model) ``hw``, or None if it can."""
-    if hw == CPU:
-        if backend.simulated:
-            return f"backend {backend.name} simulates a GPU type; hardware cpu has none"
-        return f"backend {backend.name} needs a GPU; hardware cpu" if backend.needs_gpu else None
-    modelled = backend.modelled(options)
-    if not modelled.supports(hw):
-        what = f"backend {backend.name}" if modelled is backend else f"{backend.name} of {modelled.name}"
-        return f"{what} does not run on {hw} (supports {list(modelled.supported_hardware)})"
-    return None
-
-
 def _check_names(where: str, values, known: list[str]) -> None:
     for value in values:
         if value not in known:
             raise ConfigError(f"{where} has unknown {where.rsplit('.', 1)[-1]} {value!r}; expected one of {known}")
 
 
-def _check_placement(where: str, grid: DictConfig, name: str, axes: dict[str, list[Any]]) -> None:
-    """A backend a grid names must run on (or model) one of the grid's hardware with one of its option sets;
-    the combinations that cannot are filtered when the grid expands."""
-    backend = kernels.get(name)
+def _check_placement(where: str, grid: DictConfig, name: str) -> None:
+    """A backend a grid names must run on (or be simulated for) one of the grid's hardware with one of its
+    measurers (``wavealign.placement``); the combinations that cannot are filtered when the grid expands."""
     reasons: dict[str, None] = {}  # in order, once each
-    for options in param_combinations(axes):
-        modelled_backend(where, backend, options)
-        for hw in grid.hardware:
-            reason = placement_reason(hw, backend, options)
-            if reason is None:
-                return
-            reasons[reason] = None
+    for measure, hw in itertools.product(grid.measure, grid.hardware):
+        reason = placement.hardware_refused(hw, name, measure)
+        if reason is None:
+            return
+        reasons[reason] = None
     raise ConfigError(f"{where}.backend {name!r} cannot run on any of {where}.hardware {list(grid.hardware)}: "
                       f"{'; '.join(reasons)}")
 
@@ -476,14 +498,12 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     gpu_ids = hardware_registry.names()
     _check_names(f"{where}.hardware", grid.hardware, [*gpu_ids, CPU])
     _check_names(f"{where}.backend", grid.backend, backend_names())
+    _check_names(f"{where}.measure", grid.measure, measurers.names())
     _check_names(f"{where}.method", grid.method, method_names())
     _check_names(f"{where}.variant", grid.variant, sorted(cfg.variants))
     _check_names(f"{where}.reorderer", grid.reorderer, reorderer_names())
     if grid.cpu_profile not in gpu_ids:
         raise ConfigError(f"{where}.cpu_profile={grid.cpu_profile!r}; expected one of {gpu_ids}")
-    for hw in grid.hardware:
-        if hw != CPU:
-            group_entry("hardware", hw, dirs)
     for name in grid.workload:
         wl = group_entry("workload", name, dirs)
         _validate_workload(wl)
@@ -511,14 +531,16 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
         param_axes("method", method, grid, where, dirs)
     for backend in grid.backend:
         axes = param_axes("backend", backend, grid, where, dirs)
-        _check_placement(where, grid, backend, axes)
+        _check_placement(where, grid, backend)
         _check_backend_options(where, grid, backend, axes)
+    for name in grid.measure:
+        param_axes("measure", name, grid, where, dirs)
     for name in grid.reorderer:
         param_axes("reorderer", name, grid, where, dirs)
     # parameters of a name the grid does not run: the sweep preset's, for a name the command line replaced
     # (grid.method=[xattention] over a preset tuning planted), are dropped; ones the command line gave itself are
     # a mistake (a typo'd or forgotten name) and stop the sweep
-    for kind in ("method", "backend", "reorderer"):
+    for kind in ("method", "backend", "measure", "reorderer"):
         names = list(grid[kind])
         for name in list(grid[f"{kind}_params"]):
             if name in names:

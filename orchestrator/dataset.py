@@ -26,20 +26,24 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from wavealign.orchestrator import files
 from wavealign.records import Cell, CellResult, Environment
 
-SCHEMA_VERSION = 4  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
-#                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2); 4: inputs_prefetched
+SCHEMA_VERSION = 5  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
+#                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2);
+#                    4: inputs_prefetched;
+#                    5: measure and measure_params (wavealign.measurers): a simulated row names the backend it
+#                    models (no backend sim), and Nsight Compute is measure ncu (no ncu_requested column). Rows of
+#                    v4 and before are read as v5 writes them (``upgraded``)
 PARTITION_COLUMNS = ("hardware", "method")
 STATUSES = ("done", "failed", "unschedulable")
 
 _TS = pa.timestamp("ms", tz="UTC")
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
-CELL_RENAMED = {"ncu": "ncu_requested"}  # a Cell field whose column would read as a measurement
 _log = logging.getLogger(__name__)
 # a sweep's id (``plan.sweep_id``): it names the folder sweeps/<sweep_id>, so an id read from a file is used only if
 # it is one of ours
@@ -66,8 +70,7 @@ def _arrow_type(where: str, hint: Any) -> pa.DataType:
 
 def _record_fields(record: type, skip: tuple[str, ...] = ()) -> list[tuple[str, pa.DataType]]:
     hints = typing.get_type_hints(record)
-    return [(CELL_RENAMED.get(f.name, f.name) if record is Cell else f.name,
-             _arrow_type(f"{record.__name__}.{f.name}", hints[f.name]))
+    return [(f.name, _arrow_type(f"{record.__name__}.{f.name}", hints[f.name]))
             for f in dataclasses.fields(record) if f.name not in skip]
 
 
@@ -96,7 +99,7 @@ def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name
     row: dict[str, Any] = {name: None for name in SCHEMA.names}
     config = dataclasses.asdict(cell)
     for key, value in config.items():
-        row[CELL_RENAMED.get(key, key)] = _json(value) if isinstance(value, dict | list) else value
+        row[key] = _json(value) if isinstance(value, dict | list) else value
     if result is not None:
         for key, value in dataclasses.asdict(result).items():
             if key == "environment":
@@ -165,6 +168,8 @@ def write(run_root: str | Path, rows: list[dict[str, Any]]) -> list[Path]:
 
 QUARANTINE = "_quarantine"
 REASON_SUFFIX = ".reason.txt"  # beside a quarantined file: why it was moved
+# columns of earlier versions that this one dropped, in their files (v1-v4's ncu_requested: measure ncu since v5)
+RETIRED_COLUMNS = ("ncu_requested",)
 # identity columns a row cannot be without, whatever version of the schema wrote it
 REQUIRED_COLUMNS = ("schema_version", "result_id", "sweep_id", "cell_id", "group_id", "status", "recorded_at")
 _TRUSTED: dict[Path, tuple[int, int, int]] = {}  # files read whole and found ours, by (inode, size, mtime_ns)
@@ -193,6 +198,8 @@ def untrusted_reason(path: Path, relative: Path) -> str | None:
     except (pa.ArrowException, OSError) as exc:
         return f"unreadable: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
     for field in table.schema:
+        if field.name in RETIRED_COLUMNS:
+            continue
         if field.name not in FILE_SCHEMA.names:
             return f"column {field.name!r} is not in dataset schema v{SCHEMA_VERSION}"
         expected = FILE_SCHEMA.field(field.name).type
@@ -244,26 +251,35 @@ def trusted_files(run_root: str | Path, recheck: bool = False) -> list[Path]:
 
 
 def _quarantine(folder: Path, relative: Path, reason: str) -> None:
+    """Move an untrusted file aside with its reason; where the folder cannot be written (a results folder read
+    where it is, read-only) it is only left out, with the same warning."""
     target = folder / QUARANTINE / relative
-    files.make_dir(target.parent)
     try:
+        files.make_dir(target.parent)
         os.replace(folder / relative, target)
+        files.write_whole(target.with_name(target.name + REASON_SUFFIX), reason + "\n")
     except FileNotFoundError:
+        return  # quarantined by another reader meanwhile
+    except OSError as exc:  # files.StorageError too
+        _log.warning("results: left out %s (%s; it could not be moved aside: %s)", folder / relative, reason,
+                     getattr(exc, "strerror", None) or exc)
         return
-    except OSError as exc:
-        raise files.storage_error(folder / relative, exc, "quarantine") from None
-    files.write_whole(target.with_name(target.name + REASON_SUFFIX), reason + "\n")
     _log.warning("results: moved %s to %s (%s)", folder / relative, target, reason)
 
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
     """Every row of the trusted files under ``<run_root>/results`` (``trusted_files``; an empty table of the schema
-    if there are none). A file damaged after its check (its pages fail their checksums) sends every file through
-    the check again, once."""
+    if there are none), older rows ``upgraded``, each result once (``distinct``). A file damaged after its check (its
+    pages fail their checksums) sends every file through the check again, once."""
+    upgrading = columns is None or any(c in UPGRADED_COLUMNS for c in columns)
+    needed = [*(["schema_version", "cell_json"] if upgrading else []), "result_id"]
+    read_columns = None if columns is None else list(dict.fromkeys([*columns, *needed]))
     try:
-        return read_files(run_root, trusted_files(run_root), columns, filter)
+        found = read_files(run_root, trusted_files(run_root), read_columns, filter)
     except (pa.ArrowException, OSError):
-        return read_files(run_root, trusted_files(run_root, recheck=True), columns, filter)
+        found = read_files(run_root, trusted_files(run_root, recheck=True), read_columns, filter)
+    found = distinct(upgraded(found) if upgrading else found)
+    return found if columns is None else found.select(columns)
 
 
 def read_files(run_root: str | Path, paths: list[Path], columns: list[str] | None = None,
@@ -274,6 +290,60 @@ def read_files(run_root: str | Path, paths: list[Path], columns: list[str] | Non
     dataset = ds.dataset([str(p) for p in paths], schema=SCHEMA, format=_CHECKSUMS, partitioning=_PARTITIONING,
                          partition_base_dir=str(results_dir(run_root)))
     return dataset.to_table(columns=columns, filter=filter)
+
+
+def distinct(table: pa.Table) -> pa.Table:
+    """``table`` with each ``result_id`` once (its first row): a result id names one row, and the same row in two
+    files (``compact`` stopped between writing the merged file and removing the ones it merged, or a file copied
+    under another name) is one result."""
+    ids = table.column("result_id")
+    if pc.count_distinct(ids).as_py() == table.num_rows:
+        return table
+    seen: set[str] = set()
+    first = [i for i, rid in enumerate(ids.to_pylist()) if not (rid in seen or seen.add(rid))]
+    return table.take(first)
+
+
+# the columns v5 changed the meaning of, and the first spelling of a simulated cell (backend sim, modelling its
+# backend_params' kernel, flex unless given), which config.upgrade_first_spellings maps too
+UPGRADED_COLUMNS = ("backend", "backend_params", "measure", "measure_params", "cell_json")
+SIM_BACKEND, SIM_KERNEL, SIM_DEFAULT_KERNEL = "sim", "kernel", "flex"
+
+
+def upgraded_cell(config: dict[str, Any]) -> dict[str, Any]:
+    """A cell's config (``cell_json``) written before dataset v5 in today's fields: backend ``sim`` is its
+    ``kernel`` measured ``simulated`` (the sim backend's other options its ``measure_params``); ``ncu: true`` is
+    measure ``ncu``; else measure ``timed``."""
+    config = dict(config)
+    profiled = bool(config.pop("ncu", False))
+    if config.get("backend") == SIM_BACKEND:
+        options = dict(config.get("backend_params") or {})
+        config.update(backend=options.pop(SIM_KERNEL, SIM_DEFAULT_KERNEL), backend_params={}, measure="simulated",
+                      measure_params=options)
+    config.setdefault("measure", "ncu" if profiled else "timed")
+    config.setdefault("measure_params", {})
+    return config
+
+
+def upgraded(table: pa.Table) -> pa.Table:
+    """``table`` with its rows of schema v4 and before (``schema_version``) as v5 writes them: their ``cell_json``
+    through ``upgraded_cell``, and the columns of ``UPGRADED_COLUMNS`` taken from it."""
+    if table.num_rows == 0 or "schema_version" not in table.column_names or "cell_json" not in table.column_names:
+        return table
+    versions = table.column("schema_version").to_pylist()
+    old = [i for i, v in enumerate(versions) if v is not None and v < 5]
+    if not old:
+        return table
+    columns = {name: table.column(name).to_pylist() for name in UPGRADED_COLUMNS if name in table.column_names}
+    configs = table.column("cell_json").to_pylist()
+    for i in old:
+        config = upgraded_cell(json.loads(configs[i]))
+        for name in columns:
+            value = config if name == "cell_json" else config[name]
+            columns[name][i] = _json(value) if isinstance(value, dict) else value
+    for name, values in columns.items():
+        table = table.set_column(table.column_names.index(name), name, pa.array(values, type=SCHEMA.field(name).type))
+    return table
 
 
 def done_cell_ids(run_root: str | Path) -> set[str]:

@@ -18,10 +18,13 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
+from wavealign import measurers
+from wavealign.inputs import key as inputs_key
+from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import stop
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder
-from wavealign.pipeline import inputs_key, placement, timed_calls
+from wavealign.placement import pool
 from wavealign.records import CPU, ORIGINAL_VARIANT, Cell
 
 
@@ -31,7 +34,7 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
     A group resumed without its ``original`` cell (done earlier) gets that cell back as a baseline that runs
     but is not recorded again, so every speedup still comes from cells timed back to back. Groups on the same
     inputs (other backends on one mask) form a block queued one after another, in their order in ``cells``, so a
-    worker builds the mask and Q/K/V once for them (``pipeline.group_inputs``). Blocks are queued longest first
+    worker builds the mask and Q/K/V once for them (``inputs.InputCache``). Blocks are queued longest first
     (``predicted_cost``, ties in the order of their first group): with several workers the last groups handed out
     are the short ones, so the sweep does not end waiting on one worker's long group.
     """
@@ -50,13 +53,13 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
     queues: dict[str, deque[list[Cell]]] = {}
     for block in sorted(blocks.values(), key=lambda b: -sum(predicted_cost(g) for g in b)):  # stable: ties keep order
         for group in block:
-            queues.setdefault(placement(group[0]), deque()).append(group)
+            queues.setdefault(pool(group[0]), deque()).append(group)
     return queues, baselines
 
 
 def predicted_cost(group: list[Cell]) -> float:
     """A group's GPU time before it runs, up to a constant: per cell, the launch calls it makes
-    (``pipeline.timed_calls``) x seq_len_tokens² x num_heads x head_dim, dense attention's work. The mask's density
+    (``measurers.timed.calls``) x seq_len_tokens² x num_heads x head_dim, dense attention's work. The mask's density
     is unknown until the worker builds it, so a sparse group counts as a dense one of its shape; mask building,
     reorder and launch planning are left out."""
     return float(sum(timed_calls(c.warmup, c.reps) * c.seq_len_tokens ** 2 * c.num_heads * c.head_dim
@@ -144,8 +147,8 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     With ``prefetch`` (``ray.prefetch_inputs``), once no worker of a placement is left idle, each worker just handed
     a group is also handed, in the same call, the group it would take next (``reserve_next``: only when that one
     is on other inputs), kept for it, whose inputs it builds while the current one is timed (``CellRunner.run``).
-    Not while a group profiles under Nsight Compute. A worker left idle with its queue empty takes a group kept
-    for a busy one (``take``), and a worker dropped gives its kept group back to the queue.
+    Not beside a group whose measurer wants the GPU to itself (``ncu``). A worker left idle with its queue empty
+    takes a group kept for a busy one (``take``), and a worker dropped gives its kept group back to the queue.
     """
     import ray
 
@@ -171,7 +174,7 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
                     started.append((actor, group))
                 for actor, group in started:
                     upcoming = None
-                    if prefetch and not idle[key] and not any(c.ncu for c in group):
+                    if prefetch and not idle[key] and not any(measurers.get(c.measure).alone_on_gpu for c in group):
                         upcoming = reserve_next(queue, holds[id(actor)])
                     if upcoming is not None:
                         reserved[id(actor)] = (key, upcoming)

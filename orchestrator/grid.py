@@ -1,7 +1,7 @@
-"""Grid expansion: a validated sweep config -> resolved ``pipeline.Cell``s with stable ids.
+"""Grid expansion: a validated sweep config -> resolved ``records.Cell``s with stable ids.
 
-Combinations that cannot run (a backend that does not support a GPU type, a Q/K method on a bare
-shape, ...) are not silently dropped: each is counted under its reason in ``Grid.filtered``. A backend
+Combinations that cannot run (a backend that does not support a GPU type: ``wavealign.placement``; a Q/K method on
+a bare shape, ...) are not silently dropped: each is counted under its reason in ``Grid.filtered``. A backend
 named in a grid that can run nowhere in it is a config error instead (``config.validate``), naming the pair.
 ``count_cells`` sizes a sweep from its axes without making a cell.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from wavealign import fingerprint, kernels, masks
+from wavealign import fingerprint, kernels, masks, placement
 from wavealign import hardware as hardware_registry
 from wavealign.orchestrator.config import (
     CONF_DIR,
@@ -27,17 +27,17 @@ from wavealign.orchestrator.config import (
     block_size_for,
     grids,
     group_entry,
-    modelled_backend,
     param_axes,
     param_combinations,
-    placement_reason,
     profile_hardware,
     search_dirs,
 )
 from wavealign.records import NO_REORDERER, Cell
 
 # Bumped when the meaning of a cell's fields changes; part of every cell id.
-CELL_SCHEMA = 3  # 2: cells carry the requested seq_k; 3: and their reorderer
+CELL_SCHEMA = 4  # 2: cells carry the requested seq_k; 3: and their reorderer; 4: and their measurer (measure,
+#                  measure_params): a simulated cell names the backend it models, none is of backend sim, and
+#                  ncu is a measurer instead of a flag
 
 
 @dataclass
@@ -91,13 +91,15 @@ def count_cells(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> int:
 
 @dataclass(frozen=True)
 class _Block:
-    """The cells of a grid that share hardware, backend options, workload and method; they vary seq_k, the
-    method's parameters, wave size, seed and launch order (variant and reorderer). ``filtered`` says why none of
+    """The cells of a grid that share hardware, backend options, measurer, workload and method; they vary seq_k,
+    the method's parameters, wave size, seed and launch order (variant and reorderer). ``filtered`` says why none of
     them can run, if so."""
 
     hardware: str
     backend: str
     backend_params: dict[str, Any]
+    measure: str
+    measure_params: dict[str, Any]
     workload: str
     method: str
     method_axes: dict[str, list[Any]]
@@ -131,19 +133,19 @@ def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
     method_axes = {m: param_axes("method", m, g, where, dirs) for m in g.method}
     per_method = len(g.seq_k) * len(g.wave_size) * len(g.seed) * len(orders)
-    for hw, backend_name in itertools.product(g.hardware, g.backend):
-        backend = kernels.get(backend_name)
+    measure_options = {m: param_combinations(param_axes("measure", m, g, where, dirs)) for m in g.measure}
+    for hw, backend_name, measure in itertools.product(g.hardware, g.backend, g.measure):
         for backend_params in param_combinations(param_axes("backend", backend_name, g, where, dirs)):
-            placement = placement_reason(hw, backend, backend_params)
-            for wl_name, method in itertools.product(g.workload, g.method):
-                reason = placement
-                wl = workloads_cfg[wl_name]
-                if reason is None and wl.model is None and wl.captured is None and masks.get(method).needs_qk:
-                    reason = f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"
-                if reason is None and not backend.takes(method):
-                    reason = f"backend {backend_name} computes dense attention only; method {method} is sparse"
-                yield _Block(hw, backend_name, backend_params, wl_name, method, method_axes[method],
-                             axis_product(method_axes[method]) * per_method, reason)
+            for measure_params in measure_options[measure]:
+                refused = placement.hardware_refused(hw, backend_name, measure)
+                for wl_name, method in itertools.product(g.workload, g.method):
+                    reason = refused
+                    wl = workloads_cfg[wl_name]
+                    if reason is None and wl.model is None and wl.captured is None and masks.get(method).needs_qk:
+                        reason = f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"
+                    reason = reason or placement.method_refused(backend_name, method)
+                    yield _Block(hw, backend_name, backend_params, measure, measure_params, wl_name, method,
+                                 method_axes[method], axis_product(method_axes[method]) * per_method, reason)
 
 
 def _shape(wl: DictConfig, seq_k: float) -> tuple[int, int | None]:
@@ -191,15 +193,16 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
         hw = block.hardware
         profile = profile_hardware(g, hw)
         hw_spec = hardware_registry.get(profile)
-        modelled = modelled_backend(where, kernels.get(block.backend), block.backend_params)
+        backend = kernels.get(block.backend)
         block_size = block_size_for(g, hw)
         for seq_k, method_params, wave, seed in itertools.product(g.seq_k, param_combinations(block.method_axes),
                                                                   g.wave_size, g.seed):
             base = dict(
                 hardware=hw, profile_hardware=profile, backend=block.backend, method=block.method,
-                workload=block.workload, block_size=block_size, wave_size=int(wave or modelled.wave_size(hw_spec)),
-                seed=int(seed), method_params=method_params, backend_params=block.backend_params, reps=int(g.reps),
-                warmup=int(g.warmup), ncu=bool(g.ncu), **shapes[block.workload, seq_k])
+                workload=block.workload, block_size=block_size, wave_size=int(wave or backend.wave_size(hw_spec)),
+                seed=int(seed), method_params=method_params, backend_params=block.backend_params,
+                measure=block.measure, measure_params=block.measure_params, reps=int(g.reps), warmup=int(g.warmup),
+                **shapes[block.workload, seq_k])
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in orders:
                 v = cfg.variants[order.variant]

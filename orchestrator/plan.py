@@ -14,11 +14,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from wavealign import fingerprint, hardware, kernels
+from wavealign import fingerprint, hardware, kernels, measurers
+from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import dataset
 from wavealign.orchestrator.config import ConfigError
 from wavealign.orchestrator.grid import Grid, count_cells, expand, stable_hash
-from wavealign.pipeline import placement, timed_calls
+from wavealign.placement import pool
 from wavealign.records import CPU, Cell
 
 # keys that change what is measured; the rest (where, how, resume...) do not change a sweep's identity
@@ -42,7 +43,7 @@ class SweepPlan:
     pending: list[Cell]
 
     def pending_by_placement(self) -> Counter:
-        return Counter(placement(c) for c in self.pending)
+        return Counter(pool(c) for c in self.pending)
 
 
 def check_size(cfg: DictConfig) -> int:
@@ -94,7 +95,7 @@ def describe(plan: SweepPlan, cfg: DictConfig, console: Console) -> None:
                   f"{plan.done_before} already done, {len(plan.pending)} to run")
     per_type = plan.grid.by_hardware()
     pending = Counter(c.hardware for c in plan.pending)
-    simulated = Counter(c.hardware for c in plan.grid.cells if kernels.get(c.backend).simulated)
+    simulated = Counter(c.hardware for c in plan.grid.cells if measurers.get(c.measure).models_gpu)
     for hw in sorted(per_type):
         note = f", {simulated[hw]} simulated on CPU workers" if simulated[hw] else ""
         console.print(f"  {hw:<6} {per_type[hw]:>6} cells  ({pending[hw]} to run{note})")
@@ -109,7 +110,7 @@ def describe(plan: SweepPlan, cfg: DictConfig, console: Console) -> None:
         if est.history_cells:
             console.print(f"  estimate {key} workers: {est.history_s / 60:.1f} worker-minutes for "
                           f"{est.history_cells} cells from earlier results (the median wall time of done cells "
-                          f"of the same hardware, backend and method)")
+                          f"of the same hardware, backend, measurer and method)")
         if est.model_cells:
             dense = (f"; {est.assumed_dense_cells} assumed dense, an upper bound: their method sets no density"
                      if est.assumed_dense_cells else "")
@@ -153,10 +154,10 @@ def cell_density(cell: Cell) -> float | None:
 def model_seconds(cell: Cell, density: float = 1.0) -> float | None:
     """A GPU cell's wall time on a worker from its GPU's description: the roofline of one launch (attention FLOPs
     4·N²·D·H·density at ``peak_bf16_flops`` x the backend's MMA efficiency, against Q/K/V/O read or written once at
-    ``hbm_bytes_per_s``), run ``pipeline.timed_calls`` times (the first call is the first warm-up), plus
+    ``hbm_bytes_per_s``), run ``measurers.timed.calls`` times (the first call is the first warm-up), plus
     ``CELL_OVERHEAD_S``. None for CPU and simulated cells and backends without execution facts."""
     execution = kernels.get(cell.backend).execution
-    if placement(cell) == CPU or execution is None:
+    if pool(cell) == CPU or execution is None:
         return None
     gpu = hardware.get(cell.hardware)
     n, d, h = cell.seq_len_tokens, cell.head_dim, cell.num_heads
@@ -167,17 +168,17 @@ def model_seconds(cell: Cell, density: float = 1.0) -> float | None:
 
 def estimate_seconds(cells: list[Cell], run_root: str | Path) -> dict[str, PlacementEstimate]:
     """Per placement, the worker-seconds of ``cells``: the median wall time of earlier done cells of the same
-    (hardware, backend, method) where there are some, else ``model_seconds`` for GPU cells; CPU and simulated
+    (hardware, backend, measurer, method) where there are some, else ``model_seconds`` for GPU cells; CPU and simulated
     cells without history are counted as not estimated."""
-    table = dataset.read(run_root, columns=["hardware", "backend", "method", "cell_wall_s", "status"])
+    table = dataset.read(run_root, columns=["hardware", "backend", "measure", "method", "cell_wall_s", "status"])
     history: dict[tuple, list[float]] = {}
     for r in table.to_pylist():
         if r["status"] == "done" and r["cell_wall_s"] is not None and not math.isnan(r["cell_wall_s"]):
-            history.setdefault((r["hardware"], r["backend"], r["method"]), []).append(r["cell_wall_s"])
+            history.setdefault((r["hardware"], r["backend"], r["measure"], r["method"]), []).append(r["cell_wall_s"])
     out: dict[str, PlacementEstimate] = {}
     for cell in cells:
-        est = out.setdefault(placement(cell), PlacementEstimate())
-        times = history.get((cell.hardware, cell.backend, cell.method))
+        est = out.setdefault(pool(cell), PlacementEstimate())
+        times = history.get((cell.hardware, cell.backend, cell.measure, cell.method))
         density = cell_density(cell)
         modelled = None if times else model_seconds(cell, 1.0 if density is None else density)
         if times:

@@ -87,23 +87,24 @@ def _l2_hit(done: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 def _line_order(key: tuple) -> tuple:
-    hardware, backend, method, workload, tokens, variant = key
-    return (hardware, backend, method, str(workload), -1 if tokens is None else tokens, variant != ORIGINAL_VARIANT,
-            variant)
+    hardware, backend, measure, method, workload, tokens, variant = key
+    return (hardware, backend, str(measure), method, str(workload), -1 if tokens is None else tokens,
+            variant != ORIGINAL_VARIANT, variant)
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """One line per (hardware, backend, method, workload, sequence length, launch order): cell counts and median
-    figures; the order is the variant, with its reorderer where that is not WaveAlign's Stage 1
-    (``records.order_name``). The timer gets a column only when the lines differ in it.
+    """One line per (hardware, backend, measurer, method, workload, sequence length, launch order): cell counts and
+    median figures; the order is the variant, with its reorderer where that is not WaveAlign's Stage 1
+    (``records.order_name``). The timer gets a column only when the lines differ in it (a simulated line's is
+    ``simulated``).
 
     Each line's speedup is computed from the medians printed on it (original ms / kernel ms), so the table never
     shows a ratio its own columns contradict; the per-cell ratios are the dataset's ``speedup_vs_original``."""
     lines: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         order = order_name(row["variant"], row.get("reorderer"))
-        lines[(row["hardware"], row["backend"], row["method"], row.get("workload"), row.get("seq_len_tokens"),
-               order)].append(row)
+        lines[(row["hardware"], row["backend"], row.get("measure"), row["method"], row.get("workload"),
+               row.get("seq_len_tokens"), order)].append(row)
     all_timers = {r.get("timer") for r in rows if r["status"] == "done"}
     table = Table(title=title)
     headers = ["hardware", "backend", "method", "workload", "tokens", "variant", "done", "failed", "unsched.",
@@ -114,7 +115,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
         table.add_column(header, justify="left" if text else "right", no_wrap=text)
     l2_sources = set()
     for key in sorted(lines, key=_line_order):
-        hardware, backend, method, workload, tokens, variant = key
+        hardware, backend, _, method, workload, tokens, variant = key
         rs = lines[key]
         done = [r for r in rs if r["status"] == "done"]
         timers = sorted({r["timer"] for r in done if r.get("timer")})

@@ -18,10 +18,10 @@ from typing import Any
 import pyarrow.dataset as ds
 from omegaconf import DictConfig
 
+from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.plan import SweepPlan
 from wavealign.orchestrator.redact import redact
-from wavealign.pipeline import timed_calls
 from wavealign.records import CPU, Cell
 
 _RUN_RECORD_PREFIX = "run-"  # sweeps/<sweep_id>/run-<UTC time>.json: one per run of the sweep
@@ -50,6 +50,7 @@ class SweepOutcome:
     mlflow_drain_s: float = 0.0
     gpu_workers: int = 0
     kernel_busy_fraction: float | None = None  # ``kernel_busy_fraction``, set with the run record
+    cluster: dict[str, Any] | None = None  # the Ray cluster joined (``join.JoinedCluster``); None: no cell ran
     # the storage refused a write (disk full, read-only): what finished before it is recorded, the rest is not
     storage_error: files.StorageError | None = None
 
@@ -126,7 +127,7 @@ class Recorder:
 
 def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_workers: int) -> float | None:
     """Share of the GPU workers' dispatch time spent in the kernel calls of timed GPU cells: per done cell, the
-    calls it made (``pipeline.timed_calls``: the first call, the remaining warm-ups, the repetitions) x its kernel
+    calls it made (``measurers.timed.calls``: the first call, the remaining warm-ups, the repetitions) x its kernel
     median. The first call is counted at the median like the others, though the compile/JIT time inside it is not
     kernel time and is left out (it is ``first_call_ms`` minus about one median); mask building, reorder and launch
     planning count as not busy."""
@@ -147,7 +148,7 @@ def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, 
               "counts": dict(outcome.counts), "skipped_done": outcome.skipped_done, "interrupted": outcome.interrupted,
               "workers": {key: len(ws) for key, ws in workers.items()}, "startup_s": outcome.startup_s,
               "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
-              "kernel_busy_fraction": outcome.kernel_busy_fraction}
+              "kernel_busy_fraction": outcome.kernel_busy_fraction, "cluster": outcome.cluster}
     path = sweep_dir / f"{_RUN_RECORD_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     files.write_whole(path, json.dumps(record, indent=2, default=str))
 

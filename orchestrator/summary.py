@@ -9,6 +9,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 from rich.console import Console
+from rich.text import Text
 
 from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.plan import SweepPlan
@@ -24,7 +25,9 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
                                       or row["recorded_at"] >= latest[row["cell_id"]]["recorded_at"]):
             latest[row["cell_id"]] = row
     table = summary_table(list(latest.values()), f"sweep {cfg.name} ({plan.sweep_id})")
-    console.print(table)
+    measured = any(row["status"] == "done" for row in latest.values())
+    if measured:  # a table of nothing but dashes says less than the reasons below
+        console.print(table)
     text = Console(file=io.StringIO(), width=200)
     text.print(table)
     files.write_whole(path, text.file.getvalue())
@@ -35,8 +38,9 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
                       f"{outcome.dispatch_s:.0f} s in timed kernel launches (the rest: building inputs and masks, "
                       "planning orders, compiling)")
     console.print(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")
-    console.print(f"next: wavealign report --run-root {cfg.run_root}  (the paper's figures and tables as PNGs and one "
-                  "HTML page)", soft_wrap=True)
+    if measured:
+        console.print(f"next: wavealign report --run-root {cfg.run_root}  (the paper's figures and tables as PNGs and "
+                      "one HTML page)", soft_wrap=True)
     if outcome.tracking_uri:
         console.print(f"MLflow UI: {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id)}", soft_wrap=True)
     if outcome.mlflow_down_reason:
@@ -45,9 +49,22 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     if outcome.interrupted:
         console.print("[yellow]interrupted: finished cells are recorded; run the same command again to resume "
                       "(resume=true skips them)[/yellow]")
-    failed = [r for r in outcome.rows if r["status"] == "failed"]
-    for row in failed[:5]:
-        console.print(f"[red]failed[/red] {row['cell_id']} {row['hardware']}/{row['backend']}/{row['method']}/"
-                      f"{row['variant']}: {row['error']}")
-    if len(failed) > 5:
-        console.print(f"... and {len(failed) - 5} more failed cells (see the 'error' and 'traceback' columns)")
+    groups = reasons(outcome.rows)
+    for (status, error), rows in groups[:MAX_REASONS]:
+        where = ", ".join(sorted({f"{r['hardware']}/{r['backend']}" for r in rows}))
+        console.print(Text.assemble((status, "red" if status == "failed" else "yellow"),
+                                    f" {len(rows)} cell{'s' * (len(rows) != 1)} ({where}): {error}"))
+    if len(groups) > MAX_REASONS:
+        console.print(f"... and {len(groups) - MAX_REASONS} more reasons (the rows' 'error' and 'traceback' columns)")
+
+
+MAX_REASONS = 5  # the reasons a summary prints, most cells first
+
+
+def reasons(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, str], list[dict[str, Any]]]]:
+    """The rows that are not done, grouped by (status, first line of the error), the largest group first."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["status"] != "done":
+            groups.setdefault((row["status"], (row["error"] or "no error recorded").splitlines()[0]), []).append(row)
+    return sorted(groups.items(), key=lambda item: -len(item[1]))

@@ -8,6 +8,7 @@ Ctrl-C or SIGTERM, in any phase, stops submitting, records what finished and pri
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -30,12 +31,22 @@ def run(cfg: DictConfig, console: Console | None = None,
     """Run the sweep ``cfg`` (validated by ``config.load``), holding its run root's lock (a second
     driver is refused: ``lock.RunRootBusy``). ``on_workers`` receives, once the workers are up, their node and pid
     per placement. Ctrl-C and SIGTERM (``stop``), and storage that refuses a write (``files.StorageError``), end it
-    as every run ends: what finished recorded, the run record, the summary, the MLflow parent run ended."""
+    as every run ends: what finished recorded, the run record, the summary, the MLflow parent run ended.
+
+    Before the run root is locked or written: a typo'd head, no cluster for ``auto`` or a refused Ray token stop it
+    in seconds (``join.CannotJoin``), and a run root that cannot be written is one line (``files.StorageError``)."""
+    import ray
+
+    from wavealign.orchestrator import join
+
     if cfg.ray.private_network and not netns.inside():
         raise config.ConfigError("ray.private_network=true runs through `wavealign sweep` only (it restarts the "
                                  "driver inside the namespace); expected false when calling sweep.run")
     with stop.handling():
-        files.check_writable(Path(cfg.run_root), ("results", "sweeps"))  # before any work: one line naming the path
+        join.check_run_root(cfg.run_root)
+        if not ray.is_initialized():
+            join.check(cfg.ray.address)
+        files.check_writable(Path(cfg.run_root), ("results", "sweeps"))
         with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):
             return _run(cfg, console, on_workers)
 
@@ -56,13 +67,6 @@ def _run(cfg: DictConfig, console: Console | None,
     console = console or Console()
     run_root = Path(cfg.run_root)
     plan = make_plan(cfg)
-    if plan.pending and cfg.ray.address:  # before anything is written or logged: a typo'd head fails in seconds
-        import ray
-
-        from wavealign.orchestrator import cluster
-
-        if not ray.is_initialized():
-            cluster.probe(cfg.ray.address)
     folder = sweep_folder(run_root, plan.sweep_id)
     config_path = files.write_whole(folder / "config.yaml", config.to_yaml(cfg))
     uri = (cfg.mlflow.tracking_uri or tracking.default_tracking_uri(run_root)) if cfg.mlflow.enabled else None
@@ -115,14 +119,18 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
     request leaves as ``KeyboardInterrupt`` (or as ``dispatch`` returning True); the caller ends the sweep."""
     import ray
 
-    from wavealign.orchestrator import cluster
+    from wavealign.orchestrator import join
 
     owns_ray = not ray.is_initialized()
     # an embedded Ray this driver starts is stopped with it even if it is killed outright
-    guard = watchdog.start() if owns_ray and cfg.ray.address in (None, "local") else None
+    embedded = owns_ray and join.resolve(cfg.ray.address).address == join.EMBEDDED
+    guard = watchdog.start() if embedded else None
     try:
         with stop.around_ray_init():
-            cluster.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
+            target = join.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
+        joined = join.joined(target)
+        console.print(str(joined), markup=False, highlight=False, soft_wrap=True)
+        outcome.cluster = dataclasses.asdict(joined)
         queues, recorder.baselines = dispatch.queues(plan.pending, plan.grid.cells)
         with SweepProgress(dict(plan.pending_by_placement()), console, enabled=cfg.progress) as progress:
             started = time.monotonic()
@@ -178,6 +186,8 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
             step()
         except files.StorageError as exc:
             outcome.storage_error = outcome.storage_error or exc
+    if tracker is not None and outcome.cluster is not None:
+        tracker.log_cluster(parent, outcome.cluster)
     if tracker is not None:
         if summary_path.is_file():
             tracker.log_dataset(parent, run_root=Path(cfg.run_root), summary_path=summary_path)

@@ -176,6 +176,14 @@ class Tracker:
         if parent_run_id is not None:
             self._guard(end)
 
+    def log_cluster(self, parent_run_id: str | None, cluster: dict[str, Any]) -> None:
+        """Tag the parent run with the Ray cluster its latest run joined (``join.JoinedCluster``'s fields as
+        ``wavealign.cluster.<field>``): tags, not params, since a resumed sweep may join another cluster."""
+        tags = [RunTag(f"{TAG}cluster.{k}", _text(v if isinstance(v, str) else json.dumps(v, sort_keys=True)))
+                for k, v in cluster.items()]
+        if parent_run_id is not None:
+            self._guard(lambda: self.client.log_batch(parent_run_id, tags=tags))
+
     def get_run(self, run_id: str | None) -> Run | None:
         if run_id is None:
             return None

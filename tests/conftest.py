@@ -11,14 +11,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_pipeline_inputs():
-    """Each test builds its own inputs: the pipeline keeps the latest group's mask and Q/K/V (and a
-    prefetched set) for the next group."""
-    from wavealign import pipeline
-
-    pipeline.forget_inputs()
-    yield
-    pipeline.forget_inputs()

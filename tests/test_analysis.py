@@ -22,7 +22,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 SWEEP = """# @package _global_
 name: analysis-test
-grid:  # simulated H100 cells: the four ablation variants and the adaptive skip
+grid:  # simulated H100 cells (written the first way, backend sim: flex's launch): the ablation variants, adaptive
   hardware: [h100]
   backend: [sim]
   method: [planted]
@@ -110,7 +110,7 @@ def test_report_is_logged_to_the_sweeps_mlflow_parent_run(run_root, written_repo
 
 def test_simulated_cells_are_labelled_simulated_and_measured_ones_are_not(run_root):
     fig = figures.kernel_latency(analysis.load(run_root))
-    simulated_panel = next(ax for ax in fig.axes if ax.get_title().startswith("h100 / sim"))
+    simulated_panel = next(ax for ax in fig.axes if ax.get_title().startswith("h100 / flex"))
     measured_panel = next(ax for ax in fig.axes if ax.get_title().startswith("cpu / reference"))
     assert any(SIMULATED_LABEL in t.get_text() for t in simulated_panel.get_legend().get_texts())
     assert not any(SIMULATED_LABEL in t.get_text() for t in measured_panel.get_legend().get_texts())
@@ -120,7 +120,7 @@ def test_simulated_cells_are_labelled_simulated_and_measured_ones_are_not(run_ro
 def test_mask_picture_shows_one_head_before_and_after_in_full_and_one_wave(run_root):
     fig = figures.mask_pictures(analysis.load(run_root))
     assert sum(len(ax.images) for ax in fig.axes) == 4
-    assert "build_inputs" in fig.get_suptitle()
+    assert "wavealign.inputs.build" in fig.get_suptitle()
     first_wave = fig.axes[2].images[0].get_array()
     assert first_wave.shape[0] == 132 < fig.axes[0].images[0].get_array().shape[0]  # a wave, not the whole mask
     plt.close(fig)

@@ -7,20 +7,20 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from wavealign import synthetic
+from wavealign import mask_file, synthetic
 from wavealign.jobs import bench_e2e
-from wavealign.sim import packed
 
 
 def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     # latent 2 x 8 x 8 -> 2 * 4 * 4 = 32 tokens = 2 query blocks of 16, two heads
     mask = synthetic.random_mask(2, 2, 2, 0.5, seed=0)
     mask[:, :, 0] = True  # no empty row
-    packed.save(tmp_path / "mask.npz", mask)
+    mask_file.save(tmp_path / "mask.npz", mask)
     out = tmp_path / "e2e.json"
     assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "2,8,8",
                            "--block-size", "16", "--backend", "reference", "--device", "cpu", "--forwards", "1",
-                           "--variants", "never,always,adaptive", "--layers", "1", "--out", str(out)]) == 0
+                           "--estimator", "none", "--variants", "never,always,adaptive", "--layers", "1",
+                           "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert record["tokens"] == 32 and record["layers"] == 1
     assert record["density"] == pytest.approx(float(mask.float().mean()))
@@ -30,19 +30,40 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     assert rows["always"]["reordered_layers"] == 1 and rows["never"]["reordered_layers"] == 0
     assert "speedup over original-order sparse" in capsys.readouterr().out
     assert record["method"] is None  # the mask came from --mask, not from a method
+    assert record["estimator"] is None and all(r["estimator_ms"] == 0 for r in record["rows"])
+
+
+@pytest.mark.parametrize("method", ["xattention", "spargeattn"])
+def test_a_live_estimator_runs_the_method_in_every_layer_of_every_sparse_forward(tmp_path, capsys, method):
+    """The method is built on each layer's live Q/K inside the forward (its mask discarded); a tuned method's
+    configs are tuned by one forward before the timed ones and reused by every variant."""
+    mask = synthetic.random_mask(2, 4, 4, 0.5, seed=0)
+    mask[:, :, 0] = True
+    mask_file.save(tmp_path / "mask.npz", mask)
+    out = tmp_path / "e2e.json"
+    assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "4,8,8",
+                           "--block-size", "16", "--backend", "reference", "--device", "cpu", "--method", method,
+                           "--variants", "dense,never,always", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert record["estimator"] == f"{method}, live, mask discarded"
+    assert rows["dense"]["estimator_ms"] == 0  # the stock processors: nothing of ours runs
+    assert rows["never"]["estimator_ms"] > 0 and rows["always"]["estimator_ms"] > 0
+    assert ("tuning forward" in capsys.readouterr().out) == (method == "spargeattn")
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--variants", "dense,fast"], "--variants"),
     (["--forwards", "0"], "--forwards"),
     (["--layers", "0"], "--layers must be >= 1"),
+    (["--method", "random"], "--method 'random': expected a method that builds its mask from Q/K"),
     (["--config", "tiny"], "--config tiny has no workload preset"),
     (["--config", "tiny", "--mask", "m.npz", "--latent", "2,7,8"], "--latent must be"),
     (["--config", "tiny", "--mask", "MASK", "--latent", "2,8,16", "--block-size", "16", "--device", "cpu"],
      "the latent (2, 8, 16) has 64 tokens = 4 blocks of --block-size 16, so (H, 4, 4) is expected"),
 ])
 def test_bad_arguments_are_refused_before_any_work(argv, message, capsys, tmp_path):
-    packed.save(tmp_path / "mask.npz", synthetic.random_mask(2, 2, 2, 0.5, seed=0))  # 2 blocks
+    mask_file.save(tmp_path / "mask.npz", synthetic.random_mask(2, 2, 2, 0.5, seed=0))  # 2 blocks
     with pytest.raises(SystemExit):
         bench_e2e.main([str(tmp_path / "mask.npz") if a == "MASK" else a for a in argv])
     assert message in capsys.readouterr().err

@@ -1,16 +1,14 @@
-"""Whole-block gather/scatter (``wavealign.block_gather``): the torch path's contract on the CPU, and the
+"""Whole-block gather/scatter (``wavealign.reorder.block_gather``): the torch path's contract on the CPU, and the
 Triton copy kernel run by Triton's interpreter in a child process, bitwise against the torch path."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
-from wavealign import block_gather, reorder
+from wavealign import reorder
+from wavealign.reorder import block_gather
 
 
 def _order(perm) -> reorder.RowOrder:
@@ -58,7 +56,8 @@ def test_bad_inputs_are_named(call, message):
 
 CHILD = r"""
 import json, torch
-from wavealign import block_gather, reorder
+from wavealign import reorder
+from wavealign.reorder import block_gather
 out = {}
 for name, (b, h, n, d, bs) in {"ragged_d64": (1, 2, 100, 64, 32), "whole_d128": (2, 2, 128, 128, 32),
                                "odd_d": (1, 3, 70, 24, 16)}.items():
@@ -85,10 +84,6 @@ print(json.dumps(out))
 
 def test_the_triton_copy_equals_the_torch_copy_bitwise_under_the_interpreter():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
+    results = json.loads(run_interpreted(CHILD, timeout=300).strip().splitlines()[-1])
     assert results == {name: {"gather_bitwise": True, "round_trip_bitwise": True} for name in results}
     assert len(results) == 4

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from wavealign import hardware, kernels, masks
+from wavealign import kernels, masks, measurers
 from wavealign.orchestrator import config, grid
 
 CONF = Path(config.CONF_DIR)
@@ -24,21 +25,45 @@ def test_conf_method_mirrors_the_mask_registry():
     assert names_in("method") == masks.available()
 
 
-def test_each_conf_method_yaml_holds_its_registered_defaults():
-    """One fact, kept in two places: a YAML default that drifts from the module's would make a sweep cell
-    build another mask than ``masks.build`` or ``mask-fidelity`` does."""
-    for name in masks.available():
-        yaml_params = OmegaConf.to_container(OmegaConf.load(CONF / "method" / f"{name}.yaml").params)
-        declared = {k: v for k, v in masks.get(name).params.items() if k not in masks.IDENTITY_PARAMS}
-        assert yaml_params == declared, name
+@pytest.mark.parametrize("kind", ["method", "backend", "measure", "reorderer"])
+def test_a_shipped_conf_entry_repeats_none_of_its_module_s_defaults(kind):
+    """A parameter's default is written once, in the entry's module: a YAML copy that drifted would make a sweep
+    cell build another mask (or launch) than ``masks.build`` or ``mask-fidelity`` does."""
+    for name in names_in(kind):
+        assert "params" not in OmegaConf.load(CONF / kind / f"{name}.yaml"), name
 
 
-def test_conf_backend_mirrors_the_kernel_registry_plus_sim():
+def test_a_cell_takes_each_parameter_s_default_from_the_module_that_declares_it():
+    cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[triton]", "grid.measure=[simulated]",
+                       "grid.method=[random]", "grid.variant=[wavealign]", "grid.reorderer=[minhash]"])
+    (cell,) = grid.expand(cfg).cells
+    assert cell.method_params == dict(masks.get("random").params)
+    assert cell.backend_params == dict(kernels.get("triton").params)
+    assert cell.backend_params["head_order"] == "sequential"
+    assert cell.measure_params == dict(measurers.get("simulated").params)
+    assert cell.reorderer_params == {"num_perm": 64, "bands": 16}
+
+
+def test_a_conf_entry_may_set_a_declared_parameter_for_every_sweep_and_no_other(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    entry = conf / "reorderer" / "minhash.yaml"
+    base = [*CPU_GRID, "grid.variant=[wavealign]", "grid.reorderer=[minhash]"]
+    entry.write_text("name: minhash\nparams: {bands: 8}\n")
+    cells = grid.expand(config.load(base, conf_dir=conf), conf_dir=conf).cells
+    assert [c.reorderer_params for c in cells] == [{"num_perm": 64, "bands": 8}]
+    entry.write_text("name: minhash\nparams: {band: 8}\n")
+    with pytest.raises(config.ConfigError, match=r"conf/reorderer/minhash\.yaml params\.band=8 is not a parameter "
+                                                 r"of reorderer 'minhash'.*did you mean bands\?"):
+        config.load(base, conf_dir=conf)
+
+
+def test_conf_backend_mirrors_the_kernel_registry():
     assert names_in("backend") == kernels.names()
 
 
-def test_conf_hardware_mirrors_the_hardware_registry():
-    assert names_in("hardware") == hardware.names()
+def test_conf_measure_mirrors_the_measurer_registry():
+    assert names_in("measure") == measurers.names() == ["ncu", "simulated", "timed"]
 
 
 @pytest.mark.parametrize("sweep", names_in("sweep"))
@@ -80,8 +105,9 @@ def test_bad_config_is_rejected_naming_the_offender(override, message):
 
 
 def test_a_backend_that_runs_on_none_of_the_hardware_is_rejected():
-    with pytest.raises(config.ConfigError, match=r"backend 'sim' cannot run on any of grid\.hardware"):
-        config.load([*CPU_GRID, "grid.backend=[sim]"])
+    with pytest.raises(config.ConfigError, match=r"backend 'fa4' cannot run on any of grid\.hardware \['cpu'\]: "
+                                                 r"backend fa4 needs a GPU; hardware cpu"):
+        config.load([*CPU_GRID, "grid.backend=[fa4]"])
 
 
 def test_an_unknown_method_parameter_is_rejected():
@@ -108,15 +134,15 @@ def test_the_table2_sweep_runs_each_baseline_alone_and_with_stage2_and_hypergrap
     assert {c.reorderer for c in forty} == {"identity", "wavealign", "minhash", "lsh", "clustering"}
     hypergraph = [c for c in cells if c.reorderer == "hypergraph"]
     assert {c.num_heads for c in hypergraph} == {4} and {c.stages for c in hypergraph} == {"spatial", "both"}
-    assert all(c.ncu for c in cells if c.num_heads == 4) and not any(c.ncu for c in forty)
+    assert {c.measure for c in cells if c.num_heads == 4} == {"ncu"} and {c.measure for c in forty} == {"timed"}
 
 
 def test_invalid_combinations_are_filtered_and_counted_with_their_reason():
-    cfg = config.load([*CPU_GRID, "grid.hardware=[cpu,h100]", "grid.backend=[reference,sim]"])
+    cfg = config.load([*CPU_GRID, "grid.hardware=[cpu,h100]", "grid.measure=[timed,simulated]"])
     g = grid.expand(cfg)
-    assert g.filtered == {"backend sim simulates a GPU type; hardware cpu has none": 2}
-    assert {(c.hardware, c.backend) for c in g.cells} == {("cpu", "reference"), ("h100", "reference"),
-                                                          ("h100", "sim")}
+    assert g.filtered == {"measure simulated models a GPU type; hardware cpu has none": 2}
+    assert {(c.hardware, c.backend, c.measure) for c in g.cells} == {
+        ("cpu", "reference", "timed"), ("h100", "reference", "timed"), ("h100", "reference", "simulated")}
 
 
 def test_a_mask_method_on_a_bare_shape_is_filtered():
@@ -167,26 +193,49 @@ def test_variants_of_one_mask_share_a_group():
 
 
 def test_seq_k_maps_to_whole_latent_frames_of_a_preset():
-    cfg = config.load([*CPU_GRID, "grid.seq_k=[364]", "grid.method=[xattention]", "grid.backend=[sim]",
-                       "grid.hardware=[h100]", "grid.workload=[wan14b-720p]", "grid.variant=[original]"])
+    cfg = config.load([*CPU_GRID, "grid.seq_k=[364]", "grid.method=[xattention]", "grid.backend=[fa4]",
+                       "grid.measure=[simulated]", "grid.hardware=[h100]", "grid.workload=[wan14b-720p]",
+                       "grid.variant=[original]"])
     cell = grid.expand(cfg).cells[0]
     # Wan2.1 at 720p: 3600 tokens per latent frame; 101 latent frames = 401 pixel frames (paper Table I)
     assert (cell.seq_len_tokens, cell.frames, cell.num_heads) == (363600, 401, 40)
 
 
 def test_hardware_defaults_fill_block_and_wave_size():
-    cfg = config.load([*CPU_GRID, "grid.hardware=[a40]", "grid.backend=[sim]",
-                       "+grid.backend_params.sim.kernel=flashinfer"])
+    cfg = config.load([*CPU_GRID, "grid.hardware=[a40]", "grid.backend=[flashinfer]", "grid.measure=[simulated]"])
     cell = grid.expand(cfg).cells[0]
     assert (cell.block_size, cell.wave_size) == (64, 168)  # paper Sec. V: FlashInfer 64x64, 2 CTAs x 84 SMs
 
 
-def test_a_simulated_kernel_must_be_known_and_able_to_run_on_the_simulated_gpu():
-    with pytest.raises(config.ConfigError, match=r"backend_params\.sim\.kernel='bogus'"):
-        grid.expand(config.load(["grid.backend_params.sim.kernel=bogus"]))
-    with pytest.raises(config.ConfigError, match="sim of fa4 does not run on a40"):
-        grid.expand(config.load(["grid.hardware=[a40]", "grid.backend_params.sim.kernel=fa4"]))
-    expanded = grid.expand(config.load(["grid.hardware=[a40,h100]", "grid.backend_params.sim.kernel=fa4"]))
-    fa4 = [c for c in expanded.cells if c.backend == "sim" and c.backend_params["kernel"] == "fa4"]
-    assert fa4 and {c.hardware for c in fa4} == {"h100"}
-    assert any("sim of fa4 does not run on a40" in reason for reason in expanded.filtered)
+def test_a_simulated_backend_must_run_on_the_simulated_gpu():
+    with pytest.raises(config.ConfigError, match="backend fa4 does not run on a40"):
+        grid.expand(config.load(["grid.hardware=[a40]", "grid.backend=[fa4]"]))
+    expanded = grid.expand(config.load(["grid.hardware=[a40,h100]", "grid.backend=[fa4]"]))
+    fa4 = [c for c in expanded.cells if c.backend == "fa4"]
+    assert fa4 and {c.hardware for c in fa4} == {"h100"} and {c.measure for c in fa4} == {"simulated"}
+    assert any("backend fa4 does not run on a40" in reason for reason in expanded.filtered)
+
+
+def test_the_first_spelling_of_a_simulated_cell_gives_the_cells_of_the_measure_spelling():
+    """``backend: [sim]`` with ``backend_params.sim.kernel`` (sweeps written before measurers) still loads: the same
+    cells, ids included, as ``backend: [K]`` with ``measure: [simulated]``."""
+    first = config.load([*CPU_GRID, "grid.hardware=[a40]", "grid.backend=[sim]",
+                         "+grid.backend_params.sim.kernel=[flashinfer,flex]",
+                         "+grid.backend_params.sim.row_jitter=0.1"])
+    now = config.load([*CPU_GRID, "grid.hardware=[a40]", "grid.backend=[flashinfer,flex]", "grid.measure=[simulated]",
+                       "+grid.measure_params.simulated.row_jitter=0.1"])
+    ids = [c.cell_id for c in grid.expand(first).cells]
+    assert ids == [c.cell_id for c in grid.expand(now).cells] and len(ids) == 4
+
+
+def test_a_first_spelling_grid_of_sim_beside_real_backends_keeps_both_kinds_of_cells():
+    cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[reference,sim]",
+                       "+grid.backend_params.sim.kernel=fa4"])
+    assert {(c.backend, c.measure) for c in grid.expand(cfg).cells} == {("reference", "timed"), ("fa4", "simulated")}
+    assert list(cfg.extra_grids) == ["grid_simulated"]
+
+
+def test_the_first_spelling_of_nsight_compute_measures_the_timed_cells_with_ncu():
+    cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[triton]", "grid.ncu=true",
+                       "grid.measure=[timed,simulated]"])
+    assert {c.measure for c in grid.expand(cfg).cells} == {"ncu", "simulated"}

@@ -29,7 +29,7 @@ def run(code: str) -> subprocess.CompletedProcess:
 def test_the_library_works_without_any_extra():
     done = run("""
 import torch
-from wavealign import kernels, masks, reorder, reorderers, skip, synthetic
+from wavealign import kernels, masks, measurers, reorder, reorderers, skip, synthetic
 from wavealign.integrations.attention import BlockSparseAttention
 
 mask = synthetic.random_mask(2, 8, 8, 0.4, seed=0)
@@ -43,7 +43,7 @@ decision = skip.SkipPolicy(skip.load_profile("h200")).decide(skip.features(mask,
 attend = BlockSparseAttention(method="xattention", backend="reference", reorder="always", hardware="h100",
                               block_size=16, method_params={"threshold": 0.9, "stride": 4})
 assert attend(q, k, v).shape == q.shape
-assert "lsh" in reorderers.names() and "sim" in kernels.names()
+assert "lsh" in reorderers.names() and "simulated" in measurers.names()
 print("library ok", decision.reorder)
 """)
     assert done.returncode == 0, done.stderr
@@ -53,12 +53,10 @@ print("library ok", decision.reorder)
 def test_the_simulator_and_the_sweep_name_the_extra_they_need():
     done = run("""
 import torch
-from wavealign import kernels, synthetic
+from wavealign import sim, synthetic
 mask = synthetic.random_mask(1, 8, 8, 0.4, seed=0)
-shape = kernels.LaunchShape(batch=1, heads=1, q_len=8 * 128, kv_len=8 * 128, head_dim=128, block_size=128,
-                            hardware="h100", wave_size=4)
 try:
-    kernels.get("sim").plan(mask, None, shape, kernel="fa4")
+    sim.simulate(mask, None, hardware="h100", backend="fa4", head_dim=128, wave_size=4, block_size=128)
 except ModuleNotFoundError as exc:
     print("sim:", exc)
 from wavealign.jobs import cli

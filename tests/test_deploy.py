@@ -1,11 +1,14 @@
-"""The container image and cluster manifests (Dockerfile, deploy/): linted and checked, never built or applied here.
+"""The container image and cluster manifests (Dockerfile, deploy/): linted and checked (the KubeRay ones against
+KubeRay's CRD schemas), never built or applied here.
 
 Pins are checked against pyproject.toml, GPU labels against wavealign.hardware, so neither is kept twice unchecked.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,6 +16,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import readme_commands
 import yaml
 from packaging.requirements import Requirement
 
@@ -23,6 +27,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 RAYCLUSTER = ROOT / "deploy" / "kuberay" / "raycluster.yaml"
 RAYJOB = ROOT / "deploy" / "kuberay" / "rayjob.yaml"
 RAY_UP = ROOT / "deploy" / "ray-up" / "cluster.yaml"
+SCHEMAS = ROOT / "deploy" / "kuberay" / "schemas"
 # worker group -> the product name NVIDIA GPU feature discovery puts in nvidia.com/gpu.product
 GPU_PRODUCTS = {"h100": "NVIDIA-H100-80GB-HBM3", "a40": "NVIDIA-A40"}
 
@@ -212,10 +217,37 @@ def test_rayjob_runs_the_paper_h100_sweep_and_shuts_down_after():
     assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
     assert job["spec"]["shutdownAfterJobFinishes"] is True
     entrypoint = job["spec"]["entrypoint"].split()
-    assert entrypoint[:2] == ["wavealign", "sweep"]
-    assert "ray.address=auto" in entrypoint
     sweep = next(a.split("=", 1)[1] for a in entrypoint if a.startswith("sweep="))
     assert (ROOT / "conf" / "sweep" / f"{sweep}.yaml").is_file()
+
+
+def test_rayjob_entrypoint_is_the_readme_s_ray_job_submit_entrypoint():
+    _, entrypoint = readme_commands.ray_job_submit()
+    assert shlex.split(_load(RAYJOB)["spec"]["entrypoint"]) == entrypoint
+
+
+def _schema_errors(manifest: dict) -> list[str]:
+    """What the vendored KubeRay CRD schema of the manifest's kind (deploy/README.md) finds wrong with it."""
+    import jsonschema
+
+    schema = json.loads((SCHEMAS / f"{manifest['kind'].lower()}_v1.json").read_text())
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in jsonschema.Draft7Validator(schema).iter_errors(manifest)]
+
+
+@pytest.mark.parametrize("path", [RAYCLUSTER, RAYJOB], ids=lambda p: p.name)
+def test_kuberay_manifest_is_valid_against_the_kuberay_crd_schema(path):
+    manifest = _load(path)
+    assert manifest["apiVersion"] == "ray.io/v1"
+    assert _schema_errors(manifest) == []
+
+
+def test_the_kuberay_crd_schema_refuses_a_misspelt_key():
+    manifest = _load(RAYCLUSTER)
+    group = manifest["spec"]["workerGroupSpecs"][0]
+    group["rayStartParam"] = group.pop("rayStartParams")
+    assert _schema_errors(manifest) == [
+        "spec.workerGroupSpecs.0: Additional properties are not allowed ('rayStartParam' was unexpected)"]
 
 
 def test_rayjob_cluster_spec_is_the_raycluster_spec():

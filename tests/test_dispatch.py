@@ -1,17 +1,16 @@
 """The dispatcher's queues: groups on the same inputs one after another, and a worker offered the group whose
-inputs it keeps (``pipeline.group_inputs``), so a mask shared by several backends is built once per worker."""
+inputs it keeps (``inputs.InputCache``), so a mask shared by several backends is built once per worker."""
 
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from dataclasses import replace
 
 import pytest
 
+from wavealign.inputs import key as inputs_key
 from wavealign.orchestrator import dispatch
-from wavealign.pipeline import inputs_key
 from wavealign.records import Cell
 
 
@@ -201,37 +200,3 @@ def test_a_worker_ray_restarted_prefetches_no_more(tmp_path, monkeypatch):
         assert rows[0][0]["worker_pid"] != int(died.read_text())
     finally:
         ray.shutdown()
-
-
-def _closed_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_a_ray_address_nothing_answers_at_stops_the_sweep_in_seconds_before_anything_is_written(tmp_path, capsys):
-    from wavealign.jobs import sweep as sweep_job
-
-    port = _closed_port()
-    root = tmp_path / "runs"
-    code = sweep_job.main(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
-                           "grid.workload=[shape-2h]", "grid.seq_k=[1]", f"run_root={root}",
-                           f"ray.address=127.0.0.1:{port}"])
-    out = capsys.readouterr().out
-    assert code == 2 and f"ray.address='127.0.0.1:{port}': nothing answers at 127.0.0.1:{port}" in out
-    assert not (root / "sweeps").exists() and not (root / "mlflow.db").exists()
-
-
-@pytest.mark.parametrize(("address", "target"), [
-    ("ray://127.0.0.1", "127.0.0.1:10001"), ("ray://[::1]:{port}", "::1:{port}"), ("127.0.0.1:{port}", None)])
-def test_the_probe_reads_the_head_from_each_address_form(address, target):
-    from wavealign.orchestrator import cluster
-
-    port = _closed_port()
-    address = address.format(port=port)
-    expected = (target or f"127.0.0.1:{port}").format(port=port)
-    with pytest.raises(cluster.ClusterUnreachable, match=re.escape(f"nothing answers at {expected}")):
-        cluster.probe(address, timeout_s=5)
-    cluster.probe("auto")  # names no head: nothing to try

@@ -4,8 +4,10 @@ import pytest
 import torch
 from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
-from wavealign import blockmask, kernels, plan_graphs, reorder, stage1_cuda, synthetic
+from wavealign import blockmask, kernels, nvrtc, reorder, synthetic
 from wavealign.kernels.reference import reference_attention
+from wavealign.reorder import plan_graphs
+from wavealign.reorderers.wavealign import stage1, stage1_cuda
 
 pytestmark = pytest.mark.gpu
 
@@ -89,7 +91,7 @@ def test_packed_plan_keeps_the_torch_paths_orders(kind, monkeypatch):
     mask = getattr(synthetic, f"{kind}_mask")(8, 1000, 1000, 0.25, seed=7)
     packed = reorder.plan(mask.cuda()).perm.cpu()
     cpu = reorder.plan(mask).perm
-    monkeypatch.setattr(stage1_cuda, "usable", lambda m: False)
+    monkeypatch.setattr(nvrtc, "usable", lambda m: False)
     torch_gpu = reorder.plan(mask.cuda()).perm.cpu()
     for ref in (cpu, torch_gpu):
         assert (packed == ref).float().mean() >= 0.99
@@ -109,8 +111,8 @@ def test_gpu_temporal_plan_equals_cpu_plan():
 
 def test_gpu_stage1_finds_the_cpu_subspace():
     mask = synthetic.planted_mask(3, 500, 450, 0.3, seed=21)
-    u_cpu, s_cpu = reorder.centered_top2(mask)
-    u_gpu, s_gpu = reorder.centered_top2(mask.cuda())
+    u_cpu, s_cpu = stage1.centered_top2(mask)
+    u_gpu, s_gpu = stage1.centered_top2(mask.cuda())
     cosines = torch.linalg.svdvals(torch.bmm(u_cpu.double().transpose(1, 2), u_gpu.cpu().double()))
     assert cosines.min() > 1 - 1e-5
     assert torch.allclose(s_gpu.cpu(), s_cpu, rtol=1e-4)
@@ -124,7 +126,7 @@ def test_packed_products_match_the_torch_path_on_ragged_shapes(heads, mb, nb):
     singular values of the float32 torch path."""
     heads = heads or torch.cuda.get_device_properties(0).multi_processor_count + 8
     mask = synthetic.planted_mask(heads, mb, nb, 0.3, prototypes=3, noise=0.05, seed=mb)
-    u_ref, s_ref = reorder.centered_top2(mask)
+    u_ref, s_ref = stage1.centered_top2(mask)
     u, s = stage1_cuda.centered_top2(mask.cuda(), 10, 0, True)
     cosines = torch.linalg.svdvals(torch.bmm(u_ref.double().transpose(1, 2), u.cpu().double()))
     assert cosines.min() > 1 - 1e-5
@@ -155,8 +157,8 @@ def test_pack_and_row_counts_read_a_view_that_starts_and_ends_mid_vector():
     assert view.data_ptr() % 16 != 0
     packed, _, _ = stage1_cuda.pack(view)
     assert torch.equal(_unpacked(packed)[..., :65], view)
-    assert torch.equal(stage1_cuda.row_nnz(view).long(), view.sum(-1))
-    assert torch.equal(stage1_cuda.row_nnz(full[3:]).long(), full[3:].sum(-1))
+    assert torch.equal(blockmask.row_nnz(view).long(), view.sum(-1))
+    assert torch.equal(blockmask.row_nnz(full[3:]).long(), full[3:].sum(-1))
 
 
 def test_packed_plan_is_the_same_on_every_run():
@@ -176,6 +178,16 @@ def test_graphed_plan_equals_the_launched_one_for_each_mask(stages, monkeypatch)
     assert not torch.equal(launched[0], launched[1])
     for got, want in zip(graphed, (*launched, launched[0]), strict=True):
         assert torch.equal(got, want)
+
+
+def test_a_plan_first_captured_under_inference_mode_also_plans_outside_it():
+    """A diffusers pipeline runs under torch.inference_mode, so the first plan of a shape may capture its graph
+    there; the graph's mask buffer must still take a later mask planned outside it (an inference tensor would not)."""
+    mask = synthetic.planted_mask(4, 300, 300, 0.25, seed=3).cuda()
+    with torch.inference_mode():
+        inside = reorder.plan(mask).perm
+    outside = reorder.plan(mask).perm
+    assert torch.equal(inside, outside) and not outside.is_inference()
 
 
 def test_a_plan_is_captured_while_another_thread_works_on_the_gpu():
@@ -214,7 +226,7 @@ def test_a_plan_is_captured_while_another_thread_works_on_the_gpu():
         worker.join()
     assert not errors, f"the other thread failed: {errors[0]!r}"
     assert during > 0  # it was drawing while the plan was captured
-    launched = reorder.temporal_order(blockmask.row_nnz(mask), reorder.spatial_order(mask), 132)  # no graph
+    launched = reorder.temporal_order(blockmask.row_nnz(mask), stage1.spatial_order(mask), 132)  # no graph
     assert torch.equal(graphed, launched)  # an empty or broken capture would give another order
 
 
@@ -225,7 +237,7 @@ def test_the_stage1_kernels_launch_from_a_thread_that_has_not_used_cuda_yet():
 
     mask = synthetic.random_mask(2, 100, 300, 0.3, seed=5, device="cuda")
     counts = []
-    worker = threading.Thread(target=lambda: counts.append(stage1_cuda.row_nnz(mask).long().cpu()))
+    worker = threading.Thread(target=lambda: counts.append(blockmask.row_nnz(mask).long().cpu()))
     worker.start()
     worker.join()
     assert len(counts) == 1 and torch.equal(counts[0], mask.sum(-1).cpu())

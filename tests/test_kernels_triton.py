@@ -7,13 +7,10 @@ reports every case at once. float16 stands in for bfloat16: the interpreter's bf
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from interpreted import run_interpreted
 
 from wavealign.kernels import triton_blocksparse
 
@@ -72,11 +69,7 @@ print("RESULTS" + json.dumps(results))
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return json.loads(run.stdout.split("RESULTS", 1)[1])
+    return json.loads(run_interpreted(CHILD, timeout=600).split("RESULTS", 1)[1])
 
 
 CASES = ["ragged_d64", "whole_d128", "ragged_d128_b16"]

@@ -11,6 +11,7 @@ from head_patterns import sink_and_band_head
 
 from wavealign import masks, synthetic, workloads
 from wavealign.masks import flexprefill, minference, spargeattn, xattention
+from wavealign.masks._common import diagonal_mass
 from wavealign.masks._draw import main as draw_main
 
 BLOCK = 64
@@ -174,19 +175,19 @@ def test_flexprefill_min_budget_keeps_at_least_that_many_vertical_blocks():
     assert int(mask.all(0).sum()) >= 4
 
 
-def test_flexprefill_diagonal_mass_sums_each_distance_on_both_sides_once():
+def test_the_diagonal_mass_sums_each_distance_on_both_sides_once():
     probs = torch.rand(5, 23, generator=torch.Generator().manual_seed(3))
     rows = torch.arange(23 - 5, 23).unsqueeze(1)
     distance = (rows - torch.arange(23).unsqueeze(0)).abs()
     by_definition = torch.zeros(23, dtype=torch.float64).index_add_(0, distance.flatten(), probs.double().flatten())
-    assert torch.allclose(flexprefill._diagonal_mass(probs, 23).double(), by_definition, rtol=1e-6)
-    assert flexprefill._diagonal_mass(torch.eye(1, 4), 4).tolist() == [0.0, 0.0, 0.0, 1.0]  # query 3, key 0
+    assert torch.allclose(diagonal_mass(probs, 23).double(), by_definition, rtol=1e-6)
+    assert diagonal_mass(torch.eye(1, 4), 4).tolist() == [0.0, 0.0, 0.0, 1.0]  # query 3, key 0
 
 
 def test_flexprefill_js_distance_is_zero_for_equal_and_positive_for_different_distributions():
     p = torch.tensor([0.5, 0.25, 0.25])
-    assert flexprefill.js_distance(p, p) == pytest.approx(0.0, abs=1e-6)
-    assert flexprefill.js_distance(p, torch.tensor([0.1, 0.1, 0.8])) > 0.2
+    assert float(flexprefill.js_distance(p, p)) == pytest.approx(0.0, abs=1e-6)
+    assert float(flexprefill.js_distance(p, torch.tensor([0.1, 0.1, 0.8]))) > 0.2
 
 
 def test_minference_vertical_slash_keeps_first_tokens_and_nearest_diagonals_on_both_sides(qkv):
@@ -294,7 +295,7 @@ def test_spargeattn_autotune_scores_a_mask_keeping_every_block_at_exactly_zero_e
 
 def test_spargeattn_prediction_of_sampled_rows_equals_those_rows_of_the_whole_mask(qkv):
     q, k, _ = (t[0, 0] for t in qkv)
-    stats = spargeattn._HeadStats(q, k, BLOCK)
+    stats = spargeattn._HeadStats.of(q, k, BLOCK)
     rows = torch.tensor([0, 5, 40, 73])
     for sim, cdf in ((0.0, 0.5), (0.6, 0.9), (0.9, 0.2)):
         assert torch.equal(stats.predict(sim, rows).mask(cdf, True), stats.mask(sim, cdf, True)[rows])
@@ -318,6 +319,43 @@ def test_minference_search_picks_a_candidate_per_head_and_caches_it(qkv, tmp_pat
     assert float(mask[0, 1].float().mean()) < 1
 
 
+@pytest.mark.parametrize(("name", "params"), [("spargeattn", {}), ("minference", {"budget": 0.5})])
+def test_a_store_tunes_each_head_once_and_its_prediction_gives_the_tuning_build_s_mask(qkv, name, params):
+    """A live pipeline keeps a TunedConfigs store: the first build tunes every head into it, a later build on the
+    same (model, layer, heads) only predicts, and both give the mask a build without a store (tuning) gives."""
+    q, k, v = qkv
+    store = masks.TunedConfigs(name)
+    ident = {"model": "m", "layer": 4, "heads": [0, 1], **params}  # MInference's budget: a sparse pick here
+    tuning = masks.build(name, q, k, v, block_size=BLOCK, tuned_config=store, **ident)
+    assert store.tuned == 2 and len(store) == 2
+    predicted = masks.build(name, q, k, v, block_size=BLOCK, tuned_config=store, **ident)
+    assert store.tuned == 2  # nothing tuned again
+    assert torch.equal(predicted, tuning)
+    assert torch.equal(tuning, masks.build(name, q, k, v, block_size=BLOCK, **ident))
+    assert 0 < float(tuning.float().mean()) < 1
+    masks.build(name, q, k, v, block_size=BLOCK, tuned_config=store, **{**ident, "layer": 5})
+    assert store.tuned == 4  # another layer is other heads
+
+
+def test_a_store_over_a_file_reads_it_once_and_writes_what_it_tunes(qkv, tmp_path):
+    q, k, v = qkv
+    path = tmp_path / "sparge.json"
+    masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=masks.TunedConfigs("spargeattn", path),
+                model="m", layer=0)
+    reread = masks.TunedConfigs("spargeattn", path)
+    assert len(reread) == 2 and reread.get("m", 0, 1) is not None
+    masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=reread, model="m", layer=0)
+    assert reread.tuned == 0
+
+
+def test_a_store_of_another_method_or_a_tuned_config_of_another_type_is_rejected(qkv):
+    q, k, v = qkv
+    with pytest.raises(ValueError, match="store of 'spargeattn' configs, got one of 'minference'"):
+        masks.build("spargeattn", q, k, v, block_size=BLOCK, tuned_config=masks.TunedConfigs("minference"))
+    with pytest.raises(ValueError, match="tuned_config must be a JSON file path"):
+        masks.build("minference", q, k, v, block_size=BLOCK, tuned_config=3)
+
+
 def test_a_tuned_config_file_of_another_method_is_rejected(qkv, tmp_path):
     q, k, v = qkv
     cache = tmp_path / "minf.json"
@@ -333,21 +371,21 @@ def test_a_method_module_draws_its_mask_to_a_png(tmp_path):
 
 
 def test_a_mask_file_is_read_once_per_version_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
+    from wavealign import mask_file
     from wavealign.masks import file
-    from wavealign.sim import packed
 
-    reads, load = [], packed.load
-    monkeypatch.setattr(packed, "load", lambda p: reads.append(p) or load(p))
+    reads, load = [], mask_file.load
+    monkeypatch.setattr(mask_file, "load", lambda p: reads.append(p) or load(p))
     file._read.cache_clear()
     path = tmp_path / "mask.npz"
     first, second = (synthetic.random_mask(2, 6, 6, 0.5, seed=s) for s in (1, 2))
-    packed.save(path, first)
+    mask_file.save(path, first)
     got = masks.get("file").for_shape(2, 6, 6, path=str(path))
     assert torch.equal(got, first)
     got.fill_(True)  # the caller's copy; the next call must not see it
     assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), first)
     assert len(reads) == 1
-    packed.save(path, second)
+    mask_file.save(path, second)
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))  # a later version
     assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), second)
     assert len(reads) == 2

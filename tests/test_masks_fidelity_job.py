@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from wavealign import masks, pipeline, workloads
+from wavealign import inputs, masks, workloads
 from wavealign.jobs import mask_fidelity
 from wavealign.orchestrator import config, grid
 
@@ -46,12 +46,12 @@ def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path
     """Its cells and a grid's cells of the same workload, layer, step and head agree on everything that builds
     the mask (method, its params, model, shape, layer, step, head, seed), the per-head tuned methods included."""
     (tmp_path / "workload").mkdir(parents=True)
-    for group in ("method", "backend", "reorderer", "hardware", "sweep"):
+    for group in ("method", "backend", "measure", "reorderer", "sweep"):
         (tmp_path / group).symlink_to(config.CONF_DIR / group)
     (tmp_path / "config.yaml").symlink_to(config.CONF_DIR / "config.yaml")
     (tmp_path / "workload" / "tiny.yaml").write_text(
         "name: tiny\nmodel: wan2.1-1.3b\nresolution: 480p\nheads: [7]\nlayer: 5\nstep: 30\n")
-    cfg = config.load(["~sweep", "grid.hardware=[h100]", "grid.backend=[sim]", "+grid.backend_params.sim.kernel=fa4",
+    cfg = config.load(["~sweep", "grid.hardware=[h100]", "grid.backend=[fa4]", "grid.measure=[simulated]",
                        f"grid.method=[{','.join(mask_fidelity.METHODS)}]", "grid.workload=[tiny]",
                        "grid.seq_k=[4.6]", "grid.variant=[original]"], conf_dir=tmp_path)
     swept = {c.method: c for c in grid.expand(cfg, conf_dir=tmp_path).cells}
@@ -61,7 +61,8 @@ def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path
     wl = workloads.preset("wan2.1-1.3b", args.frames, "480p")
     ours = mask_fidelity.head_cells(args, wl, [7], list(mask_fidelity.METHODS), {m: {} for m in mask_fidelity.METHODS})
     builds_the_mask = ("method", "model", "resolution", "frames", "seq_len_tokens", "num_heads", "head_dim",
-                       "block_size", "heads", "layer", "step", "seed", "backend", "backend_params", "wave_size")
+                       "block_size", "heads", "layer", "step", "seed", "backend", "backend_params", "measure",
+                       "wave_size")
     for cell in ours:
         assert {f: getattr(cell, f) for f in builds_the_mask} == {f: getattr(swept[cell.method], f)
                                                                   for f in builds_the_mask}
@@ -71,7 +72,7 @@ def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path
         assert {**defaults, **cell.method_params} == dict(swept[cell.method].method_params)
     densities = {}
     for cell in ours:  # the same masks, which must not be trivially dense for the comparison to mean anything
-        mask, _ = pipeline.build_inputs(cell, torch.device("cpu"))
-        assert torch.equal(mask, pipeline.build_inputs(swept[cell.method], torch.device("cpu"))[0]), cell.method
+        mask, _ = inputs.build(cell, torch.device("cpu"))
+        assert torch.equal(mask, inputs.build(swept[cell.method], torch.device("cpu"))[0]), cell.method
         densities[cell.method] = mask.float().mean().item()
     assert any(0 < d < 1 for d in densities.values()), densities

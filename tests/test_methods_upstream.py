@@ -451,7 +451,7 @@ def test_flexprefill_js_distance_equals_upstream_square_root_js_divergence():
     logits = torch.randn(6, 2, 37, generator=generator, dtype=torch.float64) * 3
     for p, q in torch.softmax(logits, -1):
         upstream = float(ns["square_root_js_divergence"](p, q))
-        assert flexprefill.js_distance(p, q) == pytest.approx(upstream, rel=1e-9, abs=1e-12)
+        assert float(flexprefill.js_distance(p, q)) == pytest.approx(upstream, rel=1e-9, abs=1e-12)
 
 
 def _flexprefill_masks(wan_9f, gamma: float, tau: float) -> list[tuple[torch.Tensor, torch.Tensor]]:

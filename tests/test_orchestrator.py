@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 from rich.console import Console
 
-from wavealign.orchestrator import cluster, config, dataset, plan, sweep, tracking
+from wavealign.orchestrator import cluster, config, dataset, join, plan, sweep, tracking
 
 REPO = Path(__file__).resolve().parent.parent
 LABEL = cluster.ACCELERATOR_LABEL
@@ -38,7 +38,7 @@ def ray_cluster():
     for label, accelerator in ((LABEL, "H100"), (LABEL, "H100"), (cluster.USER_ACCELERATOR_LABEL, "A40")):
         nodes.add_node(num_cpus=1, num_gpus=1, object_store_memory=OBJECT_STORE, labels={label: accelerator})
     nodes.wait_for_nodes()
-    cluster.connect(nodes.address)
+    join.connect(nodes.address)
     yield nodes
     ray.shutdown()
     nodes.shutdown()
@@ -187,12 +187,12 @@ def test_a_second_run_skips_finished_cells(mixed):
 
 def test_dry_run_reports_size_per_type_filtered_and_an_estimate(mixed, capsys):
     root, _ = mixed
-    cfg = config.load([*TINY, f"run_root={root}", "grid.hardware=[h100,a40,cpu]", "grid.backend=[reference,sim]",
+    cfg = config.load([*TINY, f"run_root={root}", "grid.hardware=[h100,a40,cpu]", "grid.measure=[timed,simulated]",
                        "grid.seed=[0,1,2]"])
     plan.describe(plan.make_plan(cfg), cfg, Console(width=200))
     out = capsys.readouterr().out
     assert "30 cells" in out and re.search(r"h100\s+12 cells", out) and re.search(r"cpu\s+6 cells", out)
-    assert "backend sim simulates a GPU type; hardware cpu has none" in out
+    assert "measure simulated models a GPU type; hardware cpu has none" in out
     assert re.search(r"estimate h100 workers: [0-9.]+ worker-minutes for \d+ cells", out)
 
 

@@ -1,4 +1,5 @@
-"""The cell pipeline: mask -> skip decision -> reorder plan -> backend -> figures, one result per cell."""
+"""The cell pipeline: inputs -> attention step (skip decision, reorder plan) -> measurer -> one result per cell; and
+a worker's input cache (kept and prefetched inputs)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from wavealign import environment, pipeline
+from wavealign import environment, inputs, pipeline, placement
+from wavealign.inputs import InputCache
+from wavealign.measurers import timed
 from wavealign.records import Cell
 from wavealign.skip import plan_cost
 
@@ -63,9 +66,10 @@ def test_forced_variant_reorders_despite_a_skip_decision():
     assert result.skip_reorder is False and result.reorder_applied
 
 
-def test_sim_cell_is_labelled_simulated_and_reports_cache_figures():
-    cells = variants(backend="sim", hardware="a40", profile_hardware="a40", seq_len_tokens=64 * 256, num_heads=2,
-                     head_dim=128, block_size=64, wave_size=168, method_params={"density": 0.25, "prototypes": 8})
+def test_a_simulated_cell_is_labelled_simulated_and_reports_cache_figures():
+    cells = variants(backend="flex", measure="simulated", hardware="a40", profile_hardware="a40",
+                     seq_len_tokens=64 * 256, num_heads=2, head_dim=128, block_size=64, wave_size=168,
+                     method_params={"density": 0.25, "prototypes": 8})
     original, aligned = pipeline.run_group(cells)
     assert original.simulated and original.timer == "simulated" and original.device == "cpu"
     assert 0 <= original.l2_hit_pct <= 100 and original.hbm_read_bytes > 0
@@ -73,9 +77,10 @@ def test_sim_cell_is_labelled_simulated_and_reports_cache_figures():
     assert aligned.l2_hit_pct > original.l2_hit_pct
 
 
-def test_a_sim_cell_counts_the_reorder_predicted_for_its_gpu_not_the_host_s_cpu_time():
-    cells = variants(backend="sim", hardware="a40", profile_hardware="a40", seq_len_tokens=64 * 256, num_heads=2,
-                     head_dim=128, block_size=64, wave_size=168, method_params={"density": 0.25, "prototypes": 8})
+def test_a_simulated_cell_counts_the_reorder_predicted_for_its_gpu_not_the_host_s_cpu_time():
+    cells = variants(backend="flex", measure="simulated", hardware="a40", profile_hardware="a40",
+                     seq_len_tokens=64 * 256, num_heads=2, head_dim=128, block_size=64, wave_size=168,
+                     method_params={"density": 0.25, "prototypes": 8})
     original, aligned = pipeline.run_group(cells)
     predicted = plan_cost.predicted_plan_ms(2, 256, 256, "a40")
     assert aligned.reorder_ms == predicted.ms and aligned.reorder_cost == predicted.source
@@ -88,9 +93,9 @@ def test_a_sim_cell_counts_the_reorder_predicted_for_its_gpu_not_the_host_s_cpu_
     assert temporal.reorder_ms == predicted.ms  # Stage 2 alone: the both-stages model, an upper bound
 
 
-def test_a_sim_cell_of_a_reorderer_without_a_gpu_cost_model_leaves_its_cost_unknown():
-    cells = variants(backend="sim", hardware="a40", profile_hardware="a40", seq_len_tokens=64 * 256, num_heads=2,
-                     head_dim=128, block_size=64, wave_size=168, reorderer="lsh")
+def test_a_simulated_cell_of_a_reorderer_without_a_gpu_cost_model_leaves_its_cost_unknown():
+    cells = variants(backend="flex", measure="simulated", hardware="a40", profile_hardware="a40",
+                     seq_len_tokens=64 * 256, num_heads=2, head_dim=128, block_size=64, wave_size=168, reorderer="lsh")
     aligned = pipeline.run_group(cells)[1]
     assert math.isnan(aligned.reorder_ms) and math.isnan(aligned.net_speedup_vs_original)
     assert "no GPU cost model for reorderer lsh" in aligned.reorder_cost and aligned.host_reorder_ms > 0
@@ -135,7 +140,7 @@ def test_a_group_must_share_its_group_id():
 
 
 def test_nsight_compute_on_a_cpu_cell_says_why_there_are_no_counters():
-    result = pipeline.run_cell(make_cell(ncu=True))
+    result = pipeline.run_cell(make_cell(measure="ncu"))
     assert result.status == "done" and "CPU" in result.ncu_unavailable
     assert math.isnan(result.ncu_l2_hit_pct)
 
@@ -143,18 +148,28 @@ def test_nsight_compute_on_a_cpu_cell_says_why_there_are_no_counters():
 def test_a_workers_next_group_on_the_same_inputs_reuses_them_and_another_builds_its_own(monkeypatch):
     """Groups of two backends on one (dense) mask: one build; a group of another seed builds again."""
     built = []
-    build = pipeline.build_inputs
-    monkeypatch.setattr(pipeline, "build_inputs", lambda cell, device: built.append(cell.group_id) or build(cell,
-                                                                                                          device))
+    build = inputs.build
+    monkeypatch.setattr(inputs, "build", lambda cell, device: built.append(cell.group_id) or build(cell, device))
     reference = variants(group_id="ref", method="dense")  # sdpa computes dense attention only
     sdpa = [replace(c, backend="sdpa", group_id="sdpa", cell_id=c.cell_id + "-sdpa") for c in reference]
     reseeded = [replace(c, seed=1, group_id="seed1", cell_id=c.cell_id + "-s1") for c in reference]
-    first, second, third = (pipeline.run_group(g) for g in (reference, sdpa, reseeded))
+    cache = InputCache()
+    first, second, third = (pipeline.run_group(g, inputs=cache) for g in (reference, sdpa, reseeded))
     assert built == ["ref", "seed1"]
     assert all(r.status == "done" for r in (*first, *second, *third)), [r.traceback for r in second]
-    assert pipeline.inputs_key(reference[0]) == pipeline.inputs_key(sdpa[0]) != pipeline.inputs_key(reseeded[0])
-    # a simulated backend needs no Q/K/V, so its inputs are not those of one that computes attention
-    assert pipeline.inputs_key(replace(reference[0], backend="sim")) != pipeline.inputs_key(reference[0])
+    assert inputs.key(reference[0]) == inputs.key(sdpa[0]) != inputs.key(reseeded[0])
+    # a simulated cell needs no Q/K/V, so its inputs are not those of one that computes attention
+    assert inputs.key(replace(reference[0], measure="simulated")) != inputs.key(reference[0])
+
+
+def test_a_group_given_no_cache_keeps_nothing_for_the_next(monkeypatch):
+    built = []
+    build = inputs.build
+    monkeypatch.setattr(inputs, "build", lambda cell, device: built.append(cell.group_id) or build(cell, device))
+    cells = variants(group_id="g")
+    pipeline.run_group(cells)
+    pipeline.run_group(cells)
+    assert built == ["g", "g"]
 
 
 @pytest.mark.parametrize(("warmup", "reps", "calls"), [(3, 2, 5), (1, 2, 3), (0, 2, 3)])
@@ -167,37 +182,39 @@ def test_a_cell_calls_its_launch_warmup_plus_reps_times_the_first_call_being_the
     monkeypatch.setattr(reference.ReferenceLaunch, "run", lambda self, q, k, v: made.append(1) or run(self, q, k, v))
     result = pipeline.run_cell(make_cell(warmup=warmup, reps=reps))
     assert result.status == "done", result.traceback
-    assert len(made) == calls == pipeline.timed_calls(warmup, reps)
+    assert len(made) == calls == timed.calls(warmup, reps)
     assert result.reps_done == reps and result.first_call_ms > 0  # the first call is timed apart on a CPU too
 
 
 def _counting_builds(monkeypatch) -> list[tuple[str, str]]:
-    """(group id, thread name) of every build_inputs call from now on, through the real build."""
+    """(group id, thread name) of every inputs.build call from now on, through the real build."""
     import threading
 
     built: list[tuple[str, str]] = []
-    build = pipeline.build_inputs
+    build = inputs.build
 
     def counted(cell, device):
         built.append((cell.group_id, threading.current_thread().name))
         return build(cell, device)
 
-    monkeypatch.setattr(pipeline, "build_inputs", counted)
+    monkeypatch.setattr(inputs, "build", counted)
     return built
 
 
 def test_a_prefetched_group_takes_the_inputs_built_in_the_background_and_a_reusing_group_keeps_the_flag(monkeypatch):
+    cache = InputCache()
     built = _counting_builds(monkeypatch)
     first, second = variants(group_id="seed0"), variants(group_id="seed1", seed=1)
     sdpa = [replace(c, backend="sdpa", method="dense", group_id="sdpa1", cell_id=c.cell_id + "-sdpa") for c in second]
     dense = [replace(c, method="dense", group_id="dense1") for c in second]
-    assert [r.inputs_prefetched for r in pipeline.run_group(first)] == [False, False]
-    assert pipeline.prefetch(dense)
-    assert not pipeline.prefetch(dense)  # already being built (or built): not twice
-    results = pipeline.run_group(dense)
+    assert [r.inputs_prefetched for r in pipeline.run_group(first, inputs=cache)] == [False, False]
+    assert cache.prefetch(dense)
+    assert not cache.prefetch(dense)  # already being built (or built): not twice
+    results = pipeline.run_group(dense, inputs=cache)
     assert all(r.status == "done" and r.inputs_prefetched for r in results), [r.traceback for r in results]
-    assert [r.inputs_prefetched for r in pipeline.run_group(sdpa)] == [True, True]  # reused: the same inputs
-    assert not pipeline.prefetch(sdpa)  # kept already
+    # reused: the same inputs
+    assert [r.inputs_prefetched for r in pipeline.run_group(sdpa, inputs=cache)] == [True, True]
+    assert not cache.prefetch(sdpa)  # kept already
     assert [g for g, _ in built] == ["seed0", "dense1"]
     assert built[0][1] == "MainThread" and built[1][1] == "prefetch-dense1"
 
@@ -205,21 +222,24 @@ def test_a_prefetched_group_takes_the_inputs_built_in_the_background_and_a_reusi
 def test_a_group_prefetches_the_group_it_is_told_comes_next_once_it_holds_its_own_inputs(monkeypatch):
     """``run_group(cells, then)`` starts ``then``'s build only after taking its own inputs: a prefetch asked for
     earlier (of ``cells``) is taken, never replaced by ``then``'s, and ``then`` runs on what was built ahead."""
+    cache = InputCache()
     built = _counting_builds(monkeypatch)
     a, b, c = (variants(group_id=g, seed=s) for g, s in (("a", 1), ("b", 2), ("c", 3)))
-    assert pipeline.prefetch(b)
-    assert [r.inputs_prefetched for r in pipeline.run_group(a, then=b)] == [False, False]  # b is being built
-    assert [r.inputs_prefetched for r in pipeline.run_group(b, then=c)] == [True, True]
-    assert [r.inputs_prefetched for r in pipeline.run_group(c)] == [True, True]
+    assert cache.prefetch(b)
+    # b is being built meanwhile
+    assert [r.inputs_prefetched for r in pipeline.run_group(a, then=b, inputs=cache)] == [False, False]
+    assert [r.inputs_prefetched for r in pipeline.run_group(b, then=c, inputs=cache)] == [True, True]
+    assert [r.inputs_prefetched for r in pipeline.run_group(c, inputs=cache)] == [True, True]
     assert sorted(built) == [("a", "MainThread"), ("b", "prefetch-b"), ("c", "prefetch-c")]  # each built once
 
 
 def test_a_group_whose_inputs_fail_still_prefetches_the_next(monkeypatch):
+    cache = InputCache()
     built = _counting_builds(monkeypatch)
     broken = variants(group_id="broken", method_params={"density": 2.0})  # the planted mask refuses it
     fine = variants(group_id="fine", seed=4)
-    assert [r.status for r in pipeline.run_group(broken, then=fine)] == ["failed", "failed"]
-    results = pipeline.run_group(fine)
+    assert [r.status for r in pipeline.run_group(broken, then=fine, inputs=cache)] == ["failed", "failed"]
+    results = pipeline.run_group(fine, inputs=cache)
     assert [(r.status, r.inputs_prefetched) for r in results] == [("done", True), ("done", True)]
     assert sorted(built) == [("broken", "MainThread"), ("fine", "prefetch-fine")]
 
@@ -231,6 +251,7 @@ def test_a_failed_build_frees_what_it_had_allocated_without_waiting_for_the_cycl
     import gc
     import weakref
 
+    cache = InputCache()
     allocated = []
 
     def failing_build(cell, device):
@@ -238,13 +259,13 @@ def test_a_failed_build_frees_what_it_had_allocated_without_waiting_for_the_cycl
         allocated.append(weakref.ref(partial))
         raise RuntimeError("out of memory, half-way through the build")
 
-    monkeypatch.setattr(pipeline, "build_inputs", failing_build)
+    monkeypatch.setattr(inputs, "build", failing_build)
     cells = variants(group_id="broken")
     gc.disable()
     try:
         if prefetched:
-            assert pipeline.prefetch(cells)
-        results = pipeline.run_group(cells)
+            assert cache.prefetch(cells)
+        results = pipeline.run_group(cells, inputs=cache)
         assert [r.status for r in results] == ["failed", "failed"] and "half-way" in results[0].error
         assert ("_build_ahead" in results[0].traceback) == prefetched  # the lines survive, the locals do not
         assert allocated and allocated[0]() is None
@@ -253,11 +274,12 @@ def test_a_failed_build_frees_what_it_had_allocated_without_waiting_for_the_cycl
 
 
 def test_prefetched_inputs_give_the_results_built_inputs_give():
+    cache = InputCache()
     cells = variants(group_id="g", seed=3)
-    built = pipeline.run_group(cells)
-    pipeline.forget_inputs()
-    assert pipeline.prefetch(cells)
-    prefetched = pipeline.run_group(cells)
+    built = pipeline.run_group(cells, inputs=cache)
+    cache.forget()
+    assert cache.prefetch(cells)
+    prefetched = pipeline.run_group(cells, inputs=cache)
     assert [r.inputs_prefetched for r in (*built, *prefetched)] == [False, False, True, True]
     for a, b in zip(built, prefetched, strict=True):
         for name in ("status", "density", "nnz_mean", "nnz_cv", "adjacent_jaccard", "wave_working_set_bytes",
@@ -266,24 +288,26 @@ def test_prefetched_inputs_give_the_results_built_inputs_give():
 
 
 def test_a_prefetch_that_fails_fails_its_group_with_the_error_and_the_worker_goes_on(monkeypatch):
+    cache = InputCache()
     built = _counting_builds(monkeypatch)
     broken = variants(group_id="broken", method_params={"density": 2.0})  # the planted mask refuses it
-    assert pipeline.prefetch(broken)
-    failed = pipeline.run_group(broken)
+    assert cache.prefetch(broken)
+    failed = pipeline.run_group(broken, inputs=cache)
     assert [r.status for r in failed] == ["failed", "failed"]
     assert all("density" in r.error and "_build_ahead" in r.traceback for r in failed)  # raised in the prefetch
     assert built == [("broken", "prefetch-broken")]  # not built again by the group
-    fine = pipeline.run_group(variants(group_id="fine"))
+    fine = pipeline.run_group(variants(group_id="fine"), inputs=cache)
     assert [r.status for r in fine] == ["done", "done"]
 
 
 def test_a_newer_prefetch_replaces_one_not_taken_so_one_set_waits_at_most(monkeypatch):
+    cache = InputCache()
     built = _counting_builds(monkeypatch)
     a, b = variants(group_id="a", seed=1), variants(group_id="b", seed=2)
-    assert pipeline.prefetch(a) and pipeline.prefetch(b)
-    assert pipeline._prefetched.key == pipeline.inputs_key(b[0])
-    assert [r.inputs_prefetched for r in pipeline.run_group(b)] == [True, True]
-    assert [r.inputs_prefetched for r in pipeline.run_group(a)] == [False, False]  # a's set was dropped
+    assert cache.prefetch(a) and cache.prefetch(b)
+    assert cache.prefetching == inputs.key(b[0])
+    assert [r.inputs_prefetched for r in pipeline.run_group(b, inputs=cache)] == [True, True]
+    assert [r.inputs_prefetched for r in pipeline.run_group(a, inputs=cache)] == [False, False]  # a's set was dropped
     assert [g for g, _ in built] == ["a", "b", "a"]
 
 
@@ -291,21 +315,35 @@ def test_a_newer_prefetch_replaces_one_not_taken_so_one_set_waits_at_most(monkey
 def test_on_a_gpu_the_prefetch_builds_on_a_stream_of_its_own_the_inputs_a_plain_build_gives(monkeypatch):
     import torch
 
+    cache = InputCache()
     cell = make_cell(hardware="h200", profile_hardware="h200", seq_len_tokens=4096, num_heads=4, head_dim=64,
                      wave_size=132, method="random", method_params={"density": 0.3})
-    device = pipeline.device_for(cell)
+    device = placement.device(cell)
     assert device.type == "cuda"
-    mask, qkv = pipeline.build_inputs(cell, device)
+    mask, qkv = inputs.build(cell, device)
     streams = []
-    build = pipeline.build_inputs
-    monkeypatch.setattr(pipeline, "build_inputs",
-                        lambda c, d: streams.append(torch.cuda.current_stream(d)) or build(c, d))
-    assert pipeline.prefetch([cell])
-    got_mask, got_qkv, _, prefetched = pipeline.group_inputs(cell, device)
+    build = inputs.build
+    monkeypatch.setattr(inputs, "build", lambda c, d: streams.append(torch.cuda.current_stream(d)) or build(c, d))
+    assert cache.prefetch([cell])
+    got_mask, got_qkv, _, prefetched = cache.take(cell, device)
     assert prefetched and streams and streams[0] != torch.cuda.default_stream(device)
     assert torch.equal(got_mask, mask) and all(torch.equal(a, b) for a, b in zip(got_qkv, qkv, strict=True))
-    result = pipeline.run_group([replace(cell, group_id="again")])[0]  # the kept inputs, timed on the GPU
+    result = pipeline.run_group([replace(cell, group_id="again")], inputs=cache)[0]  # the kept inputs, GPU-timed
     assert result.status == "done" and result.inputs_prefetched and result.timer == "cuda_events", result.traceback
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_an_ncu_cell_is_timed_then_profiled_by_nsight_compute_in_a_child_process():
+    import shutil
+
+    if shutil.which("ncu") is None:
+        pytest.skip("needs Nsight Compute's ncu on PATH")
+    cells = variants(backend="triton", measure="ncu", hardware="h200", profile_hardware="h200", seq_len_tokens=8192,
+                     num_heads=2, head_dim=128, wave_size=132, method="random", method_params={"density": 0.3})
+    results = pipeline.run_group(cells)
+    for result in results:
+        assert result.status == "done" and result.timer == "cuda_events", result.traceback
+        assert result.ncu_unavailable is None and result.ncu_kernel_ms > 0 and 0 <= result.ncu_l2_hit_pct <= 100
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
@@ -315,8 +353,8 @@ def test_random_qkv_is_drawn_on_the_cells_device_in_its_dtype_and_fixed_by_the_s
     import torch
 
     cell = make_cell(seq_len_tokens=3000, num_heads=2, head_dim=64, method="random", method_params={"density": 0.3})
-    first, again = (pipeline._random_qkv(cell, torch.device(device)) for _ in range(2))
-    other = pipeline._random_qkv(replace(cell, seed=cell.seed + 1), torch.device(device))
+    first, again = (inputs.random_qkv(cell, torch.device(device)) for _ in range(2))
+    other = inputs.random_qkv(replace(cell, seed=cell.seed + 1), torch.device(device))
     want = torch.bfloat16 if device == "cuda" else torch.float32
     assert all(t.device.type == device and t.dtype == want and t.shape == (1, 2, 3000, 64) for t in first)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))

@@ -1,5 +1,6 @@
-"""A backend or a mask method is one module plus one YAML: a user's own, kept outside the repository, run in a
-sweep by naming it (``plugins``, ``conf_dirs``), with no other change. And the library stays light."""
+"""A backend, a mask method, a reorderer or a measurer is one module plus one YAML: a user's own, kept outside the
+repository, run in a sweep by naming it (``plugins``, ``conf_dirs``), with no other change. And the library stays
+light."""
 
 from __future__ import annotations
 
@@ -60,17 +61,51 @@ def band(heads, q_blocks, kv_blocks, *, width=1, device="cpu"):
 masks.register("toy-band", None, {"width": 1}, "a diagonal band (a plugin test)", from_shape=band)
 '''
 
+TOY_REORDERER = '''
+"""Reorderer toy-reverse: each head's rows in reverse order."""
+import torch
+
+from wavealign import reorderers
+
+
+def group(mask, *, wave_size, seed):
+    return torch.arange(mask.shape[1] - 1, -1, -1, device=mask.device).expand(mask.shape[0], -1)
+
+
+reorderers.register("toy-reverse", group, {}, "rows in reverse order (a plugin test)", reference="none")
+'''
+
+TOY_MEASURER = '''
+"""Measurer toy-once: the launch planned, then run once, timed by the host's wall clock."""
+import time
+
+from wavealign import measurers
+
+
+def measure(m):
+    launch = m.step.launch(m.prepared.mask, m.prepared.order, m.shape)
+    start = time.perf_counter()
+    launch.run(*m.qkv)
+    m.result.kernel_ms_median = (time.perf_counter() - start) * 1e3
+    m.result.device, m.result.timer, m.result.reps_done = "cpu", "once", 1
+
+
+measurers.register(measurers.Measurer(name="toy-once", measure=measure, description="one call (a plugin test)"))
+'''
+PLUGINS = {"toy_backend": ("backend", "toy-mean", TOY_BACKEND), "toy_band": ("method", "toy-band", TOY_METHOD),
+           "toy_reverse": ("reorderer", "toy-reverse", TOY_REORDERER),
+           "toy_once": ("measure", "toy-once", TOY_MEASURER)}
+
 
 def _write(folder: Path) -> None:
-    (folder / "toy_backend.py").write_text(TOY_BACKEND)
-    (folder / "toy_band.py").write_text(TOY_METHOD)
-    for group, name, params in (("backend", "toy-mean", "scale: 1.0"), ("method", "toy-band", "width: 1")):
+    """Each plugin: its module, and its YAML naming it (its parameters and defaults are the module's)."""
+    for module, (group, name, source) in PLUGINS.items():
+        (folder / f"{module}.py").write_text(source)
         (folder / "conf" / group).mkdir(parents=True)
-        (folder / "conf" / group / f"{name}.yaml").write_text(
-            f"# @package {group}\nname: {name}\nparams:\n  {params}\n")
+        (folder / "conf" / group / f"{name}.yaml").write_text(f"# @package {group}\nname: {name}\n")
 
 
-def test_a_plugin_backend_and_method_run_in_a_sweep_from_one_module_and_one_yaml_each(tmp_path):
+def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_module_and_one_yaml_each(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     _write(plugins)
@@ -79,17 +114,23 @@ def test_a_plugin_backend_and_method_run_in_a_sweep_from_one_module_and_one_yaml
     env.pop("WAVEALIGN_PLUGINS", None)
     overrides = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[toy-mean]", "grid.method=[toy-band]",
                  "grid.workload=[shape-2h]", "grid.seq_k=[1.024]", "grid.variant=[original,wavealign]",
+                 "grid.reorderer=[toy-reverse]", "grid.measure=[timed,toy-once]",
                  "+grid.method_params.toy-band.width=[2]", "grid.reps=1", "grid.warmup=0", "progress=false",
-                 "plugins=[toy_backend,toy_band]", f"conf_dirs=[{plugins / 'conf'}]", "mlflow.enabled=false",
+                 f"plugins=[{','.join(PLUGINS)}]", f"conf_dirs=[{plugins / 'conf'}]", "mlflow.enabled=false",
                  "ray.num_cpus=2", f"run_root={runs}"]
     done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()
-    assert sorted(r["variant"] for r in rows) == ["original", "wavealign"]
-    assert all(r["status"] == "done" and r["method"] == "toy-band" and r["timer"] == "wall_clock" for r in rows)
+    every = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()
+    assert all(r["status"] == "done" and r["method"] == "toy-band" for r in every)
     # 8 blocks of 128, band of width 2: (8 * 5 - 2 * (2 + 1)) / 64 of the blocks
-    assert all(abs(r["density"] - 34 / 64) < 1e-9 for r in rows)
+    assert all(abs(r["density"] - 34 / 64) < 1e-9 for r in every)
+    assert {(r["variant"], r["reorderer"]) for r in every} == {("original", "identity"), ("wavealign", "toy-reverse")}
+    once = [r for r in every if r["measure"] == "toy-once"]
+    assert len(once) == 2 and all(r["timer"] == "once" and r["kernel_ms_median"] > 0 for r in once)
+    rows = [r for r in every if r["measure"] == "timed"]
+    assert sorted(r["variant"] for r in rows) == ["original", "wavealign"]
+    assert all(r["timer"] == "wall_clock" for r in rows)
 
     # a row's repro command re-runs just its cell (its group's original re-timed beside it, not recorded again)
     aligned = next(r for r in rows if r["variant"] == "wavealign")
@@ -99,7 +140,7 @@ def test_a_plugin_backend_and_method_run_in_a_sweep_from_one_module_and_one_yaml
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rerun = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()
-    assert sorted(r["cell_id"] for r in rerun) == sorted([r["cell_id"] for r in rows] + [aligned["cell_id"]])
+    assert sorted(r["cell_id"] for r in rerun) == sorted([r["cell_id"] for r in every] + [aligned["cell_id"]])
 
 
 def test_importing_the_library_loads_no_orchestration_or_dataframe_package():

@@ -15,8 +15,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wavealign import masks, synthetic, workloads
-from wavealign.sim import packed
+from wavealign import mask_file, masks, synthetic, workloads
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -61,7 +60,7 @@ NOT_MASKS = {
 def test_a_file_that_is_not_a_saved_mask_is_one_error_naming_it(tmp_path, kind):
     path = NOT_MASKS[kind](tmp_path / "mask.npz")
     with pytest.raises(ValueError, match=rf"^mask file {path}"):
-        packed.load(path)
+        mask_file.load(path)
 
 
 def test_a_tiny_file_claiming_a_huge_mask_is_refused_before_any_allocation(tmp_path):
@@ -71,7 +70,7 @@ def test_a_tiny_file_claiming_a_huge_mask_is_refused_before_any_allocation(tmp_p
     tracemalloc.start()
     try:
         with pytest.raises(ValueError, match=r"has 8,192,000,000 entries, more than MAX_MASK_ENTRIES"):
-            packed.load(path)
+            mask_file.load(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -87,7 +86,7 @@ def test_a_zip_bomb_s_bits_are_never_decompressed_past_what_its_shape_claims(tmp
     tracemalloc.start()
     try:
         with pytest.raises(ValueError, match=r"array 'bits' is uint8 \(1, 1, 16777216\); expected uint8 \(1, 1, 1\)"):
-            packed.load(path)
+            mask_file.load(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -98,29 +97,29 @@ def test_a_member_longer_than_its_header_says_is_refused(tmp_path):
     header_and_data = _npy(np.zeros((1, 2, 1), np.uint8))
     path = _npz(tmp_path / "long.npz", bits=header_and_data + b"\0" * 1000, shape=_npy(np.array([1, 2, 8])))
     with pytest.raises(ValueError, match=r"array 'bits' is declared as \d+ bytes; its header says \d+"):
-        packed.load(path)
+        mask_file.load(path)
 
 
 def test_a_saved_mask_of_another_shape_is_refused_from_its_header_before_it_is_unpacked(tmp_path, monkeypatch):
     from wavealign.masks import file
 
     path = tmp_path / "big.npz"
-    packed.save(path, synthetic.random_mask(1, 64, 64, 0.5, seed=0))
+    mask_file.save(path, synthetic.random_mask(1, 64, 64, 0.5, seed=0))
     file._read.cache_clear()
 
     def unpacked(_):
         raise AssertionError("the mask was unpacked")
 
-    monkeypatch.setattr(packed, "load", unpacked)
+    monkeypatch.setattr(mask_file, "load", unpacked)
     with pytest.raises(ValueError, match=r"holds a \(1, 64, 64\) mask; the cell needs \(H, MB, NB\) = \(2, 4, 4\)"):
         masks.get("file").for_shape(2, 4, 4, path=str(path))
 
 
 def test_a_saved_mask_reads_back_as_it_was_saved(tmp_path):
     mask = synthetic.random_mask(2, 5, 13, 0.5, seed=1)
-    packed.save(tmp_path / "m.npz", mask)
-    assert packed.read_shape(tmp_path / "m.npz") == (2, 5, 13)
-    assert torch.equal(packed.load(tmp_path / "m.npz"), mask)
+    mask_file.save(tmp_path / "m.npz", mask)
+    assert mask_file.read_shape(tmp_path / "m.npz") == (2, 5, 13)
+    assert torch.equal(mask_file.load(tmp_path / "m.npz"), mask)
 
 
 # --- captured Q/K/V ---

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from wavealign import block_gather, blockmask, hardware, kernels, masks, reorder, sim, synthetic
+from wavealign import blockmask, hardware, kernels, masks, reorder, sim, synthetic
 from wavealign.kernels import ExecutionFacts, LaunchShape
+from wavealign.reorder import block_gather
 
 BLOCK = 16
 HEADS, BLOCKS, DIM = 2, 4, 16

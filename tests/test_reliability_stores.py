@@ -285,7 +285,7 @@ def test_a_run_root_that_cannot_be_written_is_one_line_before_any_work(tmp_path,
                            "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]",
                            "progress=false", "mlflow.enabled=false", f"run_root={root}"])
     err = capsys.readouterr().err
-    assert code == 1
+    assert code == sweep_job.EXIT_STORAGE_REFUSED
     assert err.startswith(f"wavealign sweep: {expected}") and len(err.strip().splitlines()) == 1
     assert not (root / "sweeps").exists() or not list((root / "sweeps").iterdir())
 
@@ -308,7 +308,7 @@ def test_a_disk_that_fills_mid_sweep_ends_it_in_one_line_with_the_summary_and_wh
                            "grid.variant=[original]", "grid.reps=1", "grid.warmup=0", "progress=false",
                            "mlflow.enabled=false", "ray.num_cpus=1", f"run_root={root}"])
     captured = capsys.readouterr()
-    assert code == 1
+    assert code == sweep_job.EXIT_STORAGE_REFUSED
     (line,) = [ln for ln in captured.err.splitlines() if ln.startswith("wavealign")]  # past Ray's own warnings
     assert line.startswith(f"wavealign sweep: cannot write {root / 'results'}") and "No space left on device" in line
     assert "this run: done 1" in captured.out  # the summary, of what reached Parquet

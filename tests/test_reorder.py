@@ -8,6 +8,7 @@ import torch
 from hypothesis import given, settings
 
 from wavealign import blockmask, kernels, reorder, skip, synthetic
+from wavealign.reorderers.wavealign import stage1
 
 
 @st.composite
@@ -96,7 +97,7 @@ def test_subspace_iteration_matches_dense_svd_of_centered_mask(seed):
     mask = synthetic.planted_mask(1, 120, 90, density=0.3, prototypes=3, noise=0.05, seed=seed)
     centered = mask[0].double() - mask[0].double().mean(0, keepdim=True)
     svd = torch.linalg.svd(centered, full_matrices=False)
-    u, sigma = reorder.centered_top2(mask, iters=10, seed=seed)
+    u, sigma = stage1.centered_top2(mask, iters=10, seed=seed)
     assert _subspace_angle_deg(u[0].double(), svd.U[:, :2]) < 1.0
     assert torch.allclose(sigma[0].double(), svd.S[:2], rtol=1e-3)
 
@@ -187,7 +188,7 @@ def test_permute_mask_refuses_kv_lists_of_other_rows():
 
 def test_the_gpu_paths_closed_form_2x2_eigenproblem_matches_torch():
     """``stage1_cuda._eigh2`` (the Rayleigh-Ritz step of the GPU Stage 1) against ``torch.linalg.eigh``."""
-    from wavealign import stage1_cuda
+    from wavealign.reorderers.wavealign import stage1_cuda
 
     a = torch.randn(64, 2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
     sym = a @ a.transpose(1, 2)
@@ -200,7 +201,7 @@ def test_the_gpu_paths_closed_form_2x2_eigenproblem_matches_torch():
 
 
 def test_packed_rows_are_padded_to_whole_16_word_chunks():
-    from wavealign import stage1_cuda
+    from wavealign.reorderers.wavealign import stage1_cuda
 
     assert [stage1_cuda.padded_words(bits) for bits in (1, 31, 32, 512, 513, 2841)] == [16, 16, 16, 16, 32, 96]
 

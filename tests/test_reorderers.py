@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 import wavealign
 from wavealign import reorder, reorderers, skip, synthetic
+from wavealign.reorderers.wavealign import stage1
 
 BASELINES = ("hypergraph", "minhash", "lsh", "clustering")
 
@@ -116,4 +117,4 @@ def test_an_unknown_reorderer_lists_the_known():
 def test_wavealign_reorderer_is_todays_stage_one():
     mask = synthetic.random_mask(3, 120, 90, 0.25, seed=6)
     assert torch.equal(reorder.plan(mask, wave_size=16, reorderer="wavealign").perm,
-                       reorder.temporal_order(mask.sum(-1), reorder.spatial_order(mask, seed=0), 16))
+                       reorder.temporal_order(mask.sum(-1), stage1.spatial_order(mask, seed=0), 16))

@@ -14,11 +14,10 @@ import json
 import pytest
 import torch
 
-from wavealign import kernels, pipeline, reorder, sim, synthetic
+from wavealign import inputs, kernels, mask_file, pipeline, reorder, sim, synthetic
 from wavealign.jobs import validate_sim
 from wavealign.orchestrator import dataset
 from wavealign.records import Cell
-from wavealign.sim import packed
 
 SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 
@@ -29,19 +28,19 @@ WAVE = kernels.get("flex").wave_size("h200")
 def _fabricated_rows(tmp_path, l2_shift_pts: float = 0.0, dram_scale: float = 1.0) -> list[dict]:
     """NCU-shaped rows whose 'measured' values are h200 simulations of the generator's own masks, shifted."""
     rows = []
-    packed.save(tmp_path / "xattention.npz", synthetic.planted_mask(2, 24, 24, 0.3, seed=9))
+    mask_file.save(tmp_path / "xattention.npz", synthetic.planted_mask(2, 24, 24, 0.3, seed=9))
     cases = [("random", 0, 2048, synthetic.random_mask(2, 16, 16, 0.3, seed=0), ""),
              ("planted", 1, 2048, synthetic.planted_mask(2, 16, 16, 0.3, seed=1), ""),
              ("xattention", 9, 3072, None, str(tmp_path / "xattention.npz"))]
-    for kind, seed, seq_len, mask, mask_file in cases:
-        mask = packed.load(mask_file) if mask_file else mask
+    for kind, seed, seq_len, mask, mask_path in cases:
+        mask = mask_file.load(mask_path) if mask_path else mask
         for stages in STAGES:
             order = None if stages == "none" else reorder.plan(mask, wave_size=WAVE, stages=stages)
             r = sim.simulate(mask, order, hardware="h200", backend="flex", block_size=128)
             rows.append({"backend": "flex", "stages": stages, "mask_kind": kind, "seq_len": seq_len, "heads": 2,
                          "block_size": 128, "head_dim": 128, "density": 0.3, "seed": seed,
                          "l2_hit_pct": r.l2_hit_pct + l2_shift_pts, "dram_read_bytes": r.hbm_read_bytes * dram_scale,
-                         "kernel_ms": r.kernel_time_s * 1e3, "mask_file": mask_file})
+                         "kernel_ms": r.kernel_time_s * 1e3, "mask_file": mask_path})
     return rows
 
 
@@ -112,8 +111,8 @@ def test_a_method_mask_without_a_mask_file_is_rejected(tmp_path):
 
 def test_packed_masks_round_trip(tmp_path):
     mask = synthetic.random_mask(3, 5, 13, 0.4, seed=1)
-    packed.save(tmp_path / "m.npz", mask)
-    assert torch.equal(packed.load(tmp_path / "m.npz"), mask)
+    mask_file.save(tmp_path / "m.npz", mask)
+    assert torch.equal(mask_file.load(tmp_path / "m.npz"), mask)
 
 
 def test_masks_regenerate_exactly_as_bench_kernels_made_them(tmp_path):
@@ -122,19 +121,19 @@ def test_masks_regenerate_exactly_as_bench_kernels_made_them(tmp_path):
            "block_size": 128, "head_dim": 128, "density": 0.2449, "seed": 0, "l2_hit_pct": 50.0,
            "dram_read_bytes": 1e9, "kernel_ms": 1.0}
     [measured] = validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", [row]), "h200", mask_density=0.25)
-    mask, _ = pipeline.build_inputs(validate_sim.as_simulated(measured, None, 0.0), torch.device("cpu"))
+    mask, _ = inputs.build(validate_sim.as_simulated(measured, None, 0.0), torch.device("cpu"))
     assert torch.equal(mask, synthetic.planted_mask(2, 16, 16, 0.25, seed=0))
 
 
 def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
-    """Rows as a GPU sweep with grid.ncu=true writes them (counters set to the simulator's own figures)."""
+    """Rows as a GPU sweep measuring ncu writes them (counters set to the simulator's own figures)."""
     rows = []
     for stages, variant in (("none", "original"), ("both", "wavealign")):
         cell = Cell(cell_id=variant, group_id="g", hardware="h200", profile_hardware="h200", backend="flex",
                     method="planted", variant=variant, stages=stages, skip_mode="force", workload="shape-2h",
                     seq_len_tokens=2048, num_heads=2, head_dim=128, block_size=128, wave_size=WAVE,
-                    method_params={"density": 0.3, "seed": 4}, ncu=True)
-        [predicted] = pipeline.run_group([dataclasses.replace(cell, backend="sim", backend_params={"kernel": "flex"})])
+                    method_params={"density": 0.3, "seed": 4}, measure="ncu")
+        [predicted] = pipeline.run_group([dataclasses.replace(cell, measure="simulated")])
         result = dataclasses.replace(predicted, simulated=False, timer="cuda_events",
                                      ncu_l2_hit_pct=predicted.l2_hit_pct + 3.0,
                                      ncu_dram_read_bytes=predicted.hbm_read_bytes, ncu_kernel_ms=1.0)

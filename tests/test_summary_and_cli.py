@@ -263,3 +263,86 @@ def test_the_gpu_busy_share_is_timed_kernel_time_over_the_gpu_workers_dispatch_t
     cpu_only = SweepOutcome(sweep_id=SWEEP, run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
     write_run_record(tmp_path, cpu_only, {"cpu": ["c"]})
     assert cpu_only.kernel_busy_fraction is None
+
+
+# ---- what a sweep that could not measure everything says, and its exit status
+
+def summary_of(tmp_path, rows: list[dict], cells: list[Cell]) -> str:
+    """``print_summary``'s text for this run's ``rows`` (also written to the dataset) over a grid of ``cells``."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from wavealign.orchestrator.record import SweepOutcome
+    from wavealign.orchestrator.summary import print_summary
+
+    dataset.write(tmp_path, rows)
+    outcome = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows)
+    console = Console(record=True, width=200)
+    print_summary(OmegaConf.create({"name": "t", "run_root": str(tmp_path)}),
+                  SimpleNamespace(grid=SimpleNamespace(cells=cells), sweep_id="s"), outcome, console,
+                  tmp_path / "summary.txt")
+    return console.export_text()
+
+
+def not_done(cell_id: str, hardware: str, status: str, error: str) -> tuple[Cell, dict]:
+    cell = make_cell(cell_id=cell_id, hardware=hardware)
+    return cell, dataset.make_row(cell, None, sweep_id="s", sweep_name="t", status=status, error=error)
+
+
+def test_the_summary_lists_cells_not_done_grouped_by_reason_the_largest_group_first(tmp_path):
+    absent = "no alive Ray node has a GPU labelled accelerator-type=H100"
+    cells, rows = zip(*[*(not_done(f"u{i}", "h100", "unschedulable", absent) for i in range(3)),
+                        not_done("f0", "a40", "failed", "FileNotFoundError: [Errno 2] missing.npz\n(more)")],
+                      strict=True)
+    text = summary_of(tmp_path, list(rows), list(cells))
+    assert f"unschedulable 3 cells (h100/reference): {absent}" in text
+    assert "failed 1 cell (a40/reference): FileNotFoundError: [Errno 2] missing.npz" in text  # not read as markup
+    assert text.index("unschedulable 3 cells") < text.index("failed 1 cell") and "(more)" not in text
+
+
+def test_a_sweep_that_measured_nothing_prints_no_table_and_no_report_hint(tmp_path):
+    cell, row = not_done("u0", "h100", "unschedulable", "no alive Ray node has a GPU labelled accelerator-type=H100")
+    text = summary_of(tmp_path, [row], [cell])
+    assert "next: wavealign report" not in text and "kernel ms" not in text
+    assert "unschedulable 1 cell (h100/reference)" in text
+
+
+def test_a_sweep_that_measured_something_prints_its_table_and_the_report_hint(tmp_path, rows):
+    cell, absent = not_done("u0", "h100", "unschedulable", "no alive Ray node has a GPU labelled accelerator-type=H100")
+    cells = [make_cell(cell_id=r["cell_id"]) for r in rows]
+    text = summary_of(tmp_path, [*rows, absent], [*cells, cell])
+    assert "next: wavealign report" in text and "kernel ms" in text
+
+
+@pytest.mark.parametrize(("counts", "interrupted", "terminated_by", "code"), [
+    ({"done": 4}, False, None, 0),
+    ({"done": 2, "unschedulable": 2}, False, None, 0),  # partly unschedulable: the rest measured
+    ({}, False, None, 0),  # every cell done earlier
+    ({"unschedulable": 4}, False, None, 4),
+    ({"done": 3, "failed": 1}, False, None, 3),
+    ({"failed": 2, "unschedulable": 2}, False, None, 3),
+    ({"unschedulable": 4}, True, None, 130),
+    ({"done": 1}, True, "SIGTERM", 143),
+])
+def test_a_sweep_s_exit_status_says_what_it_could_not_do(counts, interrupted, terminated_by, code):
+    from collections import Counter
+
+    from wavealign.jobs import sweep as sweep_job
+    from wavealign.orchestrator.record import SweepOutcome
+
+    outcome = SweepOutcome(sweep_id="s", run_root=Path("."), tracking_uri=None, counts=Counter(counts),
+                           interrupted=interrupted, terminated_by=terminated_by)
+    assert sweep_job.exit_code(outcome) == code
+
+
+def test_a_sweep_of_gpu_cells_on_a_machine_without_that_gpu_exits_4_saying_why(tmp_path, capsys):
+    from wavealign.jobs import sweep as sweep_job
+
+    code = sweep_job.main(["~sweep", "grid.hardware=[h100]", "grid.backend=[reference]", "grid.method=[random]",
+                           "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "progress=false", "mlflow.enabled=false",
+                           "ray.num_cpus=1", "ray.num_gpus=0", f"run_root={tmp_path}"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == sweep_job.EXIT_NOTHING_PLACED == 4
+    assert "unschedulable 2 cells (h100/reference): no alive Ray node has a GPU labelled" in out
+    assert "next: wavealign report" not in out

@@ -108,7 +108,8 @@ def test_the_wheel_holds_every_module_yaml_and_kernel_source_of_the_checkout_und
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
     assert {"wavealign/conf/config.yaml", "wavealign/conf/sweep/smoke.yaml", "wavealign/jobs/cli.py",
-            "wavealign/orchestrator/config.py", "wavealign/analysis/load.py", "wavealign/stage1.cu"} <= expected
+            "wavealign/orchestrator/config.py", "wavealign/analysis/load.py", "wavealign/mask_bytes.cu",
+            "wavealign/reorderers/wavealign/stage1.cu", "wavealign/conf/measure/simulated.yaml"} <= expected
     assert sorted(expected - names) == []
 
 
@@ -176,3 +177,12 @@ def test_a_checkout_gives_the_sweep_packages_their_wavealign_names():
     assert wavealign.CHECKOUT == REPO
     assert Path(config.__file__).resolve() == REPO / "orchestrator" / "config.py"
     assert config.CONF_DIR == wavealign.conf_dir() == REPO / "conf"
+
+
+@pytest.mark.parametrize("name", ["wavealign.wavealign", "wavealign.wavealign.kernels", "wavealign.tests",
+                                  "wavealign.deploy", "wavealign.benchmarks"])
+def test_a_checkout_is_no_package_path_so_no_second_copy_of_the_library_or_its_other_folders_import(name):
+    import importlib
+
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(name)

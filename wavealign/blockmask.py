@@ -12,12 +12,15 @@ from typing import Any
 
 import torch
 
-from wavealign import stage1_cuda
+from wavealign import nvrtc
 
 KVIndices = tuple[torch.Tensor, torch.Tensor]
 MaskLike = torch.Tensor | KVIndices
 # torch.Generator.manual_seed's range, non-negative: the seeds of Stage 1's start block and of the masks
 MAX_SEED = 2**63 - 1
+# the row counts on a CUDA GPU: one warp per row, 8 warps (256 threads) per block
+ROW_NNZ = nvrtc.Program((nvrtc.MASK_BYTES,), ("row_nnz",))
+ROW_NNZ_THREADS = 256
 
 
 def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> int:
@@ -108,11 +111,15 @@ def to_kv_indices(mask: torch.Tensor) -> KVIndices:
 
 
 def row_nnz(mask: torch.Tensor) -> torch.Tensor:
-    """Selected blocks per row, int32 (…, MB), of a bool (…, MB, NB) mask: on a CUDA GPU one read of the mask by a
-    kernel of ``stage1.cu`` (``torch``'s sums widen every entry first, to 4-8 times the mask's bytes)."""
-    if mask.numel() and stage1_cuda.usable(mask):
-        return stage1_cuda.row_nnz(mask)
-    return mask.sum(-1, dtype=torch.int32)
+    """Selected blocks per row, int32 (…, MB), of a bool (…, MB, NB) mask: on a CUDA GPU one read of the mask by the
+    kernel of ``mask_bytes.cu`` (``torch``'s sums widen every entry first, to 4-8 times the mask's bytes)."""
+    if not (mask.numel() and nvrtc.usable(mask)):
+        return mask.sum(-1, dtype=torch.int32)
+    flat = mask.contiguous().view(torch.uint8).reshape(-1, mask.shape[-1])
+    nnz = torch.empty(flat.shape[0], dtype=torch.int32, device=mask.device)
+    ROW_NNZ.launch("row_nnz", mask.device, -(-flat.shape[0] // (ROW_NNZ_THREADS // 32)), ROW_NNZ_THREADS, flat, nnz,
+                   flat.shape[0], flat.shape[1])
+    return nnz.reshape(mask.shape[:-1])
 
 
 def as_dense(mask: MaskLike, name: str = "mask") -> torch.Tensor:

@@ -1,7 +1,9 @@
 """Descriptions of the GPUs WaveAlign targets: the facts the skip model, the simulator and the sweep need.
 
-Each entry is mirrored by ``conf/hardware/<name>.yaml``. Figures are vendor datasheet values unless a
-``measured`` note says otherwise; ``sources`` cites where each came from.
+Each entry is the one place its GPU's figures are written; a sweep's ``grid.hardware`` names entries by id. Adding a
+GPU type is one entry here plus one ``ctas_per_sm`` line in each backend that runs on it (``wavealign.kernels``).
+Figures are vendor datasheet values unless a ``measured`` note says otherwise; ``sources`` cites where each came
+from.
 """
 
 from __future__ import annotations
@@ -139,7 +141,7 @@ REGISTRY: dict[str, Hardware] = {hw.name: hw for hw in _ENTRIES}
 
 
 def names() -> list[str]:
-    """The hardware ids, as used by ``conf/hardware/``."""
+    """The hardware ids, as a sweep's ``grid.hardware`` names them."""
     return sorted(REGISTRY)
 
 

@@ -34,9 +34,9 @@ class Cell:
     group_id: str  # cells sharing workload, mask, hardware and backend: timed back to back
     hardware: str  # GPU type the cell runs on (or is simulated for); "cpu" = any worker's CPU
     profile_hardware: str  # GPU description for wave size and skip features (= hardware unless cpu)
-    backend: str
+    backend: str  # the kernel that runs (or whose launch is simulated)
     method: str
-    variant: str
+    variant: str  # wavealign.variants; its stages and skip mode below
     stages: str  # reorder.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
     skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
     workload: str
@@ -56,12 +56,14 @@ class Cell:
     step: int = 0  # the generator's denoising step (attention sharpens as the video forms)
     method_params: dict[str, Any] = field(default_factory=dict)
     backend_params: dict[str, Any] = field(default_factory=dict)
+    # how the launch is measured (wavealign.measurers: timed, simulated, ncu) and the measurer's params
+    measure: str = "timed"
+    measure_params: dict[str, Any] = field(default_factory=dict)
     # the spatial step (wavealign.reorderers) and its params; NO_REORDERER when ``stages`` has none
     reorderer: str = DEFAULT_REORDERER
     reorderer_params: dict[str, Any] = field(default_factory=dict)
     reps: int = 5
     warmup: int = 1
-    ncu: bool = False  # also profile one launch under Nsight Compute (GPU cells)
 
 
 @dataclass
@@ -88,7 +90,7 @@ class CellResult:
     status: str  # "done" or "failed"
     error: str | None = None
     traceback: str | None = None
-    simulated: bool = False
+    simulated: bool = False  # its figures are a prediction (measure simulated), not a measurement
     device: str | None = None  # where the cell ran: "cpu" or a CUDA device name
     timer: str | None = None  # "cuda_events", "wall_clock" (CPU cells: perf_counter) or "simulated"
     reps_done: int = 0
@@ -119,10 +121,10 @@ class CellResult:
     skip_reorder: bool | None = None
     skip_reason: str | None = None
     skip_predicted_gain_ms: float = math.nan
-    # simulator figures (simulated backends)
+    # simulator figures (measure simulated)
     l2_hit_pct: float = math.nan
     hbm_read_bytes: float = math.nan
-    # Nsight Compute, when the cell asks (ncu=True): time, hit rate and throughputs of the backend's attention
+    # Nsight Compute, when the cell asks (measure ncu): time, hit rate and throughputs of the backend's attention
     # kernels (every launch matching its ``ncu_kernels``, ratios duration-weighted); DRAM bytes summed over every
     # kernel of the call (gather/scatter too)
     ncu_l2_hit_pct: float = math.nan

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -31,6 +31,18 @@ def import_plugins() -> None:
             importlib.import_module(name)
         except ImportError as exc:
             raise ImportError(f"{PLUGINS_ENV} names module {name!r}, which cannot be imported: {exc}") from exc
+
+
+def resolve_params(what: str, defaults: Mapping[str, Any], checks: Mapping[str, Callable[[str, Any], Any]],
+                   given: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry's parameters: ``defaults`` overridden by ``given``, each through its check (``check(name, value)``
+    returns the value as the entry takes it or raises naming it); an unknown name is a ValueError naming ``what``
+    (e.g. "reorderer 'lsh'") and the known ones."""
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ValueError(f"{what} has no parameter(s) {unknown}; expected some of {sorted(defaults)}")
+    merged = {**defaults, **given}
+    return {key: checks[key](key, value) if key in checks else value for key, value in merged.items()}
 
 
 class Registry(Generic[T]):

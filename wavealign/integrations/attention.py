@@ -1,12 +1,16 @@
 """One block-sparse attention call the way a sweep cell runs it, for model code: build the method's mask from the
-live Q/K, let the skip policy decide (or force) the reorder, plan the backend's launch, run it; the output comes
-back in the original row order, bitwise equal to running without the reorder.
+live Q/K, then the attention step (``wavealign.attention.AttentionStep``): the skip policy decides (or a variant
+forces) the reorder, the backend's launch is planned and run; the output comes back in the original row order,
+bitwise equal to running without the reorder.
 
     attend = BlockSparseAttention(method="xattention", backend="fa4", reorder="adaptive", hardware="h200")
-    out = attend(q, k, v)            # (B, H, N, D), self-attention; N need not be a multiple of block_size
+    out = attend(q, k, v, layer=3)   # (B, H, N, D), self-attention; N need not be a multiple of block_size
     attend.calls[-1]                 # what the last call did: density, reordered or not and why, plan times
 
-Every argument is checked when the object is made, before any GPU work.
+Every argument is checked when the object is made, before any GPU work (where it can run: ``wavealign.placement``).
+A method tuned per head (SpargeAttn, MInference) is tuned on a head's first call and its config kept, keyed by
+(``model``, ``layer``, head), in ``tuned_configs`` (in memory; also in the JSON file ``method_params["tuned_config"]``
+names, when given): later calls pay the method's prediction only, as upstream's offline-tuned configs do.
 """
 
 from __future__ import annotations
@@ -18,12 +22,12 @@ from typing import Any
 import torch
 
 from wavealign import hardware as hardware_registry
-from wavealign import kernels, masks, reorder, reorderers, skip
+from wavealign import kernels, masks, placement, reorder, reorderers, skip, variants
+from wavealign.attention import AttentionStep, time_once
 from wavealign.blockmask import check_int
 from wavealign.kernels import LaunchShape
-from wavealign.measure.timing import synced_clock
+from wavealign.records import DEFAULT_REORDERER
 
-REORDER_MODES = ("always", "never", "adaptive")
 # More heads than any video DiT has: a dim 1 this long is the sequence of a (B, N, H, D) tensor
 MAX_HEADS = 1024
 
@@ -31,8 +35,10 @@ MAX_HEADS = 1024
 @dataclass(frozen=True)
 class CallRecord:
     """What one call did, per batch element: the mask's density, whether the rows were reordered and why, and
-    what building the mask and planning the order cost (host wall time, synchronised on CUDA)."""
+    what building the mask (``tuned_heads`` of its heads tuned first, on a first call) and planning the order
+    cost (host wall time, synchronised on CUDA)."""
 
+    layer: int
     tokens: int
     heads: int
     density: float
@@ -40,15 +46,18 @@ class CallRecord:
     reason: str
     mask_ms: float
     reorder_ms: float
+    tuned_heads: int = 0
 
 
 @dataclass
 class BlockSparseAttention:
-    """Self-attention with a dynamic block-sparse ``method`` mask on ``backend``, rows reordered per ``reorder``:
-    "always", "never", or "adaptive" (the skip profile of ``hardware`` decides per call).
+    """Self-attention with a dynamic block-sparse ``method`` mask on ``backend``, rows reordered as the variant
+    ``reorder`` says (``wavealign.variants``: "adaptive" lets the skip profile of ``hardware`` decide per call;
+    "always" and "never" are ``wavealign`` and ``original``; any other variant name runs its stages).
 
     ``hardware`` (a ``wavealign.hardware`` id) defaults to the GPU this process sees; ``wave_size`` to the backend's
-    wave on it. ``reorderer`` picks the spatial step (``wavealign.reorderers``), followed by Stage 2."""
+    wave on it. ``reorderer`` picks the spatial step (``wavealign.reorderers``), followed by Stage 2. ``model`` names
+    the model in the keys of tuned per-head configs (``tuned_configs``)."""
 
     method: str = "xattention"
     backend: str = "fa4"
@@ -56,25 +65,31 @@ class BlockSparseAttention:
     block_size: int = 128
     hardware: str | None = None
     wave_size: int | None = None
-    reorderer: str = "wavealign"
+    reorderer: str = DEFAULT_REORDERER
     method_params: dict[str, Any] = field(default_factory=dict)
+    model: str = ""
     calls: list[CallRecord] = field(default_factory=list, repr=False)
+    tuned_configs: masks.TunedConfigs | None = field(init=False, default=None, repr=False)
+    step: AttentionStep = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method_params, Mapping):
             raise ValueError(f"method_params must be a dict of method {self.method!r}'s parameters, got "
                              f"{self.method_params!r}")
-        masks.get(self.method).resolve(self.method_params)  # unknown method, parameter or value: a ValueError naming it
+        method = masks.get(self.method)
+        method.resolve(self.method_params)  # unknown method, parameter or value: a ValueError naming it
+        if not isinstance(self.model, str):
+            raise ValueError(f"model must be a string naming the model (keys of tuned configs), got {self.model!r}")
+        if method.tuned:
+            self.tuned_configs = masks.TunedConfigs(self.method, self.method_params.get("tuned_config"))
         backend = kernels.get(self.backend)
-        if backend.simulated:
-            raise ValueError(f"backend {self.backend!r} simulates a GPU and computes no attention; expected one of "
-                             f"{kernels.computing()}")
-        if not backend.takes(self.method):
-            raise ValueError(f"backend {self.backend!r} computes dense attention; it takes method 'dense' only, got "
-                             f"method {self.method!r}; the block-sparse ones are "
-                             f"{[name for name in kernels.computing() if not kernels.get(name).dense_only]}")
-        if self.reorder not in REORDER_MODES:
-            raise ValueError(f"reorder must be one of {REORDER_MODES}, got {self.reorder!r}")
+        if (refused := placement.method_refused(self.backend, self.method)) is not None:
+            raise ValueError(refused)
+        try:
+            variant = variants.get(self.reorder)
+        except ValueError:
+            raise ValueError(f"reorder must be one of {[*variants.VARIANTS, *variants.REORDER_WORDS]} (a variant of "
+                             f"wavealign.variants), got {self.reorder!r}") from None
         self.block_size = check_int("block_size", self.block_size, lo=1)
         reorderers.get(self.reorderer)
         if self.hardware is None:
@@ -82,22 +97,27 @@ class BlockSparseAttention:
             self.hardware = None if detected is None else detected.name
         if self.hardware is not None:
             self.hardware = hardware_registry.get(self.hardware).name
-            if not backend.supports(self.hardware):  # also with wave_size given, which skips the wave lookup below
-                raise ValueError(f"backend {self.backend!r} does not run on hardware {self.hardware!r}; it runs on "
-                                 f"{list(backend.supported_hardware)}")
+            # also with wave_size given, which skips the wave lookup below
+            if (refused := placement.hardware_refused(self.hardware, self.backend, "timed")) is not None:
+                raise ValueError(refused)
         if self.wave_size is None:
             if self.hardware is None:
                 raise ValueError("wave_size=None needs a GPU to take the backend's wave from; this process sees none "
                                  "(or an unknown one): pass hardware='h200' (any wavealign.hardware id) or wave_size")
             self.wave_size = backend.wave_size(self.hardware)
         self.wave_size = check_int("wave_size", self.wave_size, lo=1, hi=reorder.MAX_WAVE_SIZE)
-        if self.reorder == "adaptive":
+        if variant.skip == "policy":
             if self.hardware is None:
-                raise ValueError("reorder='adaptive' needs hardware= (a wavealign.hardware id with a skip profile)")
+                raise ValueError(f"reorder={self.reorder!r} needs hardware= (a wavealign.hardware id with a skip "
+                                 "profile)")
             skip.load_profile(self.hardware)  # a ValueError naming the hardware when there is none
+        self.step = AttentionStep(backend=self.backend, variant=variant, hardware=self.hardware,
+                                  wave_size=self.wave_size, block_size=self.block_size, reorderer=self.reorderer)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Attention of q over k, v, all (B, H, N, D); one mask and one order per batch element."""
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layer: int = 0) -> torch.Tensor:
+        """Attention of q over k, v, all (B, H, N, D), in the model's self-attention layer ``layer``; one mask and one
+        order per batch element."""
+        layer = check_int("layer", layer, lo=0)
         kernels.check_qkv_tensors(q=q, k=k, v=v)
         if q.dim() != 4 or q.shape != k.shape or k.shape != v.shape:
             raise ValueError(f"q, k, v must be (B, H, N, D) of one shape (self-attention), got {tuple(q.shape)}, "
@@ -106,34 +126,23 @@ class BlockSparseAttention:
             raise ValueError(f"q, k, v must be (B, H, N, D); dim 1 is {q.shape[1]}, more heads than any model has "
                              f"(at most {MAX_HEADS} taken): (B, N, H, D) tensors? pass q.transpose(1, 2) and so on")
         q, k, v = (t.contiguous() for t in (q, k, v))
-        return torch.cat([self._one(q[b:b + 1], k[b:b + 1], v[b:b + 1]) for b in range(q.shape[0])])
+        return torch.cat([self._one(q[b:b + 1], k[b:b + 1], v[b:b + 1], layer) for b in range(q.shape[0])])
 
-    def _one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        start = synced_clock(q.device)
-        mask = masks.build(self.method, q, k, v, self.block_size, **self.method_params)
+    def _one(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
+        tuned_before = 0 if self.tuned_configs is None else self.tuned_configs.tuned
+        store = {} if self.tuned_configs is None else {"tuned_config": self.tuned_configs}
+        mask, mask_ms = time_once(lambda: masks.build_for_heads(
+            self.method, q, k, v, self.block_size, model=self.model, layer=layer, heads=list(range(q.shape[1])),
+            **{**self.method_params, **store}), q.device)
         mask = mask.reshape(-1, *mask.shape[-2:])
-        mask_ms = (synced_clock(q.device) - start) * 1e3
-        order, reason, reorder_ms = self._order(mask, q.shape[-1], q.device)
+        # the policy's features only where it may veto: a forced variant pays nothing for them
+        features = self.step.features(mask, q.shape[-1]) if self.step.variant.skip == "policy" else None
+        prepared = self.step.prepare(mask, features=features)
         shape = LaunchShape.of(q, k, self.block_size, v=v, hardware=self.hardware, wave_size=self.wave_size)
-        out = kernels.get(self.backend).plan(mask, order, shape).run(q, k, v)
-        self.calls.append(CallRecord(tokens=q.shape[2], heads=q.shape[1], density=float(mask.float().mean()),
-                                     reordered=order is not None, reason=reason, mask_ms=mask_ms,
-                                     reorder_ms=reorder_ms))
+        out = self.step.launch(mask, prepared.order, shape).run(q, k, v)
+        tuned = 0 if self.tuned_configs is None else self.tuned_configs.tuned - tuned_before
+        self.calls.append(CallRecord(layer=layer, tokens=q.shape[2], heads=q.shape[1],
+                                     density=float(mask.float().mean()), reordered=prepared.decision.reordered,
+                                     reason=prepared.decision.reason, mask_ms=mask_ms,
+                                     reorder_ms=prepared.reorder_ms, tuned_heads=tuned))
         return out
-
-    def _order(self, mask: torch.Tensor, head_dim: int,
-               device: torch.device) -> tuple[reorder.RowOrder | None, str, float]:
-        if self.reorder == "never":
-            return None, "reorder='never'", 0.0
-        reason = "reorder='always'"
-        if self.reorder == "adaptive":
-            feats = skip.features(mask, self.hardware, block_size=self.block_size, head_dim=head_dim,
-                                  wave_size=self.wave_size)
-            decision = skip.SkipPolicy(skip.load_profile(self.hardware)).decide(feats)
-            if not decision.reorder:
-                return None, decision.reason, 0.0
-            reason = decision.reason
-        start = synced_clock(device)
-        order = reorder.plan(mask, wave_size=self.wave_size, stages="both", reorderer=self.reorderer)
-        return order, reason, (synced_clock(device) - start) * 1e3
-

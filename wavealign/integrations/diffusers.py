@@ -125,13 +125,17 @@ def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", re
 
     ``method`` and ``method_params`` pick the mask (``wavealign.masks``), ``backend`` the kernel
     (``wavealign.kernels``), ``reorder`` "always", "never" or "adaptive" (the skip profile of ``hardware`` decides
-    per call). Arguments are checked here, before any forward pass."""
+    per call). A method tuned per head (SpargeAttn, MInference) tunes each (layer, head) on its first call and reuses
+    the config after (``installed.attention.tuned_configs``; ``tuned_config=FILE`` also keeps them in a file).
+    Arguments are checked here, before any forward pass."""
     original, layers = _self_attention_layers(transformer)
     attention = BlockSparseAttention(method=method, backend=backend, reorder=reorder, block_size=block_size,
                                      hardware=hardware, wave_size=wave_size, reorderer=reorderer,
-                                     method_params=dict(method_params))
-    processor = processor_class()(attention)
-    _install(transformer, original, layers, lambda name: processor)
+                                     method_params=dict(method_params), model=type(transformer).__name__)
+    make = processor_class()
+    # one processor per layer, each telling the attention which layer calls it (tuned configs are per layer)
+    _install(transformer, original, layers,
+             lambda name: make(functools.partial(attention, layer=layers.index(name))))
     return Installed(transformer=transformer, attention=attention, layers=layers, _original=original)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -28,8 +29,8 @@ from wavealign.integrations.attention import BlockSparseAttention
 
 NAME = "WAVEALIGN"
 SETTINGS_ENV = "WAVEALIGN_VLLM_OMNI"
-# what the backend takes from SETTINGS_ENV: BlockSparseAttention's own fields, less its call log
-SETTINGS = tuple(f.name for f in fields(BlockSparseAttention) if f.name != "calls")
+# what the backend takes from SETTINGS_ENV: BlockSparseAttention's own arguments, less its call log
+SETTINGS = tuple(f.name for f in fields(BlockSparseAttention) if f.init and f.name != "calls")
 # a server runs for days: each layer keeps the records of its latest calls only
 KEPT_CALLS = 1000
 
@@ -68,6 +69,8 @@ class WaveAlignImpl(AttentionImpl):
                              f"qkv_layout={qkv_layout!r}")
         self.num_heads, self.head_size, self.softmax_scale = num_heads, head_size, softmax_scale
         self.causal, self.prefix = causal, prefix
+        # the layer's index in its model ("blocks.20.attn1" -> 20) keys the layer's tuned per-head configs
+        self.layer = int(next(iter(re.findall(r"\d+", prefix)), 0))
         self.attention = BlockSparseAttention(**settings())
 
     def _block_sparse(self, query: torch.Tensor, key: torch.Tensor, meta: AttentionMetadata | None) -> bool:
@@ -96,7 +99,7 @@ class WaveAlignImpl(AttentionImpl):
                 q, k, v, attn_mask=mask, is_causal=self.causal, scale=self.softmax_scale,
                 enable_gqa=q.shape[1] != k.shape[1])
         else:
-            out = self.attention(q, k, v)
+            out = self.attention(q, k, v, layer=self.layer)
             del self.attention.calls[:-KEPT_CALLS]
         return out.transpose(1, 2)
 

@@ -16,6 +16,7 @@ Adding a backend is one module that calls ``register`` plus ``conf/backend/<name
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -53,8 +54,8 @@ def check_qkv_tensors(**tensors: Any) -> None:
 class LaunchShape:
     """What a launch is planned for: Q/K/V sizes, the mask's block size, and where it runs.
 
-    ``hardware`` (a ``wavealign.hardware`` id) and ``wave_size`` matter to backends that model a GPU (the
-    simulator); kernels read the device and dtype.
+    ``hardware`` (a ``wavealign.hardware`` id) and ``wave_size`` matter where a GPU is modelled (the ``simulated``
+    measurer); kernels read the device and dtype.
     """
 
     batch: int
@@ -160,28 +161,27 @@ class Backend:
     description: str
     # resident CTAs per SM on each GPU it supports (Nsight Compute's occupancy limit), hence its wave
     ctas_per_sm: Mapping[str, int]
-    # how it runs a block mask, for the simulator (None for a backend nothing can model, the simulator itself)
+    # how it runs a block mask, for the simulator (None: a backend nothing can model, so never measured simulated)
     execution: ExecutionFacts | None = None
     # a regular expression matching its attention kernels' names under Nsight Compute ("" profiles every kernel)
     ncu_kernels: str = ""
     is_available: Callable[[], bool] = _always
-    # True when the kernel reads order.perm itself (no gather of Q, no scatter of O)
-    in_kernel_permutation: bool = False
-    # True for a backend that predicts a GPU's figures instead of computing attention (``sim``); its option
-    # ``models_option`` names the backend it models, whose wave and supported GPUs are then the cell's
-    simulated: bool = False
-    models_option: str | None = None
-    # True when it needs a GPU to run (the sweep does not place it on CPU workers)
+    # True when it needs a GPU to run (the sweep does not place it on CPU workers: ``wavealign.placement``)
     needs_gpu: bool = True
-    # True when it computes every block (``sdpa``): it takes only method ``dense``'s mask (``takes``), so a sweep
-    # filters its cells with a sparse method and ``BlockSparseAttention`` refuses the pair
+    # True when it computes every block (``sdpa``): it takes only method ``dense``'s mask (``takes``), so
+    # ``wavealign.placement`` refuses its cells with a sparse method
     dense_only: bool = False
+    # the launch options a sweep may set (``grid.backend_params``) and their defaults; None: the planner's keyword
+    # parameters that have a default (``keyword_defaults``)
+    params: Mapping[str, Any] | None = None
     # check_options(options, block_size) raises ValueError naming a launch option ``plan`` would refuse; the sweep
     # runs it when it validates the config, before any cell is built (None: the planner's signature is the check)
     check_options: Callable[[Mapping[str, Any], int], None] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ctas_per_sm", MappingProxyType(dict(self.ctas_per_sm)))
+        params = keyword_defaults(self.plan) if self.params is None else self.params
+        object.__setattr__(self, "params", MappingProxyType(dict(params)))
         unknown = sorted(set(self.ctas_per_sm) - set(hardware_registry.names()))
         if unknown:
             raise ValueError(f"backend {self.name!r}: ctas_per_sm names unknown hardware {unknown}; expected ids "
@@ -193,19 +193,12 @@ class Backend:
         return tuple(sorted(self.ctas_per_sm))
 
     def supports(self, hardware: str) -> bool:
-        """Whether this backend can run on (or model) the GPU type ``hardware`` (an id such as ``"a40"``)."""
+        """Whether this backend runs on (so can be simulated for) the GPU type ``hardware`` (an id: ``"a40"``)."""
         return hardware in self.ctas_per_sm
 
     def takes(self, method: str) -> bool:
         """Whether it computes the masks of mask method ``method``: a ``dense_only`` backend takes ``dense``'s."""
         return not self.dense_only or method == "dense"
-
-    def modelled(self, options: Mapping[str, Any]) -> Backend:
-        """The backend whose execution a launch with ``options`` runs or models: itself, or the one named by
-        its ``models_option``."""
-        if self.models_option is None:
-            return self
-        return get(options[self.models_option])
 
     def wave_size(self, hardware: str | hardware_registry.Hardware) -> int:
         """Rows that run at once on ``hardware``: its SMs x this backend's resident CTAs per SM (the paper's wave)."""
@@ -219,6 +212,12 @@ class Backend:
                  **options: Any) -> torch.Tensor:
         """Plan and run once (a mask used for one step); plan yourself to run one mask many times."""
         return self.plan(mask, order, LaunchShape.of(q, k, block_size, v=v), **options).run(q, k, v)
+
+
+def keyword_defaults(plan: Callable[..., Launch]) -> dict[str, Any]:
+    """A planner's options and their defaults: its parameters after (mask, order, shape) that have a default."""
+    return {p.name: p.default for p in list(inspect.signature(plan).parameters.values())[3:]
+            if p.default is not inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD}
 
 
 REGISTRY: Registry[Backend] = Registry("backend", __name__)
@@ -237,11 +236,6 @@ def get(name: str) -> Backend:
 def names() -> list[str]:
     """Every registered backend, usable here or not."""
     return REGISTRY.names()
-
-
-def computing() -> list[str]:
-    """The backends that compute attention: every registered one but the simulator."""
-    return [n for n in REGISTRY.names() if not REGISTRY.get(n).simulated]
 
 
 def available() -> list[str]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from wavealign import block_gather, blockmask, reorder
+from wavealign import blockmask, reorder
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 from wavealign.kernels.sparse_formats import (
     BlockLists,
@@ -31,6 +31,7 @@ from wavealign.kernels.sparse_formats import (
     full_block_lists,
     permute_block_lists,
 )
+from wavealign.reorder import block_gather
 
 FA4_VERSION = "4.0.0b36"
 REQUIREMENT = KernelRequirement(backend="fa4", distribution="flash-attn-4", version=FA4_VERSION,

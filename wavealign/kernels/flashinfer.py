@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from wavealign import block_gather, blockmask, reorder
+from wavealign import blockmask, reorder
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 from wavealign.kernels.sparse_formats import (
     KernelRequirement,
@@ -39,6 +39,7 @@ from wavealign.kernels.sparse_formats import (
     permute_paged_bsr,
     split_heads,
 )
+from wavealign.reorder import block_gather
 
 FLASHINFER_VERSION = "0.7.2.post1"
 REQUIREMENT = KernelRequirement(backend="flashinfer", distribution="flashinfer-python", version=FLASHINFER_VERSION,

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from wavealign import block_gather, blockmask, reorder
+from wavealign import blockmask, reorder
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
+from wavealign.reorder import block_gather
 
 
 @functools.cache

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from wavealign import blockmask
-from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
+from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, keyword_defaults, register
 
 try:
     import triton
@@ -382,6 +382,9 @@ register(Backend(
     execution=ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9),
     ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=_cuda_with_triton,
-    in_kernel_permutation=True,
+    # head_order (sequential: query blocks fastest, heads one after another; parallel: heads fastest), and the
+    # KernelConfig fields a sweep tunes (None keeps the tuned value for the head dim: TUNING.md)
+    params={"head_order": keyword_defaults(plan)["head_order"],
+            **dict.fromkeys(("block_m", "block_n", "num_warps", "num_stages", "use_tma"))},
     check_options=check_options,
 ))

@@ -13,7 +13,8 @@ mask never materialises Q/K; ``build`` on Q/K then draws the mask for q's shape.
 
 Methods tuned per head (SpargeAttn, MInference) declare ``model``, ``layer`` and ``heads`` among their params
 (``IDENTITY_PARAMS``) to key their per-head configs; ``build_for_heads`` fills them from the workload, so a
-sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way.
+sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way. Their ``tuned_config``
+takes a ``TunedConfigs`` store: a live pipeline keeps one, so each head is tuned on its first build only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from wavealign.masks._common import check_fraction as check_fraction
 from wavealign.masks._common import check_number as check_number
 from wavealign.masks._common import one_of as one_of
 from wavealign.masks._common import optional as optional
+from wavealign.masks._tuned import TunedConfigs as TunedConfigs  # per-head tuned configs kept across builds
 from wavealign.registry import Registry
 
 
@@ -38,7 +40,9 @@ class MaskMethod:
     """A mask method: ``build(q, k, v, block_size, **params)`` and its tunable params with their defaults;
     ``from_shape`` for a method that needs no Q/K. ``checks`` holds, per param, ``check(name, value)``, which
     returns the value as the builder takes it or raises a ValueError naming the param: every build and a sweep's
-    config validation go through them, so a range is written once."""
+    config validation go through them, so a range is written once. ``reference`` is the method's plain torch
+    build where ``build`` runs GPU kernels (``masks._kernels``) on a GPU: the CPU path, and what they are checked
+    against."""
 
     name: str
     build: Callable[..., torch.Tensor]
@@ -46,10 +50,16 @@ class MaskMethod:
     description: str
     from_shape: Callable[..., torch.Tensor] | None = None
     checks: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    reference: Callable[..., torch.Tensor] | None = None
 
     @property
     def needs_qk(self) -> bool:
         return self.from_shape is None
+
+    @property
+    def tuned(self) -> bool:
+        """Whether it tunes a config per (model, layer, head) (``tuned_config``: a ``TunedConfigs`` store or file)."""
+        return "tuned_config" in self.params
 
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``params``, each through its check; an unknown param is a ValueError."""
@@ -62,6 +72,12 @@ class MaskMethod:
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
                  **params: Any) -> torch.Tensor:
         return self.build(q, k, v, block_size=block_size, **self.resolve(params))
+
+    def build_reference(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
+                        **params: Any) -> torch.Tensor:
+        """The mask by the method's plain torch code on any device (``build`` itself for a method without
+        kernels): what the GPU kernels' masks are compared with."""
+        return (self.reference or self.build)(q, k, v, block_size=block_size, **self.resolve(params))
 
     def for_shape(self, heads: int, q_blocks: int, kv_blocks: int, device: torch.device | str = "cpu",
                   **params: Any) -> torch.Tensor:
@@ -90,16 +106,18 @@ def _on_qkv_shape(from_shape: Callable[..., torch.Tensor]) -> Callable[..., torc
 
 def register(name: str, build: Callable[..., torch.Tensor] | None, params: dict[str, Any], description: str,
              from_shape: Callable[..., torch.Tensor] | None = None,
-             checks: dict[str, Callable[[str, Any], Any]] | None = None) -> MaskMethod:
+             checks: dict[str, Callable[[str, Any], Any]] | None = None,
+             reference: Callable[..., torch.Tensor] | None = None) -> MaskMethod:
     """File a method under ``name``; called once by the method's own module. A method that needs no Q/K
     gives ``from_shape`` and no ``build``; ``checks`` name params of ``params`` (a check across params, such as
-    a minimum below a maximum, stays in the builder)."""
+    a minimum below a maximum, stays in the builder); ``reference`` is its torch build when ``build`` has GPU
+    kernels."""
     if (build is None) == (from_shape is None):
         raise ValueError(f"method {name!r} must give exactly one of build (from Q/K) or from_shape")
     if unknown := sorted(set(checks or {}) - set(params)):
         raise ValueError(f"method {name!r} has checks for {unknown}, which are not among its params {sorted(params)}")
     method = MaskMethod(name, build or _on_qkv_shape(from_shape), MappingProxyType(dict(params)), description,
-                        from_shape, MappingProxyType(dict(checks or {})))
+                        from_shape, MappingProxyType(dict(checks or {})), reference)
     if (build or from_shape).__module__ == "__main__":
         # ``python -m wavealign.masks.<name>``: the registry imports the module again under its real name
         return method

@@ -35,10 +35,9 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
 
 
 def all_finite(x: torch.Tensor) -> bool:
-    """Whether (B, H, N, D) ``x`` holds no NaN or Inf, one head at a time (a bool copy of a whole 364K-token
-    tensor would not fit beside it) and with one wait for the device."""
-    per_head = [torch.isfinite(x[b, h]).all() for b in range(x.shape[0]) for h in range(x.shape[1])]
-    return bool(torch.stack(per_head).all())
+    """Whether ``x`` holds no NaN or Inf: its minimum and maximum are finite (a NaN propagates into both), found in
+    one read with no bool copy of a 364K-token tensor, and one wait for the device."""
+    return bool(torch.isfinite(torch.stack(torch.aminmax(x))).all())
 
 
 def check_number(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False,
@@ -86,6 +85,28 @@ def one_of(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
 
 def num_blocks(n: int, block_size: int) -> int:
     return math.ceil(n / block_size)
+
+
+def logits_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (..., R, D) @ b (..., C, D)^T in float32 (2-D, or 3-D batched). On a GPU, bf16/fp16 operands go through the
+    tensor cores with float32 products and sums (as the methods' upstream kernels do) rather than being copied to
+    float32 first."""
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16) and b.dtype == a.dtype:
+        product = torch.mm if a.dim() == 2 else torch.bmm
+        return product(a, b.transpose(-1, -2), out_dtype=torch.float32)
+    return a.float() @ b.float().transpose(-1, -2)
+
+
+def diagonal_mass(probs: torch.Tensor, n: int) -> torch.Tensor:
+    """Per distance d, the mass of ``probs`` (the last rows' attention, (rows, n)) on the keys d tokens before
+    or after each row's query, summed over rows: (n,). Gathered per side and summed in a fixed order, so the
+    mask is the same on every run (a scatter-add on a GPU sums in whatever order its atomics land)."""
+    rows = torch.arange(n - probs.shape[0], n, device=probs.device).unsqueeze(1)
+    d = torch.arange(n, device=probs.device).unsqueeze(0)
+    after, before = rows + d, rows - d
+    mass_after = probs.gather(1, after.clamp(max=n - 1)) * (after < n)
+    mass_before = probs.gather(1, before.clamp(min=0)) * ((before >= 0) & (d > 0))  # d = 0 counted once
+    return (mass_after + mass_before).sum(0)
 
 
 def per_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,

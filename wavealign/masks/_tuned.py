@@ -1,4 +1,9 @@
-"""Per-(model, layer, head) tuned configs of the autotuned methods, cached in one JSON file per method.
+"""Per-(model, layer, head) tuned configs of the autotuned methods (SpargeAttn, MInference): held in memory by a
+``TunedConfigs`` store across builds, and cached in one JSON file per method when a path is given.
+
+Upstream tunes each (layer, head) once, offline, and runs only the cheap prediction at inference; a live pipeline
+(``wavealign.integrations``) keeps one store per method, so a layer pays the tuning on its first call only. A sweep
+cell passes no store: it tunes the heads it builds, as the paper's per-head tuned config prescribes.
 
 File layout: ``{"method": "spargeattn", "configs": {"wan2.1-14b/3/17": {...params...}, ...}}``.
 """
@@ -43,12 +48,40 @@ def save(path: str | Path, method: str, configs: dict[str, dict[str, Any]]) -> P
     return path
 
 
-def lookup(path: str | Path | None, method: str, model: str, layer: int, heads: list[int]) -> list[dict | None]:
-    """The cached config of each head, or None where the file has none."""
-    if path is None:
-        return [None] * len(heads)
-    configs = load(path, method)
-    return [configs.get(key(model, layer, h)) for h in heads]
+class TunedConfigs:
+    """One method's tuned configs keyed by ``key(model, layer, head)``, in memory, read from ``path`` once (when
+    given and present) and written back there as heads are tuned. ``tuned`` counts the heads tuned through it."""
+
+    def __init__(self, method: str, path: str | Path | None = None) -> None:
+        self.method, self.path = method, None if path is None else Path(path)
+        self._configs: dict[str, dict[str, Any]] = {} if self.path is None else load(self.path, method)
+        self.tuned = 0
+
+    def __len__(self) -> int:
+        return len(self._configs)
+
+    def get(self, model: str, layer: int, head: int) -> dict[str, Any] | None:
+        return self._configs.get(key(model, layer, head))
+
+    def add(self, model: str, layer: int, head: int, config: dict[str, Any]) -> None:
+        """Keep ``config`` for the head (and save it to the file, if the store has one)."""
+        name = key(model, layer, head)
+        self._configs[name] = config
+        self.tuned += 1
+        if self.path is not None:
+            save(self.path, self.method, {name: config})
+
+
+def store(method: str, cache: str | Path | TunedConfigs | None) -> TunedConfigs:
+    """The store a build reads and extends: ``cache`` itself, or one over the file it names (empty for None)."""
+    if isinstance(cache, TunedConfigs):
+        if cache.method != method:
+            raise ValueError(f"tuned_config must be a store of {method!r} configs, got one of {cache.method!r}")
+        return cache
+    if cache is not None and not isinstance(cache, str | Path):
+        raise ValueError(f"tuned_config must be a JSON file path, a masks.TunedConfigs store or None, got "
+                         f"{cache!r} ({type(cache).__name__})")
+    return TunedConfigs(method, cache)
 
 
 def model_heads(heads: list[int] | None, num_heads: int) -> list[int]:
@@ -60,21 +93,20 @@ def model_heads(heads: list[int] | None, num_heads: int) -> list[int]:
 
 
 class HeadConfigs:
-    """The per-head configs of one build: those ``cache`` holds, else tuned on demand and merged into it."""
+    """The per-head configs of one build: those the store (``cache``: a ``TunedConfigs``, a file path, or None)
+    holds, else tuned on demand and added to it."""
 
-    def __init__(self, method: str, cache: str | Path | None, model: str, layer: int, heads: list[int] | None,
-                 num_heads: int) -> None:
-        self.method, self.cache, self.model, self.layer = method, cache, model, check_int("layer", layer, lo=0)
+    def __init__(self, method: str, cache: str | Path | TunedConfigs | None, model: str, layer: int,
+                 heads: list[int] | None, num_heads: int) -> None:
+        self.store, self.model, self.layer = store(method, cache), model, check_int("layer", layer, lo=0)
         self.head_ids = model_heads(heads, num_heads)
-        self._found = lookup(cache, method, model, layer, self.head_ids)
 
     def get(self, i: int, tune: Callable[[], dict[str, Any]] | None) -> dict[str, Any] | None:
-        """Head i's cached config; if none, ``tune()``'s (saved to the cache when there is one), or None."""
-        cfg = self._found[i]
+        """Head i's stored config; if none, ``tune()``'s (added to the store), or None."""
+        cfg = self.store.get(self.model, self.layer, self.head_ids[i])
         if cfg is None and tune is not None:
             cfg = tune()
-            if self.cache is not None:
-                save(self.cache, self.method, {key(self.model, self.layer, self.head_ids[i]): cfg})
+            self.store.add(self.model, self.layer, self.head_ids[i], cfg)
         return cfg
 
 

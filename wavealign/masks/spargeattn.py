@@ -16,7 +16,12 @@ and, for each, bisects ``cdfthreshd`` for the smallest value whose output L1 err
 sum|o - o_dense| / sum|o_dense| on sampled query blocks stays under ``l1_bound``; the sparsest passing
 setting wins. With ``autotune`` (the default) ``build`` tunes every head it has no config for, so any caller
 (a sweep cell, ``mask-fidelity``) gets the tuned mask; ``autotune=False`` uses the fixed thresholds. Tuned
-configs can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended.
+configs can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended, or kept
+in a ``masks.TunedConfigs`` store across builds (what the integrations do: a live layer tunes once, then predicts).
+
+On a GPU the prediction runs as GPU kernels (``masks._kernels``: one read of Q and K for the pooled blocks and their
+self-similarity, one program per row for the masked softmax and the cdf cut, every head at once); the torch code
+here is their reference and the CPU path. The autotune's error estimate stays torch code on either device.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import torch
 
 from wavealign import masks
 from wavealign.blockmask import check_int
-from wavealign.masks import _tuned
+from wavealign.masks import _kernels, _tuned
 from wavealign.masks._common import (
     BlockPartials,
     block_rows,
@@ -61,9 +66,15 @@ def _pool_and_similarity(x: torch.Tensor, block_size: int) -> tuple[torch.Tensor
 
 
 def cdf_select(probs: torch.Tensor, cdfthreshd: float) -> torch.Tensor:
-    """Per row of ``probs`` (MB, NB), the highest blocks while their cumulative mass stays <= ``cdfthreshd``:
-    the block whose cdf crosses the threshold is dropped, but every row keeps at least one block."""
+    """Per row of ``probs`` (MB, NB), the highest blocks (ties in index order) while their cumulative mass (summed
+    in float64, as a fraction of the row's) stays <= ``cdfthreshd`` (a float32): the block whose cdf crosses the
+    threshold is dropped, but every row keeps at least one block."""
     return _Ranked(probs).select(cdfthreshd)
+
+
+def _float32(x: float) -> float:
+    """``x`` rounded to the nearest float32."""
+    return float(torch.tensor(x, dtype=torch.float32))
 
 
 class _Ranked:
@@ -71,32 +82,56 @@ class _Ranked:
     the autotune's bisection asks for many thresholds of the same probabilities."""
 
     def __init__(self, probs: torch.Tensor) -> None:
-        sorted_p, self.order = torch.sort(probs, dim=-1, descending=True)
-        self.cdf = torch.cumsum(sorted_p, dim=-1)
+        sorted_p, self.order = torch.sort(probs, dim=-1, descending=True, stable=True)
+        self.cdf = torch.cumsum(sorted_p.double(), dim=-1)
 
     def select(self, cdfthreshd: float) -> torch.Tensor:
         """``cdf_select`` of the ranked rows at ``cdfthreshd``."""
-        keep_n = (self.cdf <= cdfthreshd).sum(-1, keepdim=True).clamp(min=1)
+        # the cdf as a fraction of the row's total, so that cdfthreshd=1 keeps every block; the threshold in float32,
+        # as upstream compares it with its float32 cdf
+        keep_n = (self.cdf <= _float32(cdfthreshd) * self.cdf[..., -1:]).sum(-1, keepdim=True).clamp(min=1)
         take = torch.arange(self.cdf.shape[-1], device=self.cdf.device) < keep_n
         return torch.zeros_like(take).scatter_(-1, self.order, take)
 
 
 class _HeadStats:
-    """What SpargeAttn's prediction needs of one head, computed once and reused across thresholds."""
+    """What SpargeAttn's prediction needs of one head, computed once and reused across thresholds: pooled Q and
+    smoothed K blocks, their self-similarities and the pooled scores. ``kernels``: masks by the GPU kernel."""
 
-    def __init__(self, q: torch.Tensor, k: torch.Tensor, block_size: int) -> None:
+    def __init__(self, pooled_q: torch.Tensor, sim_q: torch.Tensor, pooled_k: torch.Tensor, sim_k: torch.Tensor,
+                 scores: torch.Tensor, kernels: bool = False) -> None:
+        self.pooled_q, self.sim_q, self.pooled_k, self.sim_k, self.scores = pooled_q, sim_q, pooled_k, sim_k, scores
+        self.kernels = kernels
+
+    @classmethod
+    def of(cls, q: torch.Tensor, k: torch.Tensor, block_size: int) -> _HeadStats:
+        """The statistics of one head (q, k each (N, D)) by torch code."""
         k_smooth = k.float() - k.float().mean(0, keepdim=True)
-        self.pooled_q, self.sim_q = _pool_and_similarity(q, block_size)
-        self.pooled_k, self.sim_k = _pool_and_similarity(k_smooth, block_size)
-        self.scores = (self.pooled_q @ self.pooled_k.T) / math.sqrt(q.shape[-1])
+        pooled_q, sim_q = _pool_and_similarity(q, block_size)
+        pooled_k, sim_k = _pool_and_similarity(k_smooth, block_size)
+        return cls(pooled_q, sim_q, pooled_k, sim_k, (pooled_q @ pooled_k.T) / math.sqrt(q.shape[-1]))
 
     def mask(self, simthreshd1: float, cdfthreshd: float, attention_sink: bool) -> torch.Tensor:
         """The head's (MB, NB) mask at these thresholds."""
+        if self.kernels:
+            thresholds = [torch.tensor([x], device=self.scores.device) for x in (simthreshd1, cdfthreshd)]
+            return _kernels.spargeattn_select(self.scores[None], self.sim_q[None], self.sim_k[None], *thresholds,
+                                              attention_sink)[0]
         return self.predict(simthreshd1).mask(cdfthreshd, attention_sink)
 
     def predict(self, simthreshd1: float, rows: torch.Tensor | None = None) -> _Prediction:
         """The prediction at ``simthreshd1`` for query blocks ``rows`` (default all), ready for any cdfthreshd."""
         return _Prediction(self, simthreshd1, rows)
+
+
+def _all_head_stats(q: torch.Tensor, k: torch.Tensor, block_size: int) -> list[_HeadStats]:
+    """``_HeadStats`` of every head of q, k (H, N, D) by the GPU kernels: one read of each for the pooled blocks and
+    self-similarities (K smoothed by its mean key), one batched product for the pooled scores."""
+    pooled_q, sim_q = _kernels.block_stats(q, block_size)
+    pooled_k, sim_k = _kernels.block_stats(k, block_size, mean=k.mean(1, dtype=torch.float32))
+    scores = torch.bmm(pooled_q, pooled_k.transpose(1, 2)) / math.sqrt(q.shape[-1])
+    return [_HeadStats(pooled_q[h], sim_q[h], pooled_k[h], sim_k[h], scores[h], kernels=True)
+            for h in range(q.shape[0])]
 
 
 class _Prediction:
@@ -130,17 +165,52 @@ CHECKS = {"simthreshd1": partial(check_number, lo=-1.0, hi=1.0),  # a cosine
 
 def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, simthreshd1: float,
           cdfthreshd: float, attention_sink: bool, autotune: bool, l1_bound: float, sample_blocks: int,
-          tuned_config: str | None, model: str, layer: int, heads: list[int] | None) -> torch.Tensor:
-    """SpargeAttn block mask (B, H, MB, NB): each head with its tuned config (from ``tuned_config``, else
-    tuned now when ``autotune``), else the fixed thresholds.
+          tuned_config: str | _tuned.TunedConfigs | None, model: str, layer: int,
+          heads: list[int] | None) -> torch.Tensor:
+    """SpargeAttn block mask (B, H, MB, NB): each head with its tuned config (from ``tuned_config``, a file or a
+    ``masks.TunedConfigs`` store, else tuned now when ``autotune``), else the fixed thresholds; predicted by the GPU
+    kernels where they run, else by ``reference``.
 
     ``heads`` names the model heads that q's H heads are (default 0..H-1), to key tuned configs.
     """
     check_qkv(q, k, v, block_size)
+    b, h, n, d = q.shape
+    if not (_kernels.enabled(q) and _kernels.block_stats_supports(block_size, d)):
+        return _reference(q, k, v, block_size, simthreshd1, cdfthreshd, attention_sink, autotune, l1_bound,
+                          sample_blocks, tuned_config, model, layer, heads)
+    configs = _tuned.HeadConfigs("spargeattn", tuned_config, model, layer, heads, h)
+    stats = _all_head_stats(q.reshape(b * h, n, d), k.reshape(b * h, n, d), block_size)
+    chosen = []
+    for i, head in enumerate(stats):
+        qh, kh, vh = (t[i // h, i % h] for t in (q, k, v))
+        tune = (lambda head=head, qh=qh, kh=kh, vh=vh: _tune(head, qh, kh, vh, block_size, l1_bound=l1_bound,
+                                                             sample_blocks=sample_blocks)) if autotune else None
+        chosen.append(configs.get(i % h, tune) or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd})
+    thresholds = [torch.tensor([cfg[name] for cfg in chosen], device=q.device)
+                  for name in ("simthreshd1", "cdfthreshd")]
+    mask = _kernels.spargeattn_select(torch.stack([s.scores for s in stats]), torch.stack([s.sim_q for s in stats]),
+                                      torch.stack([s.sim_k for s in stats]), *thresholds, attention_sink)
+    return mask.view(b, h, *mask.shape[-2:])
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, simthreshd1: float,
+              cdfthreshd: float, attention_sink: bool, autotune: bool, l1_bound: float, sample_blocks: int,
+              tuned_config: str | _tuned.TunedConfigs | None, model: str, layer: int,
+              heads: list[int] | None) -> torch.Tensor:
+    """``build`` by this module's torch code, head by head, on any device."""
+    check_qkv(q, k, v, block_size)
+    return _reference(q, k, v, block_size, simthreshd1, cdfthreshd, attention_sink, autotune, l1_bound,
+                      sample_blocks, tuned_config, model, layer, heads)
+
+
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, simthreshd1: float,
+               cdfthreshd: float, attention_sink: bool, autotune: bool, l1_bound: float, sample_blocks: int,
+               tuned_config: str | _tuned.TunedConfigs | None, model: str, layer: int,
+               heads: list[int] | None) -> torch.Tensor:
     configs = _tuned.HeadConfigs("spargeattn", tuned_config, model, layer, heads, q.shape[1])
 
     def head_mask(h: int, qh: torch.Tensor, kh: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
-        stats = _HeadStats(qh, kh, block_size)
+        stats = _HeadStats.of(qh, kh, block_size)
         tune = (lambda: _tune(stats, qh, kh, vh, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks)
                 ) if autotune else None
         cfg = configs.get(h, tune) or {"simthreshd1": simthreshd1, "cdfthreshd": cdfthreshd}
@@ -153,8 +223,8 @@ def tune_head(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
               sample_blocks: int = 8, bisect_steps: int = 8, attention_sink: bool = False) -> dict[str, float]:
     """Autotune one head (q, k, v each (N, D)): the sparsest (simthreshd1, cdfthreshd) with L1 error
     under ``l1_bound`` on ``sample_blocks`` evenly spread query blocks; returns it with its density and error."""
-    return _tune(_HeadStats(q, k, block_size), q, k, v, block_size, l1_bound=l1_bound, sample_blocks=sample_blocks,
-                 bisect_steps=bisect_steps, attention_sink=attention_sink)
+    return _tune(_HeadStats.of(q, k, block_size), q, k, v, block_size, l1_bound=l1_bound,
+                 sample_blocks=sample_blocks, bisect_steps=bisect_steps, attention_sink=attention_sink)
 
 
 def _tune(stats: _HeadStats, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, *, l1_bound: float,
@@ -188,8 +258,10 @@ def _tune(stats: _HeadStats, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     best: dict[str, float] | None = None
     for i in live:
         sim = SIM_GRID[i]
-        candidate = {"simthreshd1": sim, "cdfthreshd": hi[i],
-                     "density": float(stats.mask(sim, hi[i], attention_sink).float().mean()), "l1_error": hi_err[i]}
+        # the density by the torch prediction on either device: one head's mask at a time is the batched GPU
+        # kernel's slow case, and the winner's mask is built with the others' afterwards
+        density = float(stats.predict(sim).mask(hi[i], attention_sink).float().mean())
+        candidate = {"simthreshd1": sim, "cdfthreshd": hi[i], "density": density, "l1_error": hi_err[i]}
         if best is None or candidate["density"] < best["density"]:
             best = candidate
     if best is None:  # nothing passes: the densest setting (all blocks) is exact
@@ -210,7 +282,7 @@ def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int 
 
 
 masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)",
-               checks=CHECKS)
+               checks=CHECKS, reference=reference)
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -12,6 +12,9 @@ effect of upstream's index bookkeeping then turns kv-block 0 on in every row wit
 ``keep_first_block`` (on by default) reproduces that; ``keep_diagonal`` (off by default, as upstream without
 causal masking or ``keep_recent``) adds the diagonal block the same way. Default stride 8 (the paper's video
 setting; 16 is the other published value). ``docs/methods.md`` compares every step with upstream.
+
+On a GPU the scoring runs as one fused Triton kernel and the selection as another (``masks._kernels``); the torch
+code here is the reference they are tested against, and the CPU path.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import torch
 
 from wavealign import masks
 from wavealign.blockmask import check_int
+from wavealign.masks import _kernels
 from wavealign.masks._common import (
     check_flag,
     check_fraction,
     check_qkv,
+    logits_f32,
     num_blocks,
     per_head,
     rows_per_chunk,
@@ -53,11 +58,9 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int)
     per_block = block_size // stride
     nb = num_blocks(n, block_size)
     # bf16 logits of |x| ~ 30 would be off by ~0.1, enough to move blocks across the threshold, so logits are
-    # float32: on a GPU, bf16/fp16 q and k go through the tensor cores with float32 products and sums (as
-    # upstream's Triton kernel does) rather than float32 ones; elsewhere the groups are float32
-    tensor_cores = q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and k.dtype == q.dtype
-    qg = _antidiagonal_groups(q if tensor_cores else q.float(), stride, reverse=True)
-    kg = _antidiagonal_groups(k if tensor_cores else k.float(), stride, reverse=False)
+    # float32 (``logits_f32``: on a GPU through the tensor cores, as upstream's Triton kernel computes them)
+    qg = _antidiagonal_groups(q, stride, reverse=True)
+    kg = _antidiagonal_groups(k, stride, reverse=False)
     groups = qg.shape[0]
     # pad groups up to whole blocks; padded key groups are excluded from the softmax
     kg = torch.nn.functional.pad(kg, (0, 0, 0, nb * per_block - groups))
@@ -67,7 +70,7 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int)
     for b0 in range(0, nb, blocks_per_chunk):
         b1 = min(b0 + blocks_per_chunk, nb)
         rows = qg[b0 * per_block: min(b1 * per_block, groups)]
-        logits = torch.mm(rows, kg.T, out_dtype=torch.float32) if tensor_cores else rows @ kg.T
+        logits = logits_f32(rows, kg)
         logits *= scale  # in place, as the fill below: each pass over a chunk is ~1 GiB on a GPU
         logits[:, groups:] = float("-inf")
         probs = torch.softmax(logits, dim=-1)
@@ -79,13 +82,13 @@ def block_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int)
 
 def select_blocks(scores: torch.Tensor, threshold: float, keep_first_block: bool = True,
                   keep_diagonal: bool = False) -> torch.Tensor:
-    """Per row of ``scores`` (MB, NB): blocks in descending mass, each kept while the cumulative mass before it
-    is still below ``threshold`` x the row total (so the crossing block is kept); then kv-block 0 and the
-    diagonal are added when asked, their mass not counted (upstream's non-causal path)."""
+    """Per row of ``scores`` (MB, NB): blocks in descending mass (ties in index order), each kept while the
+    cumulative mass before it is still below ``threshold`` x the row total (so the crossing block is kept); then
+    kv-block 0 and the diagonal are added when asked, their mass not counted (upstream's non-causal path)."""
     mb, nb = scores.shape
     s = scores.double()
     required = s.sum(-1, keepdim=True) * threshold
-    ordered, order = torch.sort(s, dim=-1, descending=True)
+    ordered, order = torch.sort(s, dim=-1, descending=True, stable=True)
     before = torch.cumsum(ordered, dim=-1) - ordered
     mask = torch.zeros(mb, nb, dtype=torch.bool, device=scores.device)
     mask.scatter_(-1, order, before < required)
@@ -99,17 +102,39 @@ def select_blocks(scores: torch.Tensor, threshold: float, keep_first_block: bool
 
 def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, threshold: float,
           stride: int, keep_first_block: bool, keep_diagonal: bool) -> torch.Tensor:
-    """XAttention block mask (B, H, MB, NB) at cumulative-mass ``threshold`` (paper: 0.9)."""
+    """XAttention block mask (B, H, MB, NB) at cumulative-mass ``threshold`` (paper: 0.9): by the GPU kernels where
+    they run, else by ``reference``."""
+    _check(q, k, v, block_size, stride)
+    if not (_kernels.enabled(q) and _kernels.xattention_supports(block_size, stride)):
+        return _reference(q, k, v, block_size, threshold, stride, keep_first_block, keep_diagonal)
+    b, h, n, d = q.shape
+    scores = _kernels.xattention_scores(q.reshape(b * h, n, d), k.reshape(b * h, n, d), block_size, stride)
+    mask = _kernels.select_by_mass(scores, threshold, keep_first_block, keep_diagonal)
+    return mask.view(b, h, *mask.shape[-2:])
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *, threshold: float,
+              stride: int, keep_first_block: bool, keep_diagonal: bool) -> torch.Tensor:
+    """``build`` by this module's torch code, head by head, on any device."""
+    _check(q, k, v, block_size, stride)
+    return _reference(q, k, v, block_size, threshold, stride, keep_first_block, keep_diagonal)
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, stride: int) -> None:
     check_qkv(q, k, v, block_size)
     if block_size % stride:
         raise ValueError(f"block_size must be a multiple of stride, got block_size={block_size}, stride={stride}")
+
+
+def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int, threshold: float, stride: int,
+               keep_first_block: bool, keep_diagonal: bool) -> torch.Tensor:
     return per_head(q, k, v, block_size, lambda _h, qh, kh, _v: select_blocks(
         block_scores(qh, kh, block_size, stride), threshold, keep_first_block, keep_diagonal))
 
 
 masks.register("xattention", build, PARAMS, "antidiagonal scoring + cumulative threshold (XAttention)",
                checks={"threshold": check_fraction, "stride": partial(check_int, lo=1),
-                       "keep_first_block": check_flag, "keep_diagonal": check_flag})
+                       "keep_first_block": check_flag, "keep_diagonal": check_flag}, reference=reference)
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

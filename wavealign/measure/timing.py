@@ -2,7 +2,7 @@
 
 Compile/JIT time is measured on its own (the first call's wall time) and never mixed into kernel time. Every wait
 here is for the calling thread's current stream only, not the whole device: a sweep worker may be building its next
-group's inputs on another stream meanwhile (``pipeline.prefetch``), and the timed work must not wait for that.
+group's inputs on another stream meanwhile (``inputs.InputCache.prefetch``), and the timed work must not wait for that.
 """
 
 from __future__ import annotations
@@ -11,11 +11,17 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import torch
 
 # Over four times the H200's 60 MiB L2, so writing it evicts everything a previous repetition left there
 FLUSH_BYTES = 256 << 20
+# a sweep's reorder and launch plans are timed after one warm-up plan (which holds any JIT compile): the median of up
+# to PLAN_REPS calls, fewer once PLAN_BUDGET_S is spent (a plan of seconds, e.g. a hypergraph partition, is timed once)
+PLAN_REPS = 3
+PLAN_BUDGET_S = 2.0
+T = TypeVar("T")
 
 
 def synced_clock(device: torch.device | str) -> float:
@@ -107,3 +113,16 @@ def time_first_call_ms(fn: Callable[[], object], device: torch.device | str = "c
     start = synced_clock(device)
     fn()
     return (synced_clock(device) - start) * 1e3
+
+
+def time_plan(plan: Callable[[], T], device: torch.device | str, warmup: bool = True) -> tuple[T, float]:
+    """``plan()``'s value and its host cost in ms, synchronised on CUDA: the median of ``PLAN_REPS`` calls after a
+    warm-up call (none when ``warmup`` is False), or of as many as ``PLAN_BUDGET_S`` allows (at least one)."""
+    if warmup:
+        plan()
+    times: list[float] = []
+    while len(times) < PLAN_REPS and sum(times) < PLAN_BUDGET_S * 1e3:
+        start = synced_clock(device)
+        value = plan()
+        times.append((synced_clock(device) - start) * 1e3)
+    return value, statistics.median(times)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from wavealign.registry import Registry
+from wavealign.registry import Registry, resolve_params
 
 
 @dataclass(frozen=True)
@@ -42,12 +42,7 @@ class Reorderer:
 
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``params``, each checked; an unknown name is an error listing the known."""
-        unknown = sorted(set(params) - set(self.params))
-        if unknown:
-            raise ValueError(f"reorderer {self.name!r} has no parameter(s) {unknown}; expected some of "
-                             f"{sorted(self.params)}")
-        merged = {**self.params, **params}
-        return {key: self.checks[key](key, value) if key in self.checks else value for key, value in merged.items()}
+        return resolve_params(f"reorderer {self.name!r}", self.params, self.checks, params)
 
 
 REGISTRY: Registry[Reorderer] = Registry("reorderer", __name__)

@@ -101,6 +101,9 @@ def group(mask: torch.Tensor, *, wave_size: int, seed: int, objective: str, pres
 
 
 reorderers.register(
+    # objective km1: connectivity - 1, K/V blocks loaded by a wave beyond the first (or cut, soed); preset
+    # deterministic: the same parts for a seed (default / quality trade that for speed / quality); threads None:
+    # every core this process may use
     "hypergraph", group, {"objective": "km1", "preset": "deterministic", "threads": None},
     "k-way hypergraph partition of rows (vertices) by shared K/V blocks (hyperedges) into one part per wave",
     reference="Mt-KaHyPar (Gottesbueren et al., ACM TOPC 2024); km1 (connectivity - 1), KaHyPar's default objective",

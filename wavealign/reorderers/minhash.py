@@ -105,6 +105,8 @@ def _positive(name: str, value: Any) -> int:
 
 
 reorderers.register(
+    # num_perm: min-wise hashes per row; bands of num_perm / bands hashes each: candidates from a Jaccard
+    # similarity of ~(1/bands)^(bands/num_perm)
     "minhash", group, {"num_perm": 64, "bands": 16},
     "MinHash signatures with LSH banding; rows linked by a shared band grouped together",
     reference="Broder 1997 (MinHash); Leskovec, Rajaraman, Ullman, Mining of Massive Datasets, ch. 3.4 (banding)",

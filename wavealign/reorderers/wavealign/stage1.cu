@@ -1,5 +1,5 @@
-// WaveAlign's Stage 1 on the GPU (paper Alg. 1), and the row counts Stage 2 sorts by; compiled by NVRTC at first use
-// (wavealign/stage1_cuda.py is the host side).
+// WaveAlign's Stage 1 on the GPU (paper Alg. 1); compiled by NVRTC at first use after wavealign/mask_bytes.cu, whose
+// load16 the packing reads the mask with (reorderers/wavealign/stage1_cuda.py is the host side).
 //
 // pack_rows and transpose_bits pack a (heads, MB, NB) bool mask into 32-bit words twice, along rows and along columns,
 // each row padded with zero words to a multiple of 16. Within a word, column 4m + i of its 32 sits at bit 8i + m (the
@@ -265,17 +265,7 @@ stage1_products(const unsigned* packed, const unsigned* packed_t, const float* c
     }
 }
 
-// ---- the bit-packing and the row counts: the bool mask is read as bytes in 16-byte vectors
-
-// The 16 bytes at `addr` (16-byte aligned, absolute), or those of them inside [lo, hi) with zeros elsewhere, read one by
-// one where the vector crosses the tensor's ends (a view may start or end anywhere in its allocation).
-__device__ __forceinline__ uint4 load16(const unsigned char* addr, const unsigned char* lo, const unsigned char* hi) {
-    if (addr >= lo && addr + 16 <= hi) return __ldg(reinterpret_cast<const uint4*>(addr));
-    unsigned w[4] = {0u, 0u, 0u, 0u};
-    for (int i = 0; i < 16; ++i)
-        if (addr + i >= lo && addr + i < hi) w[i >> 2] |= (unsigned)addr[i] << (8 * (i & 3));
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
+// ---- the bit-packing: the bool mask is read as bytes in 16-byte vectors (load16, wavealign/mask_bytes.cu)
 
 // Row words: one warp per (row, 32 words); lane j packs columns [32 w, 32 w + 32) of its row, w = 32 * span + j,
 // from three 16-byte loads (a row starts at any byte: the 32 bytes sit at the row's offset modulo 16 in them).
@@ -347,30 +337,4 @@ transpose_bits(const unsigned* packed, unsigned* packed_t, float* col_sums, int 
             atomicAdd(col_sums + (size_t)h * nb + c, (float)count);  // whole numbers: exact in any order
         }
     }
-}
-
-// Set entries per row of a (rows, cols) bool matrix: one warp per row, 16-byte loads, bytes outside the row masked.
-extern "C" __global__ void __launch_bounds__(256)
-row_nnz(const unsigned char* mask, int* nnz, int rows, int cols) {
-    long long row = (long long)blockIdx.x * 8 + (threadIdx.x >> 5);
-    if (row >= rows) return;
-    int lane = threadIdx.x & 31, count = 0;
-    const unsigned char* hi = mask + (size_t)rows * cols;
-    const unsigned char* start = mask + (size_t)row * cols;
-    const unsigned char* end = start + cols;
-    const unsigned char* aligned = reinterpret_cast<const unsigned char*>(reinterpret_cast<size_t>(start) & ~(size_t)15);
-    for (const unsigned char* a = aligned + 16 * lane; a < end; a += 16 * 32) {
-        uint4 v = load16(a, mask, hi);
-        unsigned x[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            const unsigned char* b = a + 4 * k;
-            unsigned keep = 0xffffffffu;  // the bytes of this word inside [start, end)
-            if (b < start) keep &= b + 4 <= start ? 0u : 0xffffffffu << (8 * (int)(start - b));
-            if (b + 4 > end) keep &= b >= end ? 0u : 0xffffffffu >> (8 * (int)(b + 4 - end));
-            count += (int)(((x[k] & keep) * 0x01010101u) >> 24);
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
-    if (lane == 0) nnz[row] = count;
 }

@@ -1,9 +1,11 @@
 """WaveAlign's row reordering: plan a per-head launch order of query blocks, apply it, undo it.
 
-Stage 1 (paper Alg. 1) sorts rows by the polar angle of their coordinates in the top-2 left singular
-subspace of the column-centered mask, so rows with similar K/V sets run in the same wave. Stage 2
-(Alg. 2) sorts each wave-sized bucket by descending NNZ, so a wave's short rows hand over to the next
-wave's long ones. Only the order changes: every backend computes the same blocks.
+A plan is a spatial step (a ``wavealign.reorderers`` entry: WaveAlign's Stage 1, paper Alg. 1, in
+``reorderers/wavealign``, or a Table II baseline), then Stage 2 (Alg. 2, here), which sorts each wave-sized
+bucket by descending NNZ, so a wave's short rows hand over to the next wave's long ones. Only the order
+changes: every backend computes the same blocks. Beside it: ``plan_graphs`` (a CUDA plan as one graph replay)
+and ``block_gather`` (whole query blocks moved into launch order and back, for backends that reorder from
+outside their kernel).
 """
 
 from __future__ import annotations
@@ -13,16 +15,13 @@ from typing import Any
 
 import torch
 
-from wavealign import plan_graphs, stage1_cuda, subspace
+from wavealign import nvrtc, reorderers
 from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed, kv_pair, row_nnz
+from wavealign.reorder import plan_graphs
 
 STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
 PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
-# Stage 1 falls back to the original order when sigma_2 <= RANK_TOL * sigma_1 (centered rank < 2)
-RANK_TOL = 1e-4
-# bytes of float32 mask copy per batched Stage-1 chunk; bounds memory, not the result
-CHUNK_BYTES = 1 << 30
 # a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
 MAX_WAVE_SIZE = 2**31 - 1
 
@@ -84,10 +83,8 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
     Table II baseline such as "minhash"), ``params`` its parameters (Stage 1's ``iters`` and ``rayleigh_ritz``);
     Stage 2 is the same for all. The result is deterministic for a given seed and device. On a GPU, a plan whose
     steps all run there (Stage 2 alone, or a reorderer with ``cuda_graph``) is one replay of a CUDA graph per mask
-    shape and options (``wavealign.plan_graphs``).
+    shape and options (``wavealign.reorder.plan_graphs``).
     """
-    from wavealign import reorderers
-
     if stages not in STAGES:
         raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
     wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
@@ -107,79 +104,12 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
             order = temporal_order(row_nnz(rows), order, wave_size)  # the row lengths Stage 2 sorts by
         return order
 
-    if (stages != "none" and rows.numel() and stage1_cuda.usable(rows) and not torch.cuda.is_current_stream_capturing()
+    if (stages != "none" and rows.numel() and nvrtc.usable(rows) and not torch.cuda.is_current_stream_capturing()
             and (grouping.cuda_graph or stages == "temporal")):
         order = plan_graphs.replay(rows, (wave_size, stages, seed, reorderer, tuple(sorted(params.items()))), order_of)
     else:
         order = order_of(rows)
     return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer)
-
-
-def spatial_order(mask: torch.Tensor, iters: int = 10, seed: int = 0,
-                  rayleigh_ritz: bool = True) -> torch.Tensor:
-    """Stage 1 for a (G, MB, NB) bool mask: (G, MB) row order by the polar angle of (u1, u2)."""
-    g, mb, _ = mask.shape
-    # the CUDA path holds the mask as bits (1/32 of the float copy), so all heads go in one batch
-    per_chunk = g if stage1_cuda.usable(mask) else max(1, CHUNK_BYTES // max(1, 4 * mask[0].numel()))
-    return torch.cat([_spatial_chunk(mask[i:i + per_chunk], iters, seed, rayleigh_ritz)
-                      for i in range(0, g, per_chunk)]) if g else mask.new_zeros((0, mb), dtype=torch.long)
-
-
-def centered_top2(mask: torch.Tensor, iters: int = 10, seed: int = 0,
-                  rayleigh_ritz: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Alg. 1, matrix-free: top-2 left singular vectors (G, MB, 2) and values (G, 2) of the
-    column-centered (G, MB, NB) mask, never forming the centered mask or a Gram matrix.
-
-    The 2-column blocks are kept transposed, (G, 2, MB), so both products stream M row-major
-    (X^T M and Y^T M^T), several times faster on CPU BLAS than M^T X. A CUDA mask takes the packed
-    int8 tensor-core path of ``wavealign.stage1_cuda`` (same start, same iterations, float32-level accuracy).
-    """
-    if stage1_cuda.usable(mask):
-        return stage1_cuda.centered_top2(mask, iters, seed, rayleigh_ritz)
-    g, mb, _ = mask.shape
-    m = mask.float()
-    c = m.sum(1, keepdim=True)  # Alg. 1 line 1: c = M^T 1, column sums (G, 1, NB)
-    xt = subspace.start_block(g, mb, seed, mask.device)  # Alg. 1 line 2
-    for _ in range(iters):
-        yt = _centered_t_matvec(m, c, xt)  # Alg. 1 line 4: Y = M^T X - (1/MB) c (1^T X)
-        zt = torch.bmm(yt, m.transpose(1, 2)) - (yt * c).sum(-1, keepdim=True) / mb  # line 5: Z = MY - (1/MB) 1 (c^T Y)
-        xt = subspace.orth2(zt)  # line 6: X = orth(Z)
-    yt = _centered_t_matvec(m, c, xt)
-    # Rayleigh-Ritz: the 2x2 quotient of C C^T on span(X) gives sigma_1^2 >= sigma_2^2 and their vectors
-    evals, evecs = torch.linalg.eigh(torch.bmm(yt, yt.transpose(1, 2)).double())  # ascending
-    x = xt.transpose(1, 2)
-    if rayleigh_ritz:
-        x = torch.bmm(x.double(), evecs.flip(-1)).float()
-    return x, evals.flip(-1).clamp_min(0).sqrt().float()
-
-
-def _spatial_chunk(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool) -> torch.Tensor:
-    g, mb, _ = mask.shape
-    u, sigma = centered_top2(mask, iters, seed, rayleigh_ritz)
-    u = _canonical_signs(u)
-    order = _stable_argsort(torch.atan2(u[..., 1], u[..., 0]))
-    # rank < 2 after centering: the angle carries no information, keep the original order
-    low_rank = sigma[:, 1] <= RANK_TOL * sigma[:, 0].clamp_min(1e-30)
-    if mb < 3:
-        low_rank[:] = True
-    identity = torch.arange(mb, device=mask.device).expand(g, mb)
-    return torch.where(low_rank.unsqueeze(-1), identity, order)
-
-
-def _centered_t_matvec(m: torch.Tensor, c: torch.Tensor, xt: torch.Tensor) -> torch.Tensor:
-    """((M - (1/MB) 1 c^T)^T X)^T = X^T M - (1/MB) (X^T 1) c^T, for X^T of shape (G, 2, MB)."""
-    return torch.bmm(xt, m) - xt.sum(-1, keepdim=True) * c / m.shape[1]
-
-
-def _canonical_signs(u: torch.Tensor) -> torch.Tensor:
-    """Flip each singular vector so its largest-magnitude entry is positive (an SVD's sign is arbitrary)."""
-    pivot = u.abs().argmax(dim=1, keepdim=True)
-    sign = torch.sign(torch.gather(u, 1, pivot))
-    return u * torch.where(sign == 0, torch.ones_like(sign), sign)
-
-
-def _stable_argsort(key: torch.Tensor) -> torch.Tensor:
-    return torch.sort(key, dim=-1, stable=True).indices
 
 
 def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> torch.Tensor:
@@ -190,7 +120,7 @@ def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> to
     # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties; a row's NNZ is
     # below 2^31, so the bucket's weight needs no look at the data (and no wait for the GPU)
     key = (bucket << 31) - nnz_in_order
-    return torch.gather(order, -1, _stable_argsort(key))
+    return torch.gather(order, -1, torch.sort(key, dim=-1, stable=True).indices)
 
 
 def _block_row_index(order_perm: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:

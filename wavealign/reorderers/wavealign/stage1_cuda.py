@@ -1,5 +1,5 @@
-"""Stage 1 of WaveAlign (paper Alg. 1) on a CUDA mask, and the row counts Stage 2 sorts by: the host side of
-``stage1.cu``, which NVRTC (shipped with CUDA builds of torch) compiles at first use.
+"""Stage 1 of WaveAlign (paper Alg. 1) on a CUDA mask: the host side of ``stage1.cu``, which NVRTC compiles at first
+use (``wavealign.nvrtc``, after ``mask_bytes.cu``).
 
 The mask is bit-packed once, row-major and transposed (40 heads x 2841^2 bits = 40 MB a copy, each row padded with
 zero words to a multiple of 16). All of Alg. 1's products then run in one persistent launch: the 2-column block is
@@ -13,64 +13,21 @@ Z = X R never needs forming) are folded in; grid-wide barriers separate the prod
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from pathlib import Path
 
 import torch
 
-from wavealign import subspace
+from wavealign import nvrtc
+from wavealign.reorderers.wavealign import subspace
 
-KERNEL_SOURCE = Path(__file__).with_name("stage1.cu")
-KERNELS = ("stage1_products", "pack_rows", "transpose_bits", "row_nnz")
+PROGRAM = nvrtc.Program((nvrtc.MASK_BYTES, Path(__file__).with_name("stage1.cu")),
+                        ("stage1_products", "pack_rows", "transpose_bits"))
 # threads per block of the product kernel (its WARPS * 32); one block per SM, so the whole grid can be resident at once,
 # as its grid-wide barriers need (a block left waiting 20 s traps instead of hanging: stage1.cu)
 PRODUCT_THREADS = 512
-# the pack and row-count kernels: 8 warps per block, one warp per task (32 words of a row, 256 x 128 bits, a row)
+# the pack kernels: 8 warps per block, one warp per task (32 words of a row, 256 x 128 bits)
 WARP_KERNEL_THREADS = 256
-
-
-def usable(mask: torch.Tensor) -> bool:
-    """Whether ``mask`` can take this path: a CUDA tensor on an sm_80+ GPU (int8 ``mma.sync``), with torch's NVRTC
-    helpers present."""
-    from torch.cuda import _utils
-
-    return (mask.is_cuda and torch.version.hip is None and hasattr(_utils, "_nvrtc_compile")
-            and hasattr(_utils, "_cuda_load_module") and torch.cuda.get_device_capability(mask.device)[0] >= 8)
-
-
-@functools.lru_cache(maxsize=8)
-def _kernels(device_index: int) -> dict:
-    """``KERNELS`` of ``stage1.cu``, compiled by NVRTC for the GPU ``device_index`` once per process."""
-    from torch.cuda._utils import _cuda_load_module, _nvrtc_compile
-
-    with torch.cuda.device(device_index):
-        binary, _ = _nvrtc_compile(KERNEL_SOURCE.read_text(), KERNELS[0])
-        return _cuda_load_module(binary, list(KERNELS))
-
-
-def _launch(name: str, device: torch.device, blocks: int, threads: int, *args) -> None:
-    with torch.cuda.device(device):
-        _make_context_current(device.index)
-        _kernels(device.index)[name](grid=(blocks, 1, 1), block=(threads, 1, 1), args=list(args))
-
-
-def _make_context_current(device_index: int) -> None:
-    """Make the GPU's primary context current on this thread, as torch's own calls do lazily: a driver-API launch
-    from a thread that has not touched CUDA yet (a Ray worker's second thread), or whose current context is another
-    GPU's, would otherwise fail with "invalid device context"."""
-    from torch.cuda._utils import _get_gpu_runtime_library
-
-    lib = _get_gpu_runtime_library()
-    current, current_device = ctypes.c_void_p(), ctypes.c_int(-1)
-    if (lib.cuCtxGetCurrent(ctypes.byref(current)) == 0 and current.value
-            and lib.cuCtxGetDevice(ctypes.byref(current_device)) == 0 and current_device.value == device_index):
-        return
-    device, context = ctypes.c_int(), ctypes.c_void_p()
-    for result in (lib.cuDeviceGet(ctypes.byref(device), device_index),
-                   lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), lib.cuCtxSetCurrent(context)):
-        if result != 0:
-            raise RuntimeError(f"CUDA driver error {result} making GPU {device_index}'s context current")
 
 
 def padded_words(bits: int) -> int:
@@ -89,22 +46,11 @@ def pack(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     col_sums = torch.zeros(g, nb, dtype=torch.float32, device=mask.device)
     words, warps = -(-nb // 32), WARP_KERNEL_THREADS // 32
     spans = -(-words // 32)
-    _launch("pack_rows", mask.device, -(-g * mb * spans // warps), WARP_KERNEL_THREADS,
+    PROGRAM.launch("pack_rows", mask.device, -(-g * mb * spans // warps), WARP_KERNEL_THREADS,
             mask.contiguous().view(torch.uint8), packed, g * mb, nb, words, packed.shape[-1], spans)
-    _launch("transpose_bits", mask.device, -(-g * -(-mb // 256) * -(-nb // 128) // warps), WARP_KERNEL_THREADS,
+    PROGRAM.launch("transpose_bits", mask.device, -(-g * -(-mb // 256) * -(-nb // 128) // warps), WARP_KERNEL_THREADS,
             packed, packed_t, col_sums, g, mb, nb, packed.shape[-1], packed_t.shape[-1])
     return packed, packed_t, col_sums
-
-
-def row_nnz(mask: torch.Tensor) -> torch.Tensor:
-    """Set entries per row of a (..., MB, NB) bool CUDA mask, int32 (..., MB), in one read (``mask.sum(-1)`` widens
-    every entry to int64 first: 8x the bytes)."""
-    flat = mask.contiguous().view(torch.uint8).reshape(-1, mask.shape[-1])
-    nnz = torch.empty(flat.shape[0], dtype=torch.int32, device=mask.device)
-    warps = WARP_KERNEL_THREADS // 32
-    _launch("row_nnz", mask.device, -(-flat.shape[0] // warps), WARP_KERNEL_THREADS, flat, nnz, flat.shape[0],
-            flat.shape[1])
-    return nnz.reshape(mask.shape[:-1])
 
 
 def _eigh2(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -121,12 +67,12 @@ def _eigh2(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _start(mb: int, seed: int, device: torch.device) -> torch.Tensor:
     """The CPU path's orthonormal start block for one head, (MB, 2), kept on ``device``: copying it from the host
     on every plan would make the host wait for the GPU's queue to drain. Never evicted: a captured plan
-    (``wavealign.plan_graphs``) reads it by address (8 bytes per row per (MB, seed, device))."""
+    (``wavealign.reorder.plan_graphs``) reads it by address (8 bytes per row per (MB, seed, device))."""
     return subspace.start_block(1, mb, seed, device)[0].t().contiguous()
 
 
 def centered_top2(mask: torch.Tensor, iters: int, seed: int, rayleigh_ritz: bool):
-    """``reorder.centered_top2`` on a CUDA mask through the packed int8 products (same start, same iterations)."""
+    """``stage1.centered_top2`` on a CUDA mask through the packed int8 products (same start, same iterations)."""
     g, mb, nb = mask.shape
     packed, packed_t, col_sums = pack(mask)
     z = _start(mb, seed, mask.device).expand(g, mb, 2).contiguous()
@@ -154,5 +100,5 @@ def _products(packed: torch.Tensor, packed_t: torch.Tensor, col_sums: torch.Tens
     stats = torch.empty(g, 8, dtype=torch.float32, device=device)
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     blocks = torch.cuda.get_device_properties(device).multi_processor_count
-    _launch("stage1_products", device, blocks, PRODUCT_THREADS, packed, packed_t, col_sums, z, y, frags, stats,
+    PROGRAM.launch("stage1_products", device, blocks, PRODUCT_THREADS, packed, packed_t, col_sums, z, y, frags, stats,
             counter, g, mb, nb, words, words_t, count)

@@ -1,4 +1,5 @@
-"""A block mask saved as packed bits (``.npz``): how measured cells hand their exact masks to the simulator.
+"""A block mask saved as packed bits (``.npz``): how a measured cell's exact mask reaches the simulator, and a mask
+captured elsewhere a sweep (mask method ``file``).
 
 Format: ``bits`` = ``np.packbits(mask, axis=-1)`` (uint8) and ``shape`` = the mask's shape (int64), so a
 (40, 2840, 2840) mask takes 40 MB instead of 322 MB.
@@ -51,7 +52,7 @@ def read_shape(path: str | Path) -> tuple[int, ...]:
 
 # 4 GiB as bools; a Wan 14B 720p head at 436K tokens and 128-token blocks has 3407² = 11.6M, 40 heads 464M
 MAX_MASK_ENTRIES = 2**32
-_NOT_A_MASK = "expected a .npz written by wavealign.sim.packed.save (arrays 'bits' and 'shape')"
+_NOT_A_MASK = "expected a .npz written by wavealign.mask_file.save (arrays 'bits' and 'shape')"
 
 
 def _bits_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

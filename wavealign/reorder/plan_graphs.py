@@ -25,9 +25,11 @@ class PlanGraph:
 
     def __init__(self, shape: tuple[int, ...], device: torch.device, plan: Callable[[torch.Tensor], torch.Tensor]):
         self.device = device
-        self.mask = torch.zeros(shape, dtype=torch.bool, device=device)
         self.lock = threading.Lock()
-        with torch.cuda.device(device):  # the capture runs on the current device's streams
+        # the graph's buffers are normal tensors even when the first plan runs under torch.inference_mode (a
+        # diffusers pipeline): an inference tensor could not be written by a later plan outside it
+        with torch.inference_mode(False), torch.cuda.device(device):  # the capture runs on the device's streams
+            self.mask = torch.zeros(shape, dtype=torch.bool, device=device)
             self._capture(plan)
 
     def _capture(self, plan: Callable[[torch.Tensor], torch.Tensor]) -> None:

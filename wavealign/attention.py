@@ -1,0 +1,142 @@
+"""The attention step, one for every caller: a block mask -> the skip decision -> the launch order -> the backend's
+launch -> its run, the output in the original row order (bitwise what running without the reorder gives).
+
+    step = AttentionStep(backend="fa4", variant=variants.get("adaptive"), hardware="h200", wave_size=132,
+                         block_size=128)
+    prepared = step.prepare(mask, features=step.features(mask, head_dim=128))   # decision and order
+    out = step.launch(mask, prepared.order, LaunchShape.of(q, k, 128)).run(q, k, v)
+
+A sweep cell (``wavealign.pipeline``) prepares the step on its group's mask and hands it to its measurer (timed,
+simulated, profiled); model code calls ``wavealign.integrations.attention.BlockSparseAttention``, which builds the
+method's mask from the live Q/K and runs this step on it (``integrations.diffusers``, ``integrations.vllm_omni``,
+``bench-e2e``). The variant (``wavealign.variants``) is the one vocabulary both speak.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+
+from wavealign import kernels, reorder, reorderers, skip, variants
+from wavealign.kernels import Launch, LaunchShape
+from wavealign.measure.timing import synced_clock
+from wavealign.records import DEFAULT_REORDERER, Cell
+
+T = TypeVar("T")
+# times a plan: timer(plan, device, warmup) -> (plan's value, ms); ``warmup`` says a first call may hold a compile
+PlanTimer = Callable[[Callable[[], T], torch.device, bool], tuple[T, float]]
+
+
+def time_once(plan: Callable[[], T], device: torch.device, warmup: bool = False) -> tuple[T, float]:
+    """``plan()`` and its host wall time in ms, synchronised on CUDA: a live call's own cost, no warm-up."""
+    start = synced_clock(device)
+    value = plan()
+    return value, (synced_clock(device) - start) * 1e3
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The stages a step runs (its variant's, or ``none`` where the skip policy vetoed them) and the policy's
+    verdict behind it: ``skip_reorder`` whether reordering pays (None where the policy was not asked), ``reason``
+    and ``predicted_gain_ms``."""
+
+    stages: str
+    skip_reorder: bool | None
+    reason: str
+    predicted_gain_ms: float = math.nan
+
+    @property
+    def reordered(self) -> bool:
+        return self.stages != "none"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A step made ready on one mask: the decision, the launch order (None: the original) and what planning it
+    cost."""
+
+    mask: torch.Tensor
+    decision: Decision
+    order: reorder.RowOrder | None
+    reorder_ms: float
+
+
+@dataclass(frozen=True)
+class AttentionStep:
+    """One attention step: ``backend``'s launch of a mask, rows in the order ``variant`` asks, decided by the skip
+    profile of ``hardware`` (the GPU it runs on or is simulated for) where the variant lets the policy veto."""
+
+    backend: str
+    variant: variants.Variant
+    hardware: str | None
+    wave_size: int
+    block_size: int
+    reorderer: str = DEFAULT_REORDERER
+    reorderer_params: Mapping[str, Any] = field(default_factory=dict)
+    backend_params: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 0
+
+    @classmethod
+    def for_cell(cls, cell: Cell) -> AttentionStep:
+        """The step a sweep cell runs."""
+        return cls(backend=cell.backend, variant=variants.Variant(cell.variant, cell.stages, cell.skip_mode),
+                   hardware=cell.profile_hardware, wave_size=cell.wave_size, block_size=cell.block_size,
+                   reorderer=cell.reorderer, reorderer_params=cell.reorderer_params,
+                   backend_params=cell.backend_params, seed=cell.seed)
+
+    def features(self, mask: torch.Tensor, head_dim: int) -> skip.SkipFeatures:
+        """The mask's statistics the skip policy reads, for this step's GPU and wave."""
+        return skip.features(mask, self.hardware, block_size=self.block_size, head_dim=head_dim,
+                             wave_size=self.wave_size)
+
+    def decide(self, features: skip.SkipFeatures | None) -> Decision:
+        """The skip policy's verdict on ``features`` and the stages that follow from it. ``features`` may be None
+        for a variant the policy cannot veto (the verdict is then not asked). Without a skip profile for the GPU the
+        verdict is to reorder, saying so."""
+        if features is None:
+            if self.variant.skip == "policy":
+                raise ValueError(f"variant {self.variant.name!r} lets the skip policy decide: it needs the mask's "
+                                 "features")
+            return Decision(self.variant.stages, None, f"variant {self.variant.name!r} forces its stages")
+        try:
+            profile = skip.load_profile(self.hardware)
+        except ValueError as exc:
+            skip_reorder, reason, gain = True, f"reorder: no skip profile ({exc})", math.nan
+        else:
+            verdict = skip.SkipPolicy(profile).decide(features)
+            skip_reorder, reason, gain = bool(verdict.reorder), verdict.reason, float(verdict.predicted_gain_ms)
+        stages = self.variant.stages if self.variant.skip == "force" or skip_reorder else "none"
+        return Decision(stages, skip_reorder, reason, gain)
+
+    def plan_order(self, mask: torch.Tensor, stages: str) -> reorder.RowOrder:
+        """The launch order of ``mask`` for ``stages``: this step's reorderer, then Stage 2 where ``stages`` says."""
+        return reorder.plan(mask, wave_size=self.wave_size, stages=stages, seed=self.seed, reorderer=self.reorderer,
+                            **self.reorderer_params)
+
+    def prepare(self, mask: torch.Tensor, *, features: skip.SkipFeatures | None = None,
+                timer: PlanTimer = time_once) -> Prepared:
+        """Decide and plan the order of ``mask`` (H, MB, NB); ``timer`` times the plan (a live call's one plan, or
+        a sweep's median of several)."""
+        decision = self.decide(features)
+        if not decision.reordered:
+            return Prepared(mask, decision, None, 0.0)
+        # a first plan of Stage 2 alone, or of a torch reorderer, holds JIT compiles; compiled libraries time it
+        warmup = decision.stages == "temporal" or reorderers.get(self.reorderer).needs_warmup
+        order, ms = timer(lambda: self.plan_order(mask, decision.stages), mask.device, warmup)
+        return Prepared(mask, decision, order, ms)
+
+    def wave_working_set_bytes(self, prepared: Prepared, features: skip.SkipFeatures, head_dim: int) -> float:
+        """The K/V bytes a wave touches (``skip.wave_working_set_bytes``) in the launch order ``prepared`` applies:
+        the original order's (``features``) when it applies none."""
+        if prepared.order is None:
+            return features.wave_working_set_bytes
+        return skip.wave_working_set_bytes(reorder.permute_mask(prepared.mask, prepared.order), self.wave_size,
+                                           self.block_size, head_dim)
+
+    def launch(self, mask: torch.Tensor, order: reorder.RowOrder | None, shape: LaunchShape) -> Launch:
+        """``backend.plan``: the launch of ``mask`` in ``order`` for ``shape``."""
+        return kernels.get(self.backend).plan(mask, order, shape, **self.backend_params)

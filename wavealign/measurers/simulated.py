@@ -1,0 +1,57 @@
+"""``simulated``: the L2/HBM simulator (``wavealign.sim``) predicts the cell's backend launching its mask, in its
+order, on the cell's GPU with its wave, from a CPU worker: tiles, K/V walk, launch order and MMA efficiency are the
+backend's execution facts (``wavealign.kernels``), the L2, HBM and peak those of the GPU (``wavealign.hardware``).
+
+No kernel runs and no Q/K/V is built: the figures (kernel ms, L2 hit, HBM bytes) are predictions, recorded
+``simulated``. The reorder the host planned on its CPU says nothing of the GPU: its cost there is predicted
+(``wavealign.skip.plan_cost``) and the host's time kept apart (``host_reorder_ms``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from wavealign import measurers, sim
+from wavealign.blockmask import check_seed
+from wavealign.masks import check_number, one_of
+from wavealign.masks import optional as or_none
+from wavealign.measurers import Measurement
+from wavealign.records import CPU
+from wavealign.skip import plan_cost
+
+
+def measure(m: Measurement) -> None:
+    """The simulator's prediction of the launch, and the reorder's predicted cost on the GPU."""
+    cell, result, order = m.cell, m.result, m.prepared.order
+    options = MEASURER.resolve(cell.measure_params)
+    predicted = sim.simulate(m.prepared.mask, order, hardware=m.shape.hardware, backend=cell.backend,
+                             head_dim=m.shape.head_dim, wave_size=m.shape.wave_size, block_size=m.shape.block_size,
+                             **options)
+    result.device, result.timer, result.reps_done = CPU, "simulated", 1
+    result.kernel_ms_median, result.kernel_ms_iqr = predicted.kernel_time_s * 1e3, 0.0
+    result.l2_hit_pct, result.hbm_read_bytes = predicted.l2_hit_pct, float(predicted.hbm_read_bytes)
+    if order is not None:
+        _predicted_plan_cost(m)
+
+
+def _predicted_plan_cost(m: Measurement) -> None:
+    """The reorder's cost predicted for the cell's GPU; only WaveAlign's stages have a GPU model: another reorderer's
+    cost there is unknown (NaN)."""
+    cell, result = m.cell, m.result
+    result.host_reorder_ms = result.reorder_ms
+    if cell.reorderer not in plan_cost.MODELLED_REORDERERS:
+        result.reorder_ms, result.reorder_cost = math.nan, f"unknown: no GPU cost model for reorderer {cell.reorderer}"
+        return
+    plan = plan_cost.predicted_plan_ms(cell.num_heads, m.shape.q_blocks, m.shape.kv_blocks, cell.profile_hardware)
+    result.reorder_ms, result.reorder_cost = plan.ms, plan.source
+
+
+MEASURER = measurers.register(measurers.Measurer(
+    name="simulated", measure=measure,
+    description="the L2/HBM simulator's prediction of the backend's launch on the cell's GPU, from a CPU worker",
+    # sim.simulate's own knobs: l2_partitions (None: the GPU's count), row_jitter and the seed of its noise
+    params={"l2_partitions": None, "row_jitter": 0.0, "seed": 0},
+    checks={"l2_partitions": or_none(one_of((1, 2))),
+            "row_jitter": lambda name, value: check_number(name, value, 0.0, math.inf),
+            "seed": check_seed},
+    needs_qkv=False, models_gpu=True, predicted=True))

@@ -1,0 +1,65 @@
+"""Where a cell can run, and where it runs: the one owner of that question, asked by the sweep's config validation and
+grid (which cells exist), its dispatcher (which worker pool takes a cell), the worker (on which device) and the
+integrations (whether a backend runs on this GPU).
+
+A cell runs ``backend`` on ``hardware`` (a GPU type, or ``cpu``), measured by a measurer (``wavealign.measurers``).
+The facts come from their owners: a backend declares the GPUs it runs on, whether it needs one and whether it takes
+sparse masks (``wavealign.kernels``); a measurer whether it models a GPU from a CPU worker (``simulated``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from wavealign import kernels, measurers
+from wavealign.records import CPU, Cell
+
+
+def hardware_refused(hardware: str, backend: str, measure: str) -> str | None:
+    """Why ``backend`` measured by ``measure`` cannot run on (or be modelled for) ``hardware``, or None if it can."""
+    kernel, measurer = kernels.get(backend), measurers.get(measure)
+    if measurer.models_gpu:
+        if hardware == CPU:
+            return f"measure {measure} models a GPU type; hardware cpu has none"
+        if kernel.execution is None:
+            return f"backend {backend} declares no execution facts for measure {measure} to model"
+    elif hardware == CPU:
+        return f"backend {backend} needs a GPU; hardware cpu" if kernel.needs_gpu else None
+    if not kernel.supports(hardware):
+        return f"backend {backend} does not run on {hardware} (supports {list(kernel.supported_hardware)})"
+    return None
+
+
+def method_refused(backend: str, method: str) -> str | None:
+    """Why ``backend`` cannot compute the masks of mask method ``method`` (a dense-only backend and a sparse method),
+    or None if it can."""
+    if kernels.get(backend).takes(method):
+        return None
+    return f"backend {backend} computes dense attention only; method {method} is sparse"
+
+
+def why_not(hardware: str, backend: str, measure: str, method: str | None = None) -> str | None:
+    """``hardware_refused``, then (given a method) ``method_refused``: why no such cell can run, or None."""
+    return hardware_refused(hardware, backend, measure) or (None if method is None else method_refused(backend, method))
+
+
+def pool(cell: Cell) -> str:
+    """The worker pool a cell runs in: ``cpu`` for CPU cells and for a measurer that models the cell's GPU from a CPU
+    worker, else its GPU type."""
+    return CPU if cell.hardware == CPU or measurers.get(cell.measure).models_gpu else cell.hardware
+
+
+def device(cell: Cell) -> torch.device:
+    """The torch device a cell runs on in this process: the worker's GPU; or its CPU, for a cell of the ``cpu`` pool
+    and for a backend that needs no GPU on a worker without CUDA. A modelled (simulated) cell builds its mask on a GPU
+    when this process sees one (a sweep's CPU workers see none: Ray hides the GPUs from them), else on the CPU. A GPU
+    backend on a worker without CUDA is an error."""
+    if pool(cell) == CPU:
+        models_gpu = measurers.get(cell.measure).models_gpu
+        return torch.device("cuda" if models_gpu and torch.cuda.is_available() else "cpu")
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if not kernels.get(cell.backend).needs_gpu:
+        return torch.device("cpu")
+    raise RuntimeError(f"cell {cell.cell_id} runs backend {cell.backend!r} on hardware {cell.hardware!r}, but this "
+                       "worker has no CUDA GPU")

@@ -1,0 +1,70 @@
+"""What a user picks about the launch order, in one vocabulary: a variant is the reorder stages it runs and whether
+the skip policy may veto them.
+
+    VARIANTS["adaptive"]           # Variant(name='adaptive', stages='both', skip='policy')
+    get("wavealign").paper_label   # 'O+S1+S2' (the paper's Fig. 12 names, derived from the stages)
+
+The sweep's ``grid.variant`` names these (a sweep may add its own under ``variants:``), the integrations'
+``reorder=`` takes them (``"always"`` and ``"never"``, their first spelling, name ``wavealign`` and ``original``),
+and the analysis and figures derive their labels and colours from them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from wavealign.records import ORIGINAL_VARIANT
+from wavealign.reorder import STAGES
+
+# "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order
+SKIP_MODES = ("force", "policy")
+# how the paper's figures name each stage set (Fig. 12's ablation)
+PAPER_LABELS: Mapping[str, str] = MappingProxyType(
+    {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"})
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A launch order to ask of every mask: ``stages`` (``reorder.STAGES``), and ``skip``, whether the skip policy
+    may veto them (``SKIP_MODES``)."""
+
+    name: str
+    stages: str
+    skip: str = "force"
+
+    def __post_init__(self) -> None:
+        if self.stages not in STAGES:
+            raise ValueError(f"variant {self.name!r}: stages={self.stages!r}; expected one of {STAGES}")
+        if self.skip not in SKIP_MODES:
+            raise ValueError(f"variant {self.name!r}: skip={self.skip!r}; expected one of {SKIP_MODES}")
+
+    @property
+    def paper_label(self) -> str:
+        return PAPER_LABELS[self.stages] + (" (adaptive)" if self.skip == "policy" else "")
+
+
+VARIANTS: Mapping[str, Variant] = MappingProxyType({v.name: v for v in (
+    Variant(ORIGINAL_VARIANT, "none"),  # the baseline every speedup of a group refers to
+    Variant("spatial", "spatial"),
+    Variant("temporal", "temporal"),
+    Variant("wavealign", "both"),
+    Variant("adaptive", "both", "policy"),  # O+S1+S2 unless the skip profile says it will not pay
+)})
+# the integrations' first words for their reorder= argument
+REORDER_WORDS: Mapping[str, str] = MappingProxyType({"always": "wavealign", "never": ORIGINAL_VARIANT})
+
+
+def get(name: str) -> Variant:
+    """The variant called ``name`` (or ``always`` / ``never``); a ValueError lists the known names otherwise."""
+    try:
+        return VARIANTS[REORDER_WORDS.get(name, name)]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown variant {name!r}; expected one of {[*VARIANTS, *REORDER_WORDS]}") from None
+
+
+def forced(stages: str) -> str:
+    """The variant that runs ``stages`` with no veto (``both`` -> ``wavealign``): how a stage set is named and
+    coloured where a row records its stages only."""
+    return next(v.name for v in VARIANTS.values() if v.stages == stages and v.skip == "force")
