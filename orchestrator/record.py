@@ -73,6 +73,7 @@ class Recorder:
                        else None)
         self.buffer: list[dict[str, Any]] = []
         self.written: dict[str, None] = {}  # result ids written to Parquet, in order
+        self.paths: list[Path] = []  # the files they are in
         self.storage_error: files.StorageError | None = None
         self.baselines: set[str] = set()  # cell ids run only as a resumed group's reference (see dispatch.queues)
 
@@ -106,9 +107,19 @@ class Recorder:
             self.storage_error = exc
             raise
         self.written.update(dict.fromkeys(r["result_id"] for r in self.buffer))
+        self.paths += paths
         self.buffer = []
         if self.mlflow is not None:
             self.mlflow.submit(paths)
+
+    def compact(self) -> None:
+        """Merge the files this sweep wrote into one per partition (``dataset.compact``), once nothing reads them:
+        not after a storage failure, nor while MLflow's thread may still be reading them."""
+        if self.storage_error is None and (self.mlflow is None or self.mlflow.done):
+            try:
+                self.paths = dataset.compact(self.paths)
+            except OSError as exc:  # files.StorageError too: the files stay as they are, every row in them
+                _log.warning("results: the sweep's %d files were left unmerged (%s)", len(self.paths), exc)
 
     def recorded_rows(self) -> list[dict[str, Any]]:
         """The rows this sweep wrote to Parquet, read back (those a storage failure kept out are not among them)."""

@@ -166,12 +166,14 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
 def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOutcome, workers: dict[str, list[Any]],
          tracker: tracking.Tracker | None, parent: str | None, folder: Path, console: Console) -> None:
     """How every run of a sweep ends, with signals only noted (``stop.deferred``): the buffered rows written, MLflow's
-    logging waited for (until a further signal), the run record, the summary, the parent run ended."""
+    logging waited for (until a further signal), the sweep's files merged, the run record, the summary, the parent
+    run ended."""
     started, signals = time.monotonic(), stop.count
     if not recorder.close(abandon=lambda: stop.count > signals):
         console.print("[yellow]stopped waiting for MLflow's logging; the rest of the rows are in Parquet: wavealign "
                       f"sync-mlflow run_root={cfg.run_root} logs them[/yellow]")
     outcome.mlflow_drain_s = time.monotonic() - started
+    recorder.compact()
     if stop.requested:  # also when the KeyboardInterrupt itself was swallowed on its way (``stop``)
         outcome.interrupted, outcome.terminated_by = True, stop.requested
     outcome.rows = recorder.recorded_rows()

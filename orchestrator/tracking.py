@@ -292,6 +292,11 @@ class BackgroundLogger:
             self._thread.join(timeout=0.2)
         return True
 
+    @property
+    def done(self) -> bool:
+        """The thread has ended: it reads no more files."""
+        return not self._thread.is_alive()
+
 
 def _results_uri(run_root: Path) -> str:
     return dataset.results_dir(run_root).resolve().as_uri()

@@ -325,3 +325,33 @@ def test_every_file_written_whole_is_owner_and_group_only_and_leaves_no_temporar
     files.write_whole(tmp_path / "a" / "config.yaml", "x: 1\n")
     assert (tmp_path / "a" / "config.yaml").stat().st_mode & 0o777 == files.FILE_MODE
     assert [p.name for p in (tmp_path / "a").iterdir()] == ["config.yaml"]
+
+
+# --- many small results files ---
+
+def test_a_sweep_s_small_files_are_merged_into_one_per_partition_with_every_row(tmp_path):
+    written = [path for i in range(5) for path in dataset.write(tmp_path, _rows(1, start=i))]
+    (merged,) = dataset.compact(written, chunk=2)  # 5 files, two at a time: three levels of merging
+    assert [p for p in (tmp_path / "results").rglob("*.parquet")] == [merged]
+    assert sorted(dataset.read(tmp_path).column("cell_id").to_pylist()) == ["c0", "c1", "c2", "c3", "c4"]
+
+
+def test_a_merge_stopped_before_it_removed_what_it_merged_leaves_each_result_once(tmp_path, monkeypatch):
+    written = [path for i in range(3) for path in dataset.write(tmp_path, _rows(1, start=i))]
+
+    def stopped(self, missing_ok=False):
+        raise KeyboardInterrupt  # the merged file is written, its sources not yet removed
+
+    monkeypatch.setattr(Path, "unlink", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        dataset.compact(written)
+    monkeypatch.undo()
+    assert len(list((tmp_path / "results").rglob("*.parquet"))) == 4
+    assert sorted(dataset.read(tmp_path).column("cell_id").to_pylist()) == ["c0", "c1", "c2"]
+
+
+def test_a_results_file_copied_under_another_name_is_read_once(tmp_path):
+    (path,) = dataset.write(tmp_path, _rows(2))
+    shutil.copy(path, path.with_name("part-copy.parquet"))
+    assert dataset.read(tmp_path).num_rows == 2
+    assert dataset.read(tmp_path, columns=["cell_id"]).column_names == ["cell_id"]

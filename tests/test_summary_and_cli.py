@@ -277,17 +277,17 @@ def summary_of(tmp_path, rows: list[dict], cells: list[Cell]) -> str:
     from wavealign.orchestrator.summary import print_summary
 
     dataset.write(tmp_path, rows)
-    outcome = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows)
+    outcome = SweepOutcome(sweep_id=SWEEP, run_root=tmp_path, tracking_uri=None, rows=rows)
     console = Console(record=True, width=200)
     print_summary(OmegaConf.create({"name": "t", "run_root": str(tmp_path)}),
-                  SimpleNamespace(grid=SimpleNamespace(cells=cells), sweep_id="s"), outcome, console,
+                  SimpleNamespace(grid=SimpleNamespace(cells=cells), sweep_id=SWEEP), outcome, console,
                   tmp_path / "summary.txt")
     return console.export_text()
 
 
 def not_done(cell_id: str, hardware: str, status: str, error: str) -> tuple[Cell, dict]:
     cell = make_cell(cell_id=cell_id, hardware=hardware)
-    return cell, dataset.make_row(cell, None, sweep_id="s", sweep_name="t", status=status, error=error)
+    return cell, dataset.make_row(cell, None, sweep_id=SWEEP, sweep_name="t", status=status, error=error)
 
 
 def test_the_summary_lists_cells_not_done_grouped_by_reason_the_largest_group_first(tmp_path):
@@ -331,7 +331,7 @@ def test_a_sweep_s_exit_status_says_what_it_could_not_do(counts, interrupted, te
     from wavealign.jobs import sweep as sweep_job
     from wavealign.orchestrator.record import SweepOutcome
 
-    outcome = SweepOutcome(sweep_id="s", run_root=Path("."), tracking_uri=None, counts=Counter(counts),
+    outcome = SweepOutcome(sweep_id=SWEEP, run_root=Path("."), tracking_uri=None, counts=Counter(counts),
                            interrupted=interrupted, terminated_by=terminated_by)
     assert sweep_job.exit_code(outcome) == code
 
