@@ -354,16 +354,16 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     ``ConfigError``."""
     check_keys(cfg)
     for name, variant in cfg.variants.items():
+        if variant.stages not in variants.STAGES:
+            raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {variants.STAGES}")
+        if variant.skip not in variants.SKIP_MODES:
+            raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {variants.SKIP_MODES}")
         fixed = variants.VARIANTS.get(name)
         if fixed is not None and (variant.stages, variant.skip) != (fixed.stages, fixed.skip):
             what = "the baseline every speedup refers to" if name == ORIGINAL_VARIANT else "a variant of the library"
             raise ConfigError(f"variants.{name}: stages={variant.stages!r}, skip={variant.skip!r}; {name!r} is {what} "
                               f"(stages {fixed.stages!r}, skip {fixed.skip!r}) and is fixed; expected it unchanged "
                               "(add your own under another name)")
-        if variant.stages not in variants.STAGES:
-            raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {variants.STAGES}")
-        if variant.skip not in variants.SKIP_MODES:
-            raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {variants.SKIP_MODES}")
     for key in ("batch_cells", "max_cells"):
         if cfg[key] < 1:
             raise ConfigError(f"{key}={cfg[key]}; expected >= 1")

@@ -353,11 +353,16 @@ def test_execution_facts_refuse_a_fractional_block_size():
 # issue 32, item 16: an order enters a launch only as a RowOrder over its blocks; sizes are integers, not truncated
 
 @pytest.mark.parametrize("backend", ["reference", "sdpa", "flex"])
-def test_a_bare_tensor_is_no_launch_order_for_any_backend(backend, mask, qkv):
+def test_a_tensor_that_is_no_permutation_is_no_launch_order_for_any_backend(backend, mask, qkv):
     q, k, _ = qkv
     zeros = torch.zeros(HEADS, BLOCKS, dtype=torch.long)  # ran block 0 in every slot, the other rows left zero
-    with pytest.raises(ValueError, match=r"^order must be a reorder.RowOrder or None, got Tensor"):
-        kernels.get(backend).plan(mask, zeros, LaunchShape.of(q, k, block_size=BLOCK))
+    _raises_naming("perm", lambda: kernels.get(backend).plan(mask, zeros, LaunchShape.of(q, k, block_size=BLOCK)))
+
+
+def test_an_order_that_is_neither_a_row_order_nor_a_tensor_is_refused(mask, qkv):
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^order must be a reorder.RowOrder, its permutation tensor or None, got l"):
+        kernels.get("reference")(q, k, v, mask, order=[[0, 1, 2, 3]] * HEADS, block_size=BLOCK)
 
 
 def test_an_order_over_other_blocks_is_refused_before_the_launch(mask, qkv):

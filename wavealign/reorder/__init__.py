@@ -83,15 +83,18 @@ class RowOrder:
 
 
 def check_launch_order(order: Any, heads: int, q_blocks: int) -> RowOrder | None:
-    """``order`` for a launch over ``heads`` x ``q_blocks`` query blocks: None (the original order) or a ``RowOrder``
-    over exactly those (H, MB); anything else is a ValueError naming it. Every backend's ``plan`` takes its order
-    through this (``kernels.Backend``): a bare tensor is no order (zeros would run block 0 everywhere and leave the
-    other rows unwritten); ``RowOrder.from_perm`` checks a permutation and wraps it."""
+    """``order`` for a launch over ``heads`` x ``q_blocks`` query blocks: None (the original order), a ``RowOrder``
+    over exactly those (H, MB), or its permutation tensor, checked to be one (``RowOrder.from_perm``: zeros would
+    run block 0 in every slot and leave the other rows unwritten, an index out of range would fail in the kernel);
+    anything else is a ValueError naming it. Every backend's ``plan`` takes its order through this
+    (``kernels.Backend``)."""
     if order is None:
         return None
+    if isinstance(order, torch.Tensor):  # a permutation handed in as it is: how it was planned is not known
+        order = RowOrder.from_perm(order, wave_size=1, stages="spatial", reorderer="given")
     if not isinstance(order, RowOrder):
-        raise ValueError(f"order must be a reorder.RowOrder or None, got {type(order).__name__} "
-                         "(RowOrder.from_perm(perm, wave_size, stages) checks and wraps a permutation)")
+        raise ValueError(f"order must be a reorder.RowOrder, its permutation tensor or None, got "
+                         f"{type(order).__name__}")
     if tuple(order.perm.shape[-2:]) != (heads, q_blocks) or order.inverse.shape != order.perm.shape:
         raise ValueError(f"order covers (H, MB) = {tuple(order.perm.shape[-2:])}; the launch has (H, MB) = "
                          f"{(heads, q_blocks)}")
