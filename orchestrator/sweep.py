@@ -98,8 +98,8 @@ def _run(cfg: DictConfig, console: Console | None,
             _run_cells(cfg, plan, recorder, outcome, workers, console, on_workers)
     except KeyboardInterrupt:  # a stop request, in any phase before the end (``stop``)
         outcome.interrupted = True
-    except files.StorageError:
-        pass  # the recorder keeps it; the sweep ends as any other
+    except files.StorageError as exc:  # the sweep ends as any other, and says why
+        recorder.storage_error = recorder.storage_error or exc
     except BaseException:  # a bug: what finished is still written, and the parent run is FAILED
         with stop.deferred():
             recorder.close()

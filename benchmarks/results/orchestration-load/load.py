@@ -81,19 +81,21 @@ def _driver_sample(pid: int) -> tuple[float, float]:
 
 
 class RowCounter:
-    """Rows recorded so far: each results file's row count, from its footer, read once."""
+    """Rows in the results files there now: each file's row count, from its footer, read once (the merge at the end
+    of the sweep replaces many files by one: the count follows it)."""
 
     def __init__(self, results: Path) -> None:
-        self.results, self.seen, self.rows = results, set(), 0
+        self.results, self.rows_by_file = results, {}
 
     def count(self) -> int:
         import pyarrow.parquet as pq
 
-        for path in self.results.rglob("part-*.parquet") if self.results.is_dir() else []:
-            if path not in self.seen:
-                self.seen.add(path)
-                self.rows += pq.read_metadata(path).num_rows
-        return self.rows
+        present = set(self.results.rglob("part-*.parquet")) if self.results.is_dir() else set()
+        for path in present - set(self.rows_by_file):
+            with contextlib.suppress(OSError):  # merged away meanwhile
+                self.rows_by_file[path] = pq.read_metadata(path).num_rows
+        self.rows_by_file = {p: n for p, n in self.rows_by_file.items() if p in present}
+        return sum(self.rows_by_file.values())
 
 
 def main(argv: list[str]) -> int:
@@ -171,9 +173,10 @@ def _check(run_root: Path, args: argparse.Namespace, returncode: int, cluster_up
     done = [r for r in rows if r["status"] == "done"]
     own_s = sum(r["cell_wall_s"] + r["mask_ms"] / 1e3 for r in done)
     workers = sum(record["workers"].values())
-    # the samples while cells were being recorded: from the first row to the last (the summary's reads come after)
-    final = max((s[3] for s in timeline), default=0)
-    dispatch = [s for s in timeline if s[3] > 0 and (s[3] < final or s is next(t for t in timeline if t[3] == final))]
+    # the samples while cells were being recorded: from the first row to the one where every cell was (the merge of
+    # the sweep's files and the summary's reads come after)
+    whole = next((i for i, s in enumerate(timeline) if s[3] >= args.cells), len(timeline) - 1)
+    dispatch = [s for s in timeline[:whole + 1] if s[3] > 0]
     first, last = (dispatch[0], dispatch[-1]) if len(dispatch) > 1 else (None, None)
     return {
         "cells": args.cells, "nodes": args.nodes, "killed_nodes": args.kill, "killed_after_rows": killed_at,
