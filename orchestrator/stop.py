@@ -13,6 +13,7 @@ run), a signal is only noted: the ending runs whole, and a signal during the MLf
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,9 +64,19 @@ def handling() -> Iterator[None]:
     if any(handler is not _handle for handler in previous):
         reset()
     install()
+    hook = sys.unraisablehook
+
+    def unraisable(event: Any) -> None:
+        # our KeyboardInterrupt, lost in a callback that swallows exceptions (logging's fork hooks, a __del__): it is
+        # noted already, and Python would print it as a traceback ("Exception ignored in ...")
+        if not (isinstance(event.exc_value, KeyboardInterrupt) and requested):
+            hook(event)
+
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for signum, handler in zip(SIGNALS, previous, strict=True):
             signal.signal(signum, handler)
 

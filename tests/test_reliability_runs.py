@@ -245,3 +245,17 @@ def test_a_driver_killed_outright_takes_its_embedded_ray_and_workers_with_it(tmp
     while (alive := [pid for pid, started in noted.items() if watchdog._processes().get(pid, (0, -1))[1] == started]):
         assert time.monotonic() < deadline, f"still running: {alive}"
         time.sleep(0.5)
+
+
+def test_a_stop_request_lost_in_a_callback_that_swallows_exceptions_prints_no_traceback(capsys):
+    from wavealign.orchestrator import stop
+
+    class SwallowsOnCollection:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)  # the handler raises here; Python ignores what __del__ raises
+            time.sleep(0.2)
+
+    with stop.handling():
+        SwallowsOnCollection()  # collected at once: its __del__ runs and loses the KeyboardInterrupt
+        assert stop.requested == "SIGINT"
+    assert "Traceback" not in capsys.readouterr().err
