@@ -1,4 +1,5 @@
 # The two set-up commands: `make run` and `make test`. Each creates .venv if missing and installs into it.
+# Then `make report` (the figures and one HTML page of the runs) and `make ui` (the MLflow UI on them).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -7,8 +8,9 @@ STAMP  := $(VENV)/.installed
 # a bare `torch` requirement would otherwise pull a multi-GB CUDA build.
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH_CPU ?= torch==2.13.0
+RUN_ROOT ?= wavealign-runs
 
-.PHONY: run test lint clean
+.PHONY: run report ui test lint clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +24,13 @@ endif
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/wavealign sweep
+	$(VENV)/bin/wavealign sweep run_root=$(RUN_ROOT)
+
+report: $(STAMP)
+	$(VENV)/bin/wavealign report --run-root $(RUN_ROOT)
+
+ui: $(STAMP)
+	$(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(abspath $(RUN_ROOT))/mlflow.db
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -157,15 +157,13 @@ def roofline(frame: pd.DataFrame) -> Figure:
                 label=f"roof: {hw.peak_bf16_flops / 1e12:.0f} TFLOP/s, {hw.hbm_bytes_per_s / 1e12:.2f} TB/s")
         for i, method in enumerate(methods):
             for sim, pts in part[part["method"] == method].groupby("_sim"):
-                reordered = pts["stages"] != "none" if "stages" in pts else pd.Series(False, index=pts.index)
-                for flag, marker in ((False, "o"), (True, "s")):
-                    sel = pts[reordered == flag]
-                    if sel.empty:
-                        continue
-                    ax.scatter(sel["_intensity"], sel["_tflops"], marker=marker, s=28,
+                order = (pts.assign(_label=_variant_labels(pts))["_label"] if "variant" in pts
+                         else pd.Series("original", index=pts.index))
+                for name in _ordered_labels(pts.assign(_label=order)) if "variant" in pts else ["original"]:
+                    sel = pts[order == name]
+                    ax.scatter(sel["_intensity"], sel["_tflops"], marker=_variant_marker(name), s=30,
                                facecolors="none" if sim else COLORS[i % len(COLORS)],
-                               edgecolors=COLORS[i % len(COLORS)],
-                               label=label(f"{method} {'reordered' if flag else 'original'}", bool(sim)))
+                               edgecolors=COLORS[i % len(COLORS)], label=label(f"{method} {name}", bool(sim)))
                 if sim:
                     badge_simulated(ax)
         _log_scale(ax, "x")
@@ -176,6 +174,16 @@ def roofline(frame: pd.DataFrame) -> Figure:
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+# one marker per launch order, the same in every panel: the variants in their fixed order, then any other label
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def _variant_marker(name: str) -> str:
+    variant = name.split("[")[0].split(" ")[0]
+    index = _VARIANT_ORDER.get(variant, len(_VARIANT_ORDER) + sum(map(ord, name)) % 3)
+    return _MARKERS[index % len(_MARKERS)]
 
 
 def _params(text: object) -> dict:
@@ -268,8 +276,9 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
 
 
 def reorderer_comparison(frame: pd.DataFrame) -> Figure:
-    """Table II as bars: per hardware, backend and head count (rows) and method (columns), each launch order's
-    speedup over the original with the reorder counted (bar) and of the kernel alone (tick)."""
+    """Table II as bars: one panel per hardware, backend, method, head count and length that has cells (none drawn
+    empty), each launch order's speedup over the original with the reorder counted (bar) and of the kernel alone
+    (tick)."""
     from wavealign.analysis.tables import table2
 
     title = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
@@ -279,29 +288,30 @@ def reorderer_comparison(frame: pd.DataFrame) -> Figure:
     table = table[table["order"] != "Original"]
     if table.empty or table["order"].nunique() < 2:
         return note_figure(title, "fewer than two reordered launch orders: nothing to compare")
-    rows = sorted(table.groupby(["hardware", "backend", "num_heads"]).groups)
-    methods = sorted(table["method"].unique())
+    keys = ["hardware", "backend", "method", "num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in table else [])]
+    panels = sorted(table.groupby(keys).groups)
     orders = list(dict.fromkeys(table["order"]))  # table2's order: baselines, then WaveAlign
-    fig, axes = panel_grid(len(rows), len(methods), width=4.2, height=0.35 * len(orders) + 1.2)
-    for (hw, backend, heads), axes_row in zip(rows, axes, strict=True):
-        for ax, method in zip(axes_row, methods, strict=True):
-            ax.set_title(f"{hw} / {backend} / {method}, {heads} heads", fontsize=9)
-            panel = table[(table["hardware"] == hw) & (table["backend"] == backend) & (table["num_heads"] == heads)
-                          & (table["method"] == method)].set_index("order")
-            if panel.empty:
-                note(ax, "no cells")
-                continue
-            ys = range(len(orders))
-            net = [panel["speedup_with_overhead"].get(o, math.nan) for o in orders]
-            kernel = [panel["speedup"].get(o, math.nan) for o in orders]
-            ax.barh(ys, net, color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2")
-                                            else 0.45) for o in orders])
-            ax.plot(kernel, ys, "k|", markersize=10)
-            ax.axvline(1.0, color="0.4", linewidth=0.8)
-            ax.set_yticks(list(ys))
-            ax.set_yticklabels(orders, fontsize=7)
-            ax.invert_yaxis()
-            ax.set_xlabel("x original", fontsize=8)
+    cols = min(4, len(panels))
+    fig, axes = panel_grid(-(-len(panels) // cols), cols, width=4.2, height=0.35 * len(orders) + 1.2)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, panels, strict=False):
+        hw, backend, method, heads, *tokens = key
+        ax.set_title(f"{hw} / {backend} / {method}, {heads} heads" + (f", {tokens[0]:,} tokens" if tokens else ""),
+                     fontsize=9)
+        panel = table[(table[keys] == pd.Series(key, index=keys)).all(axis=1)].set_index("order")
+        mine = [o for o in orders if o in panel.index]  # the launch orders this panel has cells of
+        ys = range(len(mine))
+        net = [panel["speedup_with_overhead"].get(o, math.nan) for o in mine]
+        kernel = [panel["speedup"].get(o, math.nan) for o in mine]
+        ax.barh(ys, net, color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2")
+                                        else 0.45) for o in mine])
+        ax.plot(kernel, ys, "k|", markersize=10)
+        ax.axvline(1.0, color="0.4", linewidth=0.8)
+        ax.set_yticks(list(ys))
+        ax.set_yticklabels(mine, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("x original", fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -441,7 +451,8 @@ def ablation(frame: pd.DataFrame) -> Figure:
 
 def adaptive_skip(frame: pd.DataFrame) -> Figure:
     """Fig. 13: end-to-end latency (reorder + kernel) relative to the original order, with and without the
-    adaptive skip, against sequence length and density; a red x marks where the policy skipped."""
+    adaptive skip, against sequence length and density; a red x marks where the policy skipped. Each panel names the
+    skip profile that decided (a ``cpu`` cell's is its ``cpu_profile`` GPU's), and every point is inside its axes."""
     title = "Adaptive skip: latency with and without the skip (Fig. 13)"
     need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
             "total_ms")
@@ -462,7 +473,10 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
         hw_adaptive = adaptive[adaptive["hardware"] == hw]
         for ax, (x, xlabel) in zip(axes_row, (("seq_k", "sequence length (K tokens)"), ("density", "density")),
                                    strict=True):
-            ax.set_title(f"{hw}: against {xlabel.split(' (')[0]}", fontsize=9)
+            decided = sorted({str(p) for p in pd.concat([hw_always, hw_adaptive]).get(
+                "profile_hardware", pd.Series(dtype=object)).dropna()})
+            profile = f" (skip profile: {', '.join(decided)})" if decided else ""
+            ax.set_title(f"{hw}{profile}: against {xlabel.split(' (')[0]}", fontsize=9)
             for sim, part in hw_always.groupby("_sim"):
                 ax.scatter(part[x], part["_rel"], marker="o", facecolors="none" if sim else "tab:blue",
                            edgecolors="tab:blue", s=22, label=label("no skip (always reorder)", bool(sim)))
@@ -481,6 +495,7 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
                 badge_simulated(ax)
             ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="-", label="original (never reorder)")
             _log_scale(ax, "y")
+            ax.margins(x=0.08, y=0.15)  # no marker cut by the frame
             ax.set_xlabel(xlabel)
             ax.set_ylabel("latency ÷ original kernel")
             ax.legend(fontsize=7)

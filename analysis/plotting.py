@@ -60,13 +60,24 @@ def note(ax: Axes, text: str) -> None:
     ax.set_yticks([])
 
 
+NO_DATA_LABEL = "no data: "  # a note figure's label, then its note: the report leaves such a figure out
+
+
 def note_figure(title: str, text: str) -> Figure:
-    """A one-panel figure holding only a note (the whole figure lacks data)."""
+    """A one-panel figure holding only a note (the whole figure lacks data); labelled ``NO_DATA_LABEL`` + the note,
+    so that the report leaves it out and says why once, instead of showing an empty panel."""
     fig, ax = plt.subplots(figsize=(7, 3))
     ax.set_title(title)
     note(ax, text)
     fig.tight_layout()
+    fig.set_label(NO_DATA_LABEL + text)
     return fig
+
+
+def left_out_because(fig: Figure) -> str | None:
+    """Why a figure holds no data (its note), or None when it shows some."""
+    text = fig.get_label()
+    return text.removeprefix(NO_DATA_LABEL) if text.startswith(NO_DATA_LABEL) else None
 
 
 def missing_note(columns: list[str]) -> str:

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from wavealign.analysis.figures import FIGURES
+from wavealign.analysis.plotting import left_out_because
 from wavealign.analysis.tables import TABLE_TITLES, TABLES
 
 FIGURE_DPI = 110
@@ -31,19 +32,23 @@ class ReportFiles:
         return [self.html, *self.figures.values(), *self.tables.values()]
 
 
-def write_figures(frame: pd.DataFrame, out_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
-    """Each of ``FIGURES`` as ``<out_dir>/<name>.png``; returns the paths and each figure's title."""
+def write_figures(frame: pd.DataFrame, out_dir: Path) -> tuple[dict[str, Path], dict[str, str], dict[str, str]]:
+    """Each of ``FIGURES`` that has data as ``<out_dir>/<name>.png``; returns the paths, each figure's title, and
+    each figure left out for want of data with the reason (``plotting.left_out_because``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written, titles = {}, {}
+    written, titles, left_out = {}, {}, {}
     for name, draw in FIGURES.items():
         fig = draw(frame)
-        path = out_dir / f"{name}.png"
-        fig.savefig(path, dpi=FIGURE_DPI)
         suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
         titles[name] = suptitle or (fig.axes[0].get_title() if fig.axes else name)
+        if (reason := left_out_because(fig)) is not None:
+            left_out[name] = reason
+            (out_dir / f"{name}.png").unlink(missing_ok=True)  # an earlier report's, of other results
+        else:
+            written[name] = out_dir / f"{name}.png"
+            fig.savefig(written[name], dpi=FIGURE_DPI)
         plt.close(fig)
-        written[name] = path
-    return written, titles
+    return written, titles, left_out
 
 
 # how the report spells a column name's words, and the units its suffix carries
@@ -81,7 +86,8 @@ def readable(value: object) -> str:
 
 def _table_html(table: pd.DataFrame) -> str:
     shown = table.rename(columns=column_label)
-    return shown.to_html(index=False, escape=True, formatters={c: readable for c in shown.columns})
+    return shown.to_html(index=False, escape=True, na_rep=readable(float("nan")),
+                         formatters={c: readable for c in shown.columns})
 
 
 def _summary(frame: pd.DataFrame) -> str:
@@ -107,8 +113,9 @@ def _failures(frame: pd.DataFrame) -> str:
 
 
 def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str, pd.DataFrame],
-                title: str, figure_titles: dict[str, str] | None = None) -> str:
-    """The report page: sources, cell counts, tables, then the figures embedded as base64 PNGs."""
+                title: str, figure_titles: dict[str, str] | None = None, left_out: dict[str, str] | None = None) -> str:
+    """The report page: sources, cell counts, tables, then the figures embedded as base64 PNGs, and once, the figures
+    left out for want of data with why."""
     sources = ", ".join(html.escape(str(r)) for r in frame.attrs.get("run_roots", [])) or "a results frame"
     sweeps = sorted(frame["sweep_id"].dropna().unique()) if "sweep_id" in frame else []
     body = [f"<h1>{html.escape(title)}</h1>",
@@ -124,6 +131,10 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
         heading = html.escape((figure_titles or {}).get(name, name))
         body.append(f'<h2 id="{html.escape(name)}">{heading}</h2><img alt="{heading}" src="data:image/png;base64,'
                     f'{encoded}" style="max-width:100%">')
+    if left_out:
+        items = "".join(f"<li>{html.escape((figure_titles or {}).get(n, n))}: {html.escape(why)}</li>"
+                        for n, why in left_out.items())
+        body.append(f'<h2 id="left-out">Figures left out: these results lack their data</h2><ul>{items}</ul>')
     body.append(_failures(frame))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
              "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}")
@@ -134,14 +145,14 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
 def write_report(frame: pd.DataFrame, out_dir: str | Path, title: str = "WaveAlign sweep report") -> ReportFiles:
     """Write the figures (PNG), the tables (CSV) and ``report.html`` into ``out_dir``."""
     out_dir = Path(out_dir)
-    figures, figure_titles = write_figures(frame, out_dir)
+    figures, figure_titles, left_out = write_figures(frame, out_dir)
     tables = {name: make(frame) for name, make in TABLES.items()}
     table_paths = {}
     for name, table in tables.items():
         table_paths[name] = out_dir / f"{name}.csv"
         table.to_csv(table_paths[name], index=False)
     page = out_dir / "report.html"
-    page.write_text(render_html(frame, figures, tables, title, figure_titles))
+    page.write_text(render_html(frame, figures, tables, title, figure_titles, left_out))
     return ReportFiles(html=page, figures=figures, tables=table_paths)
 
 

@@ -74,9 +74,10 @@ def order_label(stages: str, reorderer: str | None) -> str:
 
 
 def table2(frame: pd.DataFrame) -> pd.DataFrame:
-    """Table II: per hardware, backend, method, head count and launch order (original, WaveAlign, each baseline with
-    and without Stage 2): kernel and reorder time, the speedup over the group's original order without and with the
-    reorder overhead (geomean over cells), HBM SOL % and L2 hit % (Nsight Compute where profiled, else simulated)."""
+    """Table II: per hardware, backend, method, head count, sequence length and launch order (original, WaveAlign,
+    each baseline with and without Stage 2): kernel and reorder time, the speedup over the group's original order
+    without and with the reorder overhead (geomean over cells), HBM SOL % and L2 hit % (Nsight Compute where
+    profiled, else simulated). Lengths are kept apart: a 2K and a 4K cell are not one mean."""
     need = (*GROUP_KEYS, "num_heads", "stages", "group_id", "kernel_ms_median", "reorder_ms")
     if missing := missing_columns(frame, need):
         return _note_table(missing_note(missing))
@@ -94,7 +95,8 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     cells = cells[cells["speedup"].notna()]
     if cells.empty:
         return _note_table("no cell with an original-order cell in its group")
-    table = cells.groupby([*GROUP_KEYS, "num_heads", "order", "simulated"]).agg(
+    shape = ["num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in cells else [])]
+    table = cells.groupby([*GROUP_KEYS, *shape, "order", "simulated"]).agg(
         cells=("kernel_ms_median", "size"), kernel_ms=("kernel_ms_median", "mean"),
         reorder_ms=("reorder_ms", "mean"), speedup=("speedup", geomean),
         speedup_with_overhead=("speedup_with_overhead", geomean),
@@ -102,7 +104,7 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     rank = {label: i for i, label in enumerate(
         ["Original", "O+S2", *[f"{REORDERER_LABELS[r]}{s}" for r in ("hypergraph", "minhash", "lsh", "clustering")
                                for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
-    table = table.sort_values([*GROUP_KEYS, "num_heads", "order"],
+    table = table.sort_values([*GROUP_KEYS, *shape, "order"],
                               key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order" else c)
     return table.reset_index(drop=True)
 

@@ -1,11 +1,82 @@
-"""Argument checks the benchmark commands share, run before any work: a bad value stops with argparse's usage error
-naming the flag, the value and what was expected."""
+"""The command line's one convention for mistakes: a bad argument is a ``UsageError`` (or another ``ValueError``)
+whose message names the argument, the value and what was expected; ``wavealign.jobs.cli`` prints it as one line on
+stderr and exits 2, before any work.
+
+Two spellings of arguments exist, and each kind of command keeps one: the commands that compose a sweep config
+(``sweep``, ``sync-mlflow``, ``refresh-profiles``, ``bench-kernels``) take ``key=value``; the others take flags
+(``--run-root DIR``). Given the other kind's spelling, a command answers with its own (``respell_flags``,
+``Parser``), never a parser's error about the characters.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import shlex
+from collections.abc import Callable, Sequence
 
 import torch
+
+
+class UsageError(ValueError):
+    """A command line a command cannot run; the message names the argument, the value and what was expected."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse for the flag commands, whose errors are ``UsageError`` (one line, exit 2 from ``cli``) instead of
+    argparse's usage block, and which hands a ``key=value`` argument back as the flag it meant
+    (``run_root=DIR`` -> ``--run-root DIR``) and a mistyped flag as the nearest one. ``--help`` keeps the docstring's
+    own line breaks."""
+
+    def __init__(self, command: str, doc: str | None, **kwargs) -> None:
+        super().__init__(prog=f"wavealign {command}", description=doc,
+                         formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+        self._argv: list[str] = []
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace=None):  # type: ignore[override]
+        self._argv = list(args or [])
+        return super().parse_args(self._argv, namespace)
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(message + self._respelling())
+
+    def _respelling(self) -> str:
+        flags = [s for s in self._option_string_actions if s.startswith("--")]
+        for item in self._argv:
+            key, sep, value = item.partition("=")
+            if sep and not item.startswith("-"):
+                flag = "--" + key.replace("_", "-").replace(".", "-")
+                if flag in flags:
+                    return f"; this command takes flags: {flag} {shlex.quote(value)}"
+            elif item.startswith("--") and key not in flags:
+                close = difflib.get_close_matches(key, flags, n=1, cutoff=0.75)
+                if close:
+                    return f"; did you mean {close[0]}?"
+        return ""
+
+
+def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
+                  own_flags: Sequence[str] = ("-h", "--help")) -> None:
+    """For a ``key=value`` command: a ``UsageError`` for the first flag-like item that is not one of its
+    ``own_flags``, with the ``key=value`` it most likely meant (``--run-root x`` -> ``run_root=x``;
+    ``--tracking-uri x`` -> ``mlflow.tracking_uri=x``, the nearest of the ``known()`` key paths)."""
+    from wavealign.orchestrator.config import nearest_key
+
+    for index, item in enumerate(argv):
+        if not item.startswith("-") or item.split("=")[0] in own_flags:
+            continue
+        flag, sep, value = item.partition("=")
+        close = difflib.get_close_matches(flag, [f for f in own_flags if f.startswith("--")], n=1, cutoff=0.75)
+        if close:
+            raise UsageError(f"{item}: not a flag of this command; did you mean {close[0]}?")
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if not sep and following is not None and not following.startswith("-") and "=" not in following:
+            value, item = following, f"{item} {following}"
+        key = flag.lstrip("-").replace("-", "_")
+        keys = known()
+        path = key if key in keys else nearest_key(key, keys) or key
+        spelled = f"{path}={value}" if value else f"{path}=VALUE"
+        raise UsageError(f"{item}: this command takes key=value arguments, not flags; expected {spelled}")
 
 
 def check_device(parser: argparse.ArgumentParser, flag: str, value: str) -> torch.device:

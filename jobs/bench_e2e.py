@@ -1,6 +1,6 @@
-"""Time a diffusers Wan transformer's denoising forward, dense against WaveAlign's block-sparse attention in the
-original order, reordered and adaptive, with a workload's calibrated method mask replayed in every layer and the
-method itself run on every layer's live Q/K.
+"""Time a diffusers Wan transformer's forward: dense, and block-sparse in the original order, reordered and adaptive.
+
+A workload's calibrated method mask is replayed in every layer, and the method itself runs on every layer's live Q/K.
 
 Random weights give near-uniform attention, so masks built from the live Q/K would be near-dense; the kernel runs
 instead the mask the calibrated synthetic workload gives (``method=file``), the same in every self-attention layer.
@@ -17,7 +17,6 @@ is what the reordered forward could reach if nothing around the kernel cost anyt
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
@@ -33,11 +32,13 @@ import torch
 
 from wavealign import hardware, inputs, kernels, mask_file, masks, reorder, workloads
 from wavealign.integrations import diffusers as wa
-from wavealign.jobs._args import check_at_least, check_device, choices_list
+from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
 from wavealign.kernels import LaunchShape
 from wavealign.measure import timing
 from wavealign.measure.timing import synced_clock
 from wavealign.records import Cell
+
+EXTRAS = ("diffusers",)
 
 VARIANTS = ("dense", "never", "always", "adaptive")
 ESTIMATORS = ("live", "none")
@@ -235,7 +236,7 @@ def _dense_backend(cuda: bool, variant: str):
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign bench-e2e", description=__doc__.split("\n\n")[0])
+    parser = Parser("bench-e2e", __doc__)
     parser.add_argument("--config", default="14b", choices=sorted(CONFIGS))
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")

@@ -2,12 +2,12 @@
 then its kernel table.
 
     wavealign bench-kernels [KEY=VALUE ...]     # Hydra overrides of the sweep, as `wavealign sweep` takes them
-    wavealign bench-kernels grid.backend=[flex,triton,fa4] grid.ncu=true run_root=DIR
+    wavealign bench-kernels grid.backend=[flex,triton,fa4] grid.measure=[ncu] run_root=DIR
 
 Every cell runs through the sweep's own path (``wavealign.pipeline.run_group`` on a Ray worker of the GPU type),
 so a figure here and the same cell in any sweep are one measurement. The table (kernel and reorder ms, net
 speedup over the same backend's original order and over flex's, effective TFLOP/s, the gap to the 1/rho bound
-against the backend's dense cell, and with ``grid.ncu=true`` L2 hit % and DRAM GB) is
+against the backend's dense cell, and with ``grid.measure=[ncu]`` L2 hit % and DRAM GB) is
 ``wavealign.analysis.tables.kernel_benchmark`` of the sweep's rows, written beside them as ``kernels.md`` /
 ``kernels.csv``.
 """
@@ -19,6 +19,12 @@ import sys
 
 from rich.console import Console
 
+from wavealign.jobs._args import respell_flags
+from wavealign.jobs.sweep import refusals
+
+EXTRAS = ("sweep",)
+__all__ = ["main", "refusals"]
+
 
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
@@ -26,16 +32,13 @@ def main(argv: list[str]) -> int:
         return 0
     from wavealign.analysis.load import load
     from wavealign.analysis.tables import kernel_benchmark, to_markdown
-    from wavealign.jobs.sweep import exit_code, refusals
+    from wavealign.jobs.sweep import exit_code
     from wavealign.orchestrator import config, sweep
 
+    respell_flags(argv, config.key_paths)
     console = Console(width=160)
-    try:
-        cfg = config.load(["sweep=kernels", *argv])
-        outcome = sweep.run(cfg, console)
-    except refusals() as exc:
-        print(f"wavealign bench-kernels: {exc}", file=sys.stderr)
-        return 2
+    cfg = config.load(["sweep=kernels", *argv])
+    outcome = sweep.run(cfg, console)
     frame = load(cfg.run_root)
     frame = frame[frame["sweep_id"] == outcome.sweep_id]
     if not (frame["status"] == "done").any():

@@ -12,7 +12,6 @@ mask for the same Q/K). Ratios within one run, on one GPU.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import platform
@@ -23,7 +22,7 @@ from pathlib import Path
 import torch
 
 from wavealign import kernels, masks, workloads
-from wavealign.jobs._args import check_at_least, check_device, choices_list
+from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
 from wavealign.kernels import LaunchShape
 from wavealign.measure import timing
 
@@ -112,7 +111,7 @@ def table(rows: list[MaskBuildTiming]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign bench-masks", description=__doc__.split("\n")[0])
+    parser = Parser("bench-masks", __doc__)
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {METHODS}")
     parser.add_argument("--frames", default=",".join(map(str, FRAMES)),
                         help="comma-separated Wan2.1-14B 720p video lengths in frames (81 = 75,600 tokens)")

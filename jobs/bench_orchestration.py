@@ -9,16 +9,19 @@ real sweep path (grid -> Ray CPU workers -> Parquet + MLflow sqlite) and reports
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import time
 
 from rich.console import Console
 
+from wavealign.jobs._args import Parser
+
+EXTRAS = ("sweep",)
+
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign bench-orchestration", description=__doc__.splitlines()[0])
+    parser = Parser("bench-orchestration", __doc__)
     parser.add_argument("--cells", type=int, default=500)
     parser.add_argument("--no-mlflow", action="store_true", help="record to Parquet only")
     parser.add_argument("--run-root", default=None, help="default: a fresh temporary folder")
@@ -36,6 +39,9 @@ def main(argv: list[str]) -> int:
     done = [r for r in outcome.rows if r["status"] == "done"]
     own_s = sum(r["cell_wall_s"] + r["mask_ms"] / 1e3 for r in done)
     overhead_ms = (outcome.dispatch_s * outcome.workers - own_s) / len(outcome.rows) * 1e3
+    print("| cells | done | workers | MLflow | start-up s | dispatch s | cell's own work ms | overhead ms / cell | "
+          "MLflow drain s | total s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {len(outcome.rows)} | {len(done)} | {outcome.workers} | {'no' if args.no_mlflow else 'sqlite'} | "
           f"{outcome.startup_s:.1f} | {outcome.dispatch_s:.1f} | {own_s / max(len(done), 1) * 1e3:.2f} | "
           f"{overhead_ms:.1f} | {outcome.mlflow_drain_s:.1f} | {total_s:.1f} |")

@@ -3,7 +3,6 @@ median. A reorderer that needs no warm-up (a compiled host library) is timed fro
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -13,7 +12,7 @@ import torch
 import yaml
 
 from wavealign import reorder, reorderers, synthetic
-from wavealign.jobs._args import check_at_least, check_device
+from wavealign.jobs._args import Parser, check_at_least, check_device
 from wavealign.measure.timing import synced_clock
 
 MASKS = {"random": synthetic.random_mask, "planted": synthetic.planted_mask}
@@ -45,7 +44,7 @@ def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reo
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign bench-reorder", description=__doc__)
+    parser = Parser("bench-reorder", __doc__)
     parser.add_argument("--heads", type=int, default=40)
     parser.add_argument("--blocks", type=int, default=2840, help="query = kv blocks per head (2840: 364K tokens)")
     parser.add_argument("--density", type=float, default=0.25)

@@ -26,7 +26,6 @@ CPU, a reduced run:
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import datetime
 import itertools
@@ -44,11 +43,14 @@ import torch
 import yaml
 
 from wavealign import kernels, sim, synthetic, workloads
+from wavealign.jobs._args import Parser
 from wavealign.jobs._head_masks import add_workload_arguments, device_for, head_masks
 from wavealign.jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._records import write_csv
 from wavealign.workloads.synthetic import CALIBRATED_PATH, HEAD_TYPES, GeneratorConfig, HeadProfile
+
+EXTRAS = ("sim",)
 
 DENSITY_TOLERANCE_PTS = 3.0
 L2_TOLERANCE_PTS = 5.0
@@ -293,8 +295,7 @@ def _markdown(residuals: dict[str, dict[str, float]], fitted: Fit, command: str)
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign calibrate-workload", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("calibrate-workload", __doc__)
     parser.add_argument("--out", default="wavealign-runs/calibration", help="output folder")
     add_workload_arguments(parser)
     parser.add_argument("--sharpness", default="0.5,0.7,1,1.4,2,2.8", help="candidate sharpness multipliers")

@@ -14,6 +14,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from wavealign.jobs._args import Parser
+
+EXTRAS = ("diffusers",)
+
 DTYPES = ("bfloat16", "float16", "float32")
 
 
@@ -30,7 +34,7 @@ def _indices(name: str):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="wavealign capture", description=__doc__.split("\n")[0])
+    p = Parser("capture", __doc__)
     p.add_argument("--pipeline", required=True, help="a diffusers Wan pipeline: a local folder or a hub id")
     p.add_argument("--out", type=Path, required=True, help="folder for the .safetensors files")
     p.add_argument("--layers", type=_indices("--layers"), required=True, help="transformer blocks, e.g. 0,20,39")

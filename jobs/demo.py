@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 from rich.console import Console
 from rich.table import Table
 
 from wavealign import kernels, reorder, synthetic
+from wavealign.jobs._args import Parser
+
+EXTRAS = ("sweep",)  # rich, for the table
 
 
 def wave_union_blocks(mask: torch.Tensor, order: reorder.RowOrder, wave_size: int) -> torch.Tensor:
@@ -21,7 +22,7 @@ def wave_union_blocks(mask: torch.Tensor, order: reorder.RowOrder, wave_size: in
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign demo", description=__doc__)
+    parser = Parser("demo", __doc__)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--q-blocks", type=int, default=512, help="query blocks (= kv blocks) per head")
     parser.add_argument("--density", type=float, default=0.25)

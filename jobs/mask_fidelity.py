@@ -8,7 +8,7 @@ Jaccard per (head, method), draws one head's mask per method (full and zoomed), 
 summary.json under --out and prints a markdown table. ``--set METHOD.KEY=VALUE`` overrides a method's param.
 
 GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 101 latent frames = 363600 tokens):
-    wavealign mask-fidelity --out docs/mask_fidelity --heads 8 --device cuda
+    wavealign mask-fidelity --out docs/mask_fidelity --heads 8          # on a GPU machine: masks built there
 CPU, a small smoke run:
     wavealign mask-fidelity --out /tmp/mf --model wan2.1-1.3b --frames 9 --resolution 480p --heads 2
 """
@@ -26,12 +26,15 @@ from typing import Any
 import yaml
 
 from wavealign import hardware, inputs, kernels, masks, pipeline, placement, workloads
+from wavealign.jobs._args import Parser
 from wavealign.jobs._head_masks import add_workload_arguments
 from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._records import write_csv
 from wavealign.masks._draw import save_mask_png
 from wavealign.records import Cell
+
+EXTRAS = ("sim", "analysis")
 
 
 @dataclass(frozen=True)
@@ -138,8 +141,7 @@ def _write_outputs(out: Path, rows: list[FidelityRow], command: str, seq_len: in
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign mask-fidelity", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("mask-fidelity", __doc__)
     parser.add_argument("--out", default="wavealign-runs/mask-fidelity", help="output folder")
     add_workload_arguments(parser, device=False)
     parser.add_argument("--heads", default="8", help="a count (spread evenly) or a comma list of heads")

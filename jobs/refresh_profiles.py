@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+EXTRAS = ("sweep",)
 DEFAULTS: dict[str, Any] = {
     "hardware": None,  # one id or [id, ...]; default: every hardware with paired cells in the results
     "run_root": "wavealign-runs",  # the sweep's run root (or an MLflow experiment name, see wavealign.analysis.load)
@@ -54,11 +55,17 @@ class FitOutcome:
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
     """``key=value`` arguments over ``DEFAULTS``; lists as ``[a,b]`` or ``a,b``; booleans true/false."""
+    from wavealign.jobs._args import UsageError, respell_flags
+    from wavealign.orchestrator.config import nearest_key
+
+    respell_flags(argv, lambda: list(DEFAULTS))
     args = dict(DEFAULTS)
     for item in argv:
         key, sep, value = item.partition("=")
         if not sep or key not in DEFAULTS:
-            raise ValueError(f"argument {item!r}: expected key=value with key one of {sorted(DEFAULTS)}")
+            near = nearest_key(key, list(DEFAULTS)) if sep else None
+            expected = f"did you mean {near}={value}?" if near else f"expected key=value, key one of {sorted(DEFAULTS)}"
+            raise UsageError(f"{item}: not an argument of refresh-profiles; {expected}")
         if key in BOOLEAN_KEYS:
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"{key}={value!r}: expected true or false")
@@ -214,11 +221,7 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    try:
-        args = parse_args(argv)
-    except ValueError as exc:
-        print(f"wavealign refresh-profiles: {exc}", file=sys.stderr)
-        return 2
+    args = parse_args(argv)
     if args["fetch"]:
         return _fetch(args)
     from wavealign import analysis
@@ -230,9 +233,8 @@ def main(argv: list[str]) -> int:
     hardware = args["hardware"] or sorted(h for h in frame["hardware"].dropna().unique() if h in known and len(
         skipfit.paired_cells(frame, h, args["include_simulated"], fit_backends(frame, h, args))) >= 2)
     if not hardware:
-        print(f"wavealign refresh-profiles: no hardware in {args['run_root']} has paired original/WaveAlign cells",
-              file=sys.stderr)
-        return 2
+        raise ValueError(f"run_root={args['run_root']}: no hardware there has paired original/WaveAlign cells; "
+                         "expected the run root of a sweep with both variants")
     from mlflow.tracking import MlflowClient
 
     uri = args["_tracking_uri"] = _tracking_uri(args)
@@ -243,7 +245,7 @@ def main(argv: list[str]) -> int:
         try:
             outcome = fit_one(frame, hw, args, client, experiment_id)
         except ValueError as exc:
-            print(f"wavealign refresh-profiles: {exc}", file=sys.stderr)
+            print(f"wavealign refresh-profiles: {hw}: {' '.join(str(exc).split())}", file=sys.stderr)
             failures += 1
             continue
         m = outcome.metrics

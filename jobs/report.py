@@ -13,12 +13,17 @@ MLflow parent run of every sweep it covers, in the tracking store next to the ru
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
+from wavealign.jobs._args import Parser, UsageError
+
+EXTRAS = ("analysis",)  # logging to MLflow too where it is installed ([sweep])
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wavealign report", description=(__doc__ or "").split("\n")[0])
+    parser = Parser("report", __doc__)
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--run-root", type=Path, help="the sweep run root holding results/ (default ./wavealign-runs)")
     source.add_argument("--experiment", help="MLflow experiment whose sweeps to report")
@@ -40,22 +45,17 @@ def main(argv: list[str]) -> int:
 
     runs = args.experiment or args.run_root or DEFAULT_RUN_ROOT
     if args.run_root is not None and not args.run_root.is_dir():
-        print(f"wavealign report: --run-root {args.run_root} is not a folder", file=sys.stderr)
-        return 2
-    try:
-        frame = analysis.load(runs, tracking_uri=args.tracking_uri)
-    except ValueError as exc:
-        print(f"wavealign report: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"--run-root {args.run_root} is not a folder; expected the run root of a sweep")
+    frame = analysis.load(runs, tracking_uri=args.tracking_uri)
+    unknown = sorted(set(args.mask_cell) - set(frame["cell_id"]))
+    if unknown:
+        raise UsageError(f"--mask-cell {unknown[0]} is not a cell of these results; expected a cell_id of {runs}")
     roots = frame.attrs.get("run_roots") or [str(DEFAULT_RUN_ROOT)]
     out = args.out or Path(roots[0]) / "report"
     files = analysis.write_report(frame, out)
     print(f"{len(frame)} cells -> {len(files.figures)} figures, {len(files.tables)} tables")
     for cell_id in args.mask_cell:
         chosen = frame[frame["cell_id"] == cell_id]
-        if chosen.empty:
-            print(f"wavealign report: --mask-cell {cell_id} is not a cell of these results", file=sys.stderr)
-            return 2
         path = out / f"fig14_{chosen.iloc[0]['method']}_{cell_id}.png"
         mask_pictures(frame, cell_id=cell_id).savefig(path, dpi=110)
         print(f"Fig. 14 of {cell_id}: {path}")
@@ -63,6 +63,9 @@ def main(argv: list[str]) -> int:
     uri = frame.attrs.get("tracking_uri")
     if args.no_mlflow or uri is None:
         print("not logged to MLflow" + ("" if args.no_mlflow else " (no tracking store found; --tracking-uri)"))
+        return 0
+    if importlib.util.find_spec("mlflow") is None:
+        print("not logged to MLflow: it is not installed (pip install 'wavealign[sweep]')")
         return 0
     from wavealign.orchestrator import sqlite_store
     from wavealign.orchestrator.redact import redact

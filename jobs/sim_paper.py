@@ -13,7 +13,6 @@ the paper's 46.5% (one number fitted, the others predicted). Writes results.csv,
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime
 import json
@@ -27,8 +26,11 @@ from pathlib import Path
 import torch
 
 from wavealign import reorder, sim, synthetic
+from wavealign.jobs._args import Parser
 from wavealign.jobs._paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
 from wavealign.jobs._records import write_csv
+
+EXTRAS = ("sim",)
 
 PAPER_REORDERED_L2_HIT_PCT = (79.0, 89.0)  # Fig. 11, O+S1+S2 across the four methods
 WAN14B_364K_BLOCKS = 2840  # 363,520 tokens / 128
@@ -130,8 +132,7 @@ def write(rows: list[SimPaperRow], extra: dict, out: Path, command: str) -> None
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign sim-paper", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("sim-paper", __doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--heads", type=int, default=WAN14B_HEADS)
     parser.add_argument("--blocks", type=int, default=WAN14B_364K_BLOCKS)

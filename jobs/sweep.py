@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from wavealign.jobs._args import UsageError, respell_flags
+
 if TYPE_CHECKING:
     from wavealign.orchestrator.record import SweepOutcome
 
 # the exit status of a sweep that ran (bad input, before anything runs: 2; Ctrl-C: 130; SIGTERM: 143)
+EXTRAS = ("sweep",)
 EXIT_CELLS_FAILED = 3  # one or more cells failed: their errors are in the summary and their rows
 EXIT_NOTHING_PLACED = 4  # every cell to run was unschedulable: no node has its GPU type (the summary says which)
 # the run root's storage refused a write (disk full, read-only, a file in a folder's place): one line names the path
@@ -36,9 +39,11 @@ Hydra overrides of conf/config.yaml, e.g.
 """
 
 
-def _options(argv: list[str]) -> tuple[list[str], bool, str | None]:
-    """(overrides, print the config?, why the command line is refused or None). Hydra's own flags: ``--cfg job``
+def _options(argv: list[str]) -> tuple[list[str], bool]:
+    """(overrides, print the config?); a ``UsageError`` for a flag it does not take. Hydra's own flags: ``--cfg job``
     is served here; ``-m``/``--multirun`` is refused, since a list override is already an axis of the grid."""
+    from wavealign.orchestrator import config
+
     overrides, show_cfg = [], False
     items = iter(argv)
     for item in items:
@@ -46,16 +51,16 @@ def _options(argv: list[str]) -> tuple[list[str], bool, str | None]:
             overrides.append("dry_run=true")
         elif item == "--cfg":
             show_cfg = True
-            if next(items, "job") != "job":
-                return [], False, "--cfg takes 'job' (the sweep's config); Hydra's 'hydra' and 'all' are not used here"
+            if (shown := next(items, "job")) != "job":
+                raise UsageError(f"--cfg {shown}: expected --cfg job (the sweep's config); Hydra's 'hydra' and 'all' "
+                                 "are not used here")
         elif item in ("-m", "--multirun"):
-            return [], False, (f"{item}: Hydra's multirun is not used; a list override is already an axis of one sweep "
-                               "(grid.seq_k=[148,364] grid.method=[xattention,minference])")
-        elif item.startswith("-"):
-            return [], False, f"unknown option {item!r}; expected --dry-run, --cfg job, --help or KEY=VALUE overrides"
+            raise UsageError(f"{item}: there is no multirun; a list is an axis of one sweep, so give the values in "
+                             "brackets: grid.seq_k=[148,364] grid.method=[xattention,minference]")
         else:
             overrides.append(item)
-    return overrides, show_cfg, None
+    respell_flags(overrides, config.key_paths, own_flags=("--dry-run", "--cfg", "-h", "--help"))
+    return overrides, show_cfg
 
 
 def main(argv: list[str]) -> int:
@@ -74,36 +79,28 @@ def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
-    overrides, show_cfg, refused = _options(argv)
-    if refused:
-        print(f"wavealign sweep: {refused}", file=sys.stderr)
-        return 2
+    overrides, show_cfg = _options(argv)
     from wavealign.orchestrator import config, files, netns, plan, sweep
-    from wavealign.orchestrator.redact import redact
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
         console = Console(width=200)
+    cfg = config.load(overrides)
+    if show_cfg:
+        print(config.to_yaml(cfg), end="")
+        return 0
+    if cfg.dry_run:
+        plan.dry_run(cfg, console)
+        return 0
+    plan.check_size(cfg)  # before the run root is locked or Ray started
+    if cfg.ray.private_network and not netns.inside():
+        reason = netns.unavailable(cfg.mlflow.tracking_uri if cfg.mlflow.enabled else None, cfg.ray.address)
+        if reason is not None:
+            raise config.ConfigError(f"ray.private_network=true, but {reason}")
+        sys.stdout.flush()
+        netns.enter(argv)  # this process is replaced by the same command inside the namespace
     try:
-        cfg = config.load(overrides)
-        if show_cfg:
-            print(config.to_yaml(cfg), end="")
-            return 0
-        if cfg.dry_run:
-            plan.dry_run(cfg, console)
-            return 0
-        plan.check_size(cfg)  # before the run root is locked or Ray started
-        if cfg.ray.private_network and not netns.inside():
-            reason = netns.unavailable(cfg.mlflow.tracking_uri if cfg.mlflow.enabled else None, cfg.ray.address)
-            if reason is not None:
-                print(f"wavealign sweep: ray.private_network=true, but {reason}", file=sys.stderr)
-                return 2
-            sys.stdout.flush()
-            netns.enter(argv)  # this process is replaced by the same command inside the namespace
         outcome = sweep.run(cfg, console)
-    except refusals() as exc:
-        print(f"wavealign sweep: {redact(str(exc))}", file=sys.stderr)
-        return 2
     except files.StorageError as exc:  # before any cell ran: the run root cannot be written
         print(f"wavealign sweep: {exc}", file=sys.stderr)
         return EXIT_STORAGE_REFUSED
@@ -114,11 +111,11 @@ def _main(argv: list[str]) -> int:
 
 
 def refusals() -> tuple[type[Exception], ...]:
-    """What stops a sweep before it runs anything (exit 2): a bad config, a run root another driver holds, a
-    cluster it cannot join."""
-    from wavealign.orchestrator import config, join, lock
+    """What stops a sweep before it runs anything (exit 2, through ``wavealign.jobs.cli``), besides a bad config or
+    argument (a ``ValueError``): a run root another driver holds, a cluster it cannot join."""
+    from wavealign.orchestrator import join, lock
 
-    return config.ConfigError, lock.RunRootBusy, join.CannotJoin
+    return lock.RunRootBusy, join.CannotJoin
 
 
 def exit_code(outcome: SweepOutcome) -> int:
@@ -127,7 +124,7 @@ def exit_code(outcome: SweepOutcome) -> int:
 
     if outcome.storage_error is not None:
         return EXIT_STORAGE_REFUSED
-    if outcome.interrupted:
+    if outcome.interrupted:  # 128 + the signal's number, as a shell reports a process that signal ended
         return stop.EXIT_CODES.get(outcome.terminated_by or "SIGINT", 130)
     if outcome.counts and set(outcome.counts) == {"unschedulable"}:
         return EXIT_NOTHING_PLACED

@@ -11,7 +11,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rich.console import Console
+from wavealign.jobs._args import UsageError, respell_flags
+
+EXTRAS = ("sweep",)
+
+
+def refusals() -> tuple[type[Exception], ...]:
+    """What stops it before it logs anything (exit 2), besides a bad argument: a run root another driver holds."""
+    from wavealign.orchestrator import lock
+
+    return (lock.RunRootBusy,)
 
 
 def main(argv: list[str]) -> int:
@@ -20,38 +29,29 @@ def main(argv: list[str]) -> int:
         return 0
     from wavealign.orchestrator import config, dataset, files, lock, record, sqlite_store, tracking
     from wavealign.orchestrator.redact import redact
+    from wavealign.orchestrator.summary import runnable
 
-    console = Console()
-    try:
-        cfg = config.load(argv)
-    except config.ConfigError as exc:
-        console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
-        return 2
+    respell_flags(argv, config.key_paths)
+    cfg = config.load(argv)
     if not dataset.results_dir(cfg.run_root).is_dir():  # a typo'd root would get an empty store and "0 logged"
-        console.print(f"[red]wavealign sync-mlflow: run_root={cfg.run_root!r} has no results/ folder; expected the "
-                      "run root of a sweep[/red]")
-        return 2
+        raise UsageError(f"run_root={cfg.run_root!r} has no results/ folder; expected the run root of a sweep")
     uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(cfg.run_root)
     store = sqlite_store.sqlite_path(uri)
     try:
         with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
             if store is not None and store.exists() and (reason := sqlite_store.problem(store)) is not None:
                 moved = sqlite_store.set_aside(store)  # kept, not deleted: its runs may hold more than Parquet
-                console.print(f"the store {store} {reason}; moved it to {moved} and rebuilding it from Parquet",
-                              soft_wrap=True)
+                print(f"the store {store} {reason}; moved it to {moved} and rebuilding it from Parquet")
             tracker = tracking.Tracker(uri, cfg.mlflow.experiment, run_root=Path(cfg.run_root))
             logged = record.sync(cfg.run_root, tracker)
-    except lock.RunRootBusy as exc:
-        console.print(f"[red]wavealign sync-mlflow: {exc}[/red]")
-        return 2
     except files.StorageError as exc:
         print(f"wavealign sync-mlflow: {exc}", file=sys.stderr)
         return 1
     if not tracker.available:
-        console.print(f"[red]MLflow at {redact(uri)} is unreachable: {tracker.down_reason}[/red]")
+        print(f"wavealign sync-mlflow: MLflow at {redact(uri)} is unreachable: {tracker.down_reason}", file=sys.stderr)
         return 1
-    console.print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {redact(uri)}")
-    console.print(f"MLflow UI: {tracking.ui_hint(uri, tracker.experiment_id)}", soft_wrap=True)
+    print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {redact(uri)}")
+    print(f"MLflow: {tracking.ui_hint(uri, tracker.experiment_id, runnable('mlflow'))}")
     return 0
 
 

@@ -18,7 +18,6 @@ group (a group is one mask and backend, its rows the stages).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import datetime
@@ -34,8 +33,11 @@ from pathlib import Path
 from typing import Any
 
 from wavealign import hardware, masks, pipeline, reorder, variants
+from wavealign.jobs._args import Parser
 from wavealign.jobs._records import write_csv
 from wavealign.records import Cell
+
+EXTRAS = ("sim", "analysis")
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
             "l2_hit_pct", "dram_read_bytes", "kernel_ms")
@@ -261,8 +263,7 @@ def write_report(rows: list[ValidationRow], summary: dict, out: Path, command: s
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="wavealign validate-sim", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser("validate-sim", __doc__)
     parser.add_argument("measurements", type=Path,
                         help="a sweep's run_root (Parquet with NCU counters), or an NCU table: .csv, .json or .jsonl")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.csv/.md")

@@ -1,6 +1,7 @@
 """Ray: see which GPU types the cluster has (``orchestrator.join`` connects to it), and keep
 one long-lived worker actor per GPU (holding it exclusively, so two cells never time on one GPU at once
-and compiled kernels stay warm) plus a pool of CPU actors for ``cpu`` and simulated cells.
+and compiled kernels stay warm), one CPU actor for the cells timed on a CPU, and a pool of CPU actors for simulated
+cells (``wavealign.placement.pool``).
 
 GPU types are matched by Ray's node label ``ray.io/accelerator-type``, which Ray sets from the device name
 (A40, H100, H200, ...), or, for a node Ray does not label, by ``accelerator-type`` set by hand with
@@ -18,7 +19,8 @@ from typing import Any
 import ray
 
 from wavealign import hardware as hardware_registry
-from wavealign.records import CPU, Cell
+from wavealign.placement import CPU_POOLS
+from wavealign.records import Cell
 
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
 USER_ACCELERATOR_LABEL = "accelerator-type"
@@ -103,11 +105,11 @@ CellWorker = ray.remote(CellRunner)
 
 def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory) -> list[Any]:
     """Up to ``count`` actors for ``hardware``: one whole GPU of that type each (never more than the
-    cluster has), or one CPU each for ``cpu``."""
+    cluster has), or one CPU each for the CPU pools (``cpu``, ``simulator``)."""
     # a dead worker is always restarted (max_restarts is a lifetime count: a long sweep would otherwise lose
     # the type's only worker after a few deaths); each group is retried at most max_retries times
     restart = {"max_restarts": -1, "max_task_retries": max_retries}
-    if hardware == CPU:
+    if hardware in CPU_POOLS:
         return [CellWorker.options(num_cpus=1, **restart).remote() for _ in range(count)]
     workers: list[Any] = []
     for selector, gpus in inv.selectors_for(hardware):

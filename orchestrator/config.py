@@ -187,9 +187,7 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
     try:
         cfg = _compose(conf_dir, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        message = _message(exc)
-        hint = _hint(message, conf_dir, overrides)
-        raise ConfigError(f"config: {message.rstrip('.') + hint if hint else message}") from None
+        raise ConfigError(_explain(_message(exc), conf_dir, overrides)) from None
     check_keys(cfg)  # first: a key deleted with ~ is missing for everything below
     cfg.overrides = [o for o in overrides if not o.startswith(("only_cells=", "force="))]
     _empty_maps(cfg, overrides)
@@ -269,29 +267,105 @@ def _compose(conf_dir: Path, overrides: list[str]) -> DictConfig:
         return compose(config_name="config", overrides=overrides)
 
 
-def _hint(message: str, conf_dir: Path, overrides: list[str]) -> str:
-    """What to type instead, for the two override mistakes Hydra's message leaves unexplained: a key the node
-    lacks (the close match among the node's keys, from the config composed without that override) and a scalar
-    given to a grid axis (a list)."""
+GRAMMAR_URL = "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"
+
+
+def _explain(message: str, conf_dir: Path, overrides: list[str]) -> str:
+    """Hydra's or OmegaConf's composition error in this project's words, naming the override and the spelling to
+    type instead: a list is an axis of one sweep (never ``--multirun``), a key is found by its full dotted path.
+    A message of another kind is passed on as ``config: <message>``."""
+    if (ambiguous := re.search(r"Ambiguous value for argument '([^=']+)=([^']*)'", message)) is not None:
+        key, value = ambiguous.groups()
+        return (f"{key}={value}: a list is written in brackets, {key}=[{value}] (each value is a cell of this one "
+                f"sweep; to give one text with commas, quote it: {key}='{value}')")
     if (scalar := re.search(r"is not a ListConfig.*Error merging override (\S+?)=(\S+)", message)) is not None:
-        return f"; a grid axis is a list: {scalar.group(1)}=[{scalar.group(2)}]"
+        key, value = scalar.groups()
+        return f"{key}={value}: a grid axis is a list; expected {key}=[{value}]"
+    if (typed := re.search(r"Value '([^']*)' of type '\w+' could not be converted to (\w+).*Error merging override "
+                           r"(\S+?)=", message)) is not None:
+        value, kind, key = typed.groups()
+        return f"{key}={value}: expected {'an' if kind[0] in 'AEIOU' else 'a'} {kind.lower()}"
+    if "override_grammar" in message or "LexerNoViableAltException" in message:
+        bad = next((o for o in overrides if not _parses(o)), None)
+        if bad is not None:
+            return (f"{bad!r} is not a KEY=VALUE override; expected e.g. grid.seq_k=[148,364] (lists in brackets, "
+                    f"maps in braces, text with spaces or commas quoted; {GRAMMAR_URL})")
     missing = re.search(r"Key '([^']+)' (?:not in|is not in).*Could not override '([^']+)'", message)
-    if missing is None:
-        return ""
-    key, path = missing.groups()
+    if missing is not None and (hint := _missing_key_hint(*missing.groups(), conf_dir, overrides)) is not None:
+        return hint
+    if (unknown := re.search(r"Could not find '(\w+)/([^']+)' Available options in '\w+': (.*?) Config search",
+                             message)) is not None:
+        group, name, options = unknown.groups()
+        return f"{group}={name} has no conf/{group}/{name}.yaml; expected one of {options.split()}"
+    return f"config: {message}"
+
+
+def _parses(override: str) -> bool:
+    """Whether Hydra's override grammar reads ``override``."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        OverridesParser.create().parse_overrides([override])
+    except HydraException:
+        return False
+    return True
+
+
+def _missing_key_hint(key: str, path: str, conf_dir: Path, overrides: list[str]) -> str | None:
+    """What to type instead of an override of a key the config lacks: the nearest key over the full dotted paths of
+    the config composed without that override (``seq_k`` -> ``grid.seq_k``), or ``+`` to give a method, backend,
+    measurer or reorderer parameters its sweep preset does not set."""
+    given = next((o for o in overrides if o.lstrip("+~").split("=")[0] == path), path)
+    value = given.partition("=")[2]
     segments = path.split(".")
     parent = ".".join(segments[:segments.index(key)]) if key in segments else path.rpartition(".")[0]
     if parent.endswith("_params"):  # a name the preset gives no parameters: a new entry of the map
-        return f"; to give {parent.rpartition('.')[2].removesuffix('_params')} {key!r} parameters, add them: +{path}"
+        return (f"{given}: {parent.rpartition('.')[2].removesuffix('_params')} {key!r} has no parameters set here; "
+                f"to give some, add them: +{given}")
     try:
-        node = OmegaConf.select(_compose(conf_dir, [o for o in overrides if not o.lstrip("+~").startswith(path)]),
-                                parent)
+        composed = _compose(conf_dir, [o for o in overrides if o is not given])
     except (HydraException, OmegaConfBaseException):
-        return ""
-    if not isinstance(node, DictConfig):
-        return ""
-    close = difflib.get_close_matches(key, [str(k) for k in node], n=1)
-    return f"; did you mean {parent}.{close[0]}?" if close else f"; {parent} has {sorted(str(k) for k in node)}"
+        return None
+    near = nearest_key(path, config_paths(composed))
+    expected = f"did you mean {near}={value}?" if near else "see wavealign sweep --cfg job for the keys"
+    return f"{given} is not a sweep config key; {expected}"
+
+
+def key_paths(conf_dir: Path = CONF_DIR) -> list[str]:
+    """The full dotted path of every key of the default sweep config (``conf/config.yaml`` composed as it is)."""
+    register_schema()
+    return config_paths(_compose(conf_dir, []))
+
+
+def config_paths(node: DictConfig, prefix: str = "") -> list[str]:
+    """Every key of a config by its full dotted path (``grid.seq_k``, ``ray.address``)."""
+    paths = []
+    for key in node:
+        path = f"{prefix}{key}"
+        paths.append(path)
+        child = node._get_node(key)  # the node itself: an interpolation is not resolved
+        if isinstance(child, DictConfig):
+            paths += config_paths(child, f"{path}.")
+    return paths
+
+
+def nearest_key(key: str, paths: Sequence[str]) -> str | None:
+    """The path among ``paths`` a mistyped ``key`` most likely meant: one ending in the same last segment
+    (``reps`` -> ``grid.reps``; the shortest, then the first in order), else the closest full path, else the path of the
+    closest last segment; None when nothing is close."""
+    ordered = sorted(set(paths) - {key}, key=lambda p: (p.count("."), p))
+    leaf = key.rpartition(".")[2]
+    same_leaf = [p for p in ordered if p.rpartition(".")[2] == leaf]
+    if same_leaf:
+        return same_leaf[0]
+    close = difflib.get_close_matches(key, ordered, n=1, cutoff=0.75)
+    if close:
+        return close[0]
+    by_leaf: dict[str, str] = {}
+    for path in ordered:
+        by_leaf.setdefault(path.rpartition(".")[2], path)
+    close = difflib.get_close_matches(leaf, list(by_leaf), n=1)
+    return by_leaf[close[0]] if close else None
 
 
 def _message(exc: BaseException) -> str:

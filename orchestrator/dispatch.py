@@ -24,8 +24,8 @@ from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import stop
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder
-from wavealign.placement import pool
-from wavealign.records import CPU, ORIGINAL_VARIANT, Cell
+from wavealign.placement import CPU_POOLS, POOL_WORKERS, WAITS_FOR, pool
+from wavealign.records import ORIGINAL_VARIANT, Cell
 
 
 def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[list[Cell]]], set[str]]:
@@ -68,21 +68,22 @@ def predicted_cost(group: list[Cell]) -> float:
 
 def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder: Recorder,
                 progress: SweepProgress, console: Console) -> dict[str, list[Any]]:
-    """One actor per GPU of each needed type (cells of absent types become unschedulable), then CPU actors
-    on the CPUs the GPU actors leave."""
+    """One actor per GPU of each needed type (cells of absent types become unschedulable), then the CPU pools' actors
+    on the CPUs the GPU actors leave: one for the cells timed on a CPU (``POOL_WORKERS``), so that no two time on one
+    machine at once; as many as the CPUs left allow for simulated cells."""
     from wavealign.orchestrator import cluster
 
     inv = cluster.inventory()
     deadline = time.monotonic() + cfg.ray.wait_timeout_s
-    missing = [hw for hw in queues if hw != CPU and inv.gpus_for(hw) == 0]
+    missing = [hw for hw in queues if hw not in CPU_POOLS and inv.gpus_for(hw) == 0]
     while missing and cfg.ray.wait_for_nodes and time.monotonic() < deadline:
         console.print(f"waiting for nodes with GPU types {missing} (ray.wait_for_nodes=true)")
         time.sleep(5.0)
         inv = cluster.inventory()
-        missing = [hw for hw in queues if hw != CPU and inv.gpus_for(hw) == 0]
+        missing = [hw for hw in queues if hw not in CPU_POOLS and inv.gpus_for(hw) == 0]
     workers: dict[str, list[Any]] = {}
     for hw in list(queues):
-        if hw == CPU:
+        if hw in CPU_POOLS:
             continue
         if hw in missing:
             reason = (f"no alive Ray node has a GPU labelled {' or '.join(cluster.LABEL_KEYS)}="
@@ -94,9 +95,10 @@ def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder:
                 progress.add(hw, unschedulable=len(recorder.recordable(group)))
             continue
         workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv)
-    if CPU in queues:
+    for key in (k for k in CPU_POOLS if k in queues):
         spare = inv.cpus - sum(len(ws) for ws in workers.values())
-        workers[CPU] = cluster.start_workers(CPU, max(1, min(spare, len(queues[CPU]))), cfg.ray.max_retries, inv)
+        count = max(1, min(spare, len(queues[key]), POOL_WORKERS.get(key, spare)))
+        workers[key] = cluster.start_workers(key, count, cfg.ray.max_retries, inv)
     return workers
 
 
@@ -163,7 +165,7 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
                 return True
             for key, queue in queues.items():
                 started = []
-                while idle[key]:
+                while idle[key] and not _waiting(key, queues, inflight):
                     index = next((i for i, a in enumerate(idle[key]) if id(a) in reserved), len(idle[key]) - 1)
                     actor = idle[key][index]
                     group = take(key, queue, id(actor), holds, reserved)
@@ -207,6 +209,13 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     except KeyboardInterrupt:
         return True
     return False
+
+
+def _waiting(key: str, queues: dict[str, deque[list[Cell]]], inflight: dict[Any, tuple[str, Any, list[Cell]]]) -> bool:
+    """Whether placement ``key`` holds its next group back: the pools it waits for (``placement.WAITS_FOR``: the cells
+    timed on a CPU wait for the simulator's) still have groups queued or running."""
+    running = {placement for placement, _, _ in inflight.values()}
+    return any(queues.get(other) or other in running for other in WAITS_FOR.get(key, ()))
 
 
 def take(key: str, queue: deque[list[Cell]], worker: int, holds: dict[int, str],

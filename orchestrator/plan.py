@@ -19,8 +19,8 @@ from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import dataset
 from wavealign.orchestrator.config import ConfigError
 from wavealign.orchestrator.grid import Grid, count_cells, expand, stable_hash
-from wavealign.placement import pool
-from wavealign.records import CPU, Cell
+from wavealign.placement import CPU_POOLS, pool
+from wavealign.records import Cell
 
 # keys that change what is measured; the rest (where, how, resume...) do not change a sweep's identity
 _IDENTITY_KEYS = ("name", "grid", "extra_grids", "variants")
@@ -157,7 +157,7 @@ def model_seconds(cell: Cell, density: float = 1.0) -> float | None:
     ``hbm_bytes_per_s``), run ``measurers.timed.calls`` times (the first call is the first warm-up), plus
     ``CELL_OVERHEAD_S``. None for CPU and simulated cells and backends without execution facts."""
     execution = kernels.get(cell.backend).execution
-    if pool(cell) == CPU or execution is None:
+    if pool(cell) in CPU_POOLS or execution is None:
         return None
     gpu = hardware.get(cell.hardware)
     n, d, h = cell.seq_len_tokens, cell.head_dim, cell.num_heads

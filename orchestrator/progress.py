@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from wavealign.measure.timing import Speedup
 from wavealign.records import ORIGINAL_VARIANT, order_name
 
 COUNTS = ("done", "running", "failed", "unschedulable")
@@ -69,6 +70,34 @@ def _fmt_ms(value: float) -> str:
     return f"{value:.{max(decimals, 0)}f}"
 
 
+def _iqr_pct(iqr_ms: float, median_ms: float) -> str:
+    """The interquartile range as a share of the median: the spread a time's repetitions had."""
+    return "-" if math.isnan(iqr_ms) or not median_ms > 0 else f"{100 * iqr_ms / median_ms:.1f}"
+
+
+def _speedup(original_ms: float, original_iqr_ms: float, kernel_ms: float, kernel_iqr_ms: float,
+             baseline: bool, timer: str | None) -> tuple[str, bool]:
+    """The speedup as printed, and whether it is marked not significant (its spread holds 1.0: ``Speedup``)."""
+    if not kernel_ms > 0 or math.isnan(original_ms):
+        return "-", False
+    if baseline:
+        return f"{original_ms / kernel_ms:.3f}", False
+    spread = Speedup.of(original_ms, _or_zero(original_iqr_ms), kernel_ms, _or_zero(kernel_iqr_ms), timer)
+    if spread.significant:
+        return f"{spread.ratio:.3f}", False
+    return f"{spread.ratio:.3f} n.s.", True
+
+
+def _or_zero(iqr_ms: float) -> float:
+    return 0.0 if iqr_ms is None or math.isnan(iqr_ms) else iqr_ms
+
+
+def verdicts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
+    """Per summary line (its key, as ``summary_table`` groups rows), the verdict on its speedup: ``significant``,
+    ``not significant`` or ``baseline`` (the original order; or no speedup to judge, ``-``)."""
+    return {key: line["verdict"] for key, line in _lines(rows).items()}
+
+
 def _original_ms(row: dict[str, Any]) -> float:
     """The kernel time of the original variant timed beside this cell (its group), which its speedup refers to."""
     kernel_ms, speedup = row.get("kernel_ms_median"), row.get("speedup_vs_original")
@@ -92,49 +121,81 @@ def _line_order(key: tuple) -> tuple:
             variant != ORIGINAL_VARIANT, variant)
 
 
+_COUNT_HEADERS = {"failed": "failed", "unschedulable": "unsched."}
+
+
+def _lines(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
+    """The summary's lines, in order: per (hardware, backend, measurer, method, workload, sequence length, launch
+    order), its rows and median figures, the original order's timed beside them (in their groups), and the verdict
+    on the speedup (``Speedup``: each time's spread is the median IQR of its cells)."""
+    grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    originals = {r["group_id"]: r for r in rows if r.get("variant") == ORIGINAL_VARIANT and r["status"] == "done"}
+    for row in rows:
+        order = order_name(row["variant"], row.get("reorderer"))
+        grouped[(row["hardware"], row["backend"], row.get("measure"), row["method"], row.get("workload"),
+                 row.get("seq_len_tokens"), order)].append(row)
+    lines = {}
+    for key in sorted(grouped, key=_line_order):
+        done = [r for r in grouped[key] if r["status"] == "done"]
+        line = {"rows": grouped[key], "done": done,
+                "kernel_ms": _median([r["kernel_ms_median"] for r in done]),
+                "kernel_iqr_ms": _median([r.get("kernel_ms_iqr") for r in done]),
+                "original_ms": _median([_original_ms(r) for r in done]),
+                "original_iqr_ms": _median([originals[r["group_id"]].get("kernel_ms_iqr") for r in done
+                                            if r.get("group_id") in originals])}
+        baseline = key[-1] == ORIGINAL_VARIANT
+        timers = {r.get("timer") for r in done}  # one per line: a line is one hardware, backend and measurer
+        line["speedup"], not_significant = _speedup(line["original_ms"], line["original_iqr_ms"], line["kernel_ms"],
+                                                    line["kernel_iqr_ms"], baseline, next(iter(timers), None))
+        line["verdict"] = ("baseline" if baseline else "-" if line["speedup"] == "-" else
+                           "not significant" if not_significant else "significant")
+        lines[key] = line
+    return lines
+
+
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
     """One line per (hardware, backend, measurer, method, workload, sequence length, launch order): cell counts and
     median figures; the order is the variant, with its reorderer where that is not WaveAlign's Stage 1
     (``records.order_name``). The timer gets a column only when the lines differ in it (a simulated line's is
-    ``simulated``).
+    ``simulated``), and the failed and unschedulable counts only when some line has one.
 
     Each line's speedup is computed from the medians printed on it (original ms / kernel ms), so the table never
-    shows a ratio its own columns contradict; the per-cell ratios are the dataset's ``speedup_vs_original``."""
-    lines: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
-        order = order_name(row["variant"], row.get("reorderer"))
-        lines[(row["hardware"], row["backend"], row.get("measure"), row["method"], row.get("workload"),
-               row.get("seq_len_tokens"), order)].append(row)
+    shows a ratio its own columns contradict; the per-cell ratios are the dataset's ``speedup_vs_original``. The IQR
+    column is the kernel time's spread over its repetitions; a speedup that spread cannot tell from 1.0 is marked
+    ``n.s.``."""
+    lines = _lines(rows)
     all_timers = {r.get("timer") for r in rows if r["status"] == "done"}
+    counted = [c for c in ("failed", "unschedulable") if any(r["status"] == c for r in rows)]
     table = Table(title=title)
-    headers = ["hardware", "backend", "method", "workload", "tokens", "variant", "done", "failed", "unsched.",
-               "kernel ms", "original ms", "speedup", "reorder ms", "L2 hit %"]
+    headers = ["hardware", "backend", "method", "workload", "tokens", "variant", "done",
+               *(_COUNT_HEADERS[c] for c in counted),
+               "kernel ms", "IQR %", "original ms", "speedup", "reorder ms", "L2 hit %"]
     headers += ["timer"] if len(all_timers) > 1 else []
     for header in headers:
         text = header in ("hardware", "backend", "method", "workload", "variant")
         table.add_column(header, justify="left" if text else "right", no_wrap=text)
     l2_sources = set()
-    for key in sorted(lines, key=_line_order):
+    for key, line in lines.items():
         hardware, backend, _, method, workload, tokens, variant = key
-        rs = lines[key]
-        done = [r for r in rs if r["status"] == "done"]
+        done = line["done"]
         timers = sorted({r["timer"] for r in done if r.get("timer")})
-        kernel_ms = _median([r["kernel_ms_median"] for r in done])
-        original_ms = _median([_original_ms(r) for r in done])
         l2_value, l2_source = _l2_hit(done)
         l2_sources.add(l2_source)
         cells = [hardware, backend, method, str(workload or "-"), "-" if tokens is None else f"{tokens:,}",
                  Text(variant),  # not markup: "wavealign[lsh]" is text
-                 str(len(done)), str(sum(r["status"] == "failed" for r in rs)),
-                 str(sum(r["status"] == "unschedulable" for r in rs)),
-                 _fmt_ms(kernel_ms), _fmt_ms(original_ms),
-                 _fmt(original_ms / kernel_ms if kernel_ms > 0 else math.nan, ".3f"),
+                 str(len(done)), *(str(sum(r["status"] == c for r in line["rows"])) for c in counted),
+                 _fmt_ms(line["kernel_ms"]), _iqr_pct(line["kernel_iqr_ms"], line["kernel_ms"]),
+                 _fmt_ms(line["original_ms"]), line["speedup"],
                  _fmt_ms(_median([r["reorder_ms"] for r in done])), l2_value]
         if len(all_timers) > 1:
             cells.append(",".join(timers) or "-")
         table.add_row(*cells)
     notes = ["speedup = original ms / kernel ms, both medians over the line's done cells; original ms: the "
-             "original variant timed in their groups"]
+             "original variant timed in their groups; IQR %: the kernel time's interquartile range over its "
+             "repetitions, as a share of its median"]
+    if any(line["verdict"] == "not significant" for line in lines.values()):
+        notes.append("n.s.: not significant, the speedup's spread holds 1.0 (each time within one IQR of its median: "
+                     "the two times' repetitions overlap; a wall-clock IQR counts as at least 2% of its median)")
     if len(all_timers) == 1:
         notes.append(f"timer: {next(iter(all_timers))} for every line")
     if any("[" in key[-1] for key in lines):

@@ -22,7 +22,8 @@ from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.plan import SweepPlan
 from wavealign.orchestrator.redact import redact
-from wavealign.records import CPU, Cell
+from wavealign.placement import CPU_POOLS
+from wavealign.records import Cell
 
 _RUN_RECORD_PREFIX = "run-"  # sweeps/<sweep_id>/run-<UTC time>.json: one per run of the sweep
 _log = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_work
 def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, list[Any]]) -> None:
     """One JSON per run of the sweep: counts and wall times, for the overhead and GPU-busy figures (and the
     metrics of the sweep's MLflow parent run); the GPU workers and their busy share go on ``outcome`` too."""
-    gpu_workers = sum(len(ws) for key, ws in workers.items() if key != CPU)
+    gpu_workers = sum(len(ws) for key, ws in workers.items() if key not in CPU_POOLS)
     outcome.gpu_workers = gpu_workers
     outcome.kernel_busy_fraction = kernel_busy_fraction(outcome.rows, outcome.dispatch_s, gpu_workers)
     record = {"sweep_id": outcome.sweep_id, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -1,9 +1,14 @@
 """The end of a sweep: the table of the latest row of every cell of the grid (also written to ``summary.txt``),
-this run's counts, where the results are, and what to do next (log to MLflow later, resume, read the failures)."""
+this run's counts, where the results are, and what to do next (log to MLflow later, resume, read the failures),
+each as a command that runs as printed from where the sweep ran (``runnable``)."""
 
 from __future__ import annotations
 
 import io
+import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +42,16 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
         console.print(f"GPU busy: {outcome.kernel_busy_fraction:.0%} of {outcome.gpu_workers} GPU worker(s)' "
                       f"{outcome.dispatch_s:.0f} s in timed kernel launches (the rest: building inputs and masks, "
                       "planning orders, compiling)")
-    console.print(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")
+    say = _plain(console)
+    say(f"results: {dataset.results_dir(cfg.run_root).resolve()}  (Parquet, one row per cell)")
     if measured:
-        console.print(f"next: wavealign report --run-root {cfg.run_root}  (the paper's figures and tables as PNGs and "
-                      "one HTML page)", soft_wrap=True)
+        say(f"report:  {runnable('wavealign')} report --run-root {shlex.quote(str(cfg.run_root))}  (figures and "
+            "tables, one HTML page)")
     if outcome.tracking_uri:
-        console.print(f"MLflow UI: {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id)}", soft_wrap=True)
+        say(f"MLflow:  {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id, runnable('mlflow'))}")
     if outcome.mlflow_down_reason:
-        console.print(f"[yellow]MLflow went unreachable ({outcome.mlflow_down_reason}); the rows are in Parquet. "
-                      f"Log them later: wavealign sync-mlflow run_root={cfg.run_root}[/yellow]")
+        say(f"MLflow went unreachable ({outcome.mlflow_down_reason}); the rows are in Parquet. Log them later: "
+            f"{runnable('wavealign')} sync-mlflow run_root={shlex.quote(str(cfg.run_root))}", style="yellow")
     if outcome.interrupted:
         console.print("[yellow]interrupted: finished cells are recorded; run the same command again to resume "
                       "(resume=true skips them)[/yellow]")
@@ -59,6 +65,29 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
 
 
 MAX_REASONS = 5  # the reasons a summary prints, most cells first
+
+
+def runnable(tool: str) -> str:
+    """How to run ``tool`` (``wavealign``, ``mlflow``) of this Python environment from the current folder, as printed:
+    its bare name where ``PATH`` finds that very script (an activated venv, a pip install), else its path (relative
+    to the current folder when inside it: ``.venv/bin/wavealign`` after ``make run``), else ``python -m``."""
+    script = Path(sys.executable).parent / tool
+    if not script.is_file():
+        module = "wavealign.jobs.cli" if tool == "wavealign" else tool
+        return f"{shlex.quote(sys.executable)} -m {module}"
+    found = shutil.which(tool)
+    if found is not None and Path(found).resolve() == script.resolve():
+        return tool
+    here = Path.cwd()
+    return shlex.quote(os.path.relpath(script, here) if script.is_relative_to(here) else str(script))
+
+
+def _plain(console: Console):
+    """``console.print`` for lines that carry the user's own text (run roots, URIs): never read as markup, never
+    broken at the terminal's width (a command must stay whole to be copied)."""
+    def say(text: str, style: str | None = None) -> None:
+        console.print(Text(text, style=style or ""), soft_wrap=True)
+    return say
 
 
 def reasons(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, str], list[dict[str, Any]]]]:

@@ -66,13 +66,13 @@ def default_tracking_uri(run_root: str | Path) -> str:
     return f"sqlite:///{Path(run_root).resolve() / 'mlflow.db'}"
 
 
-def ui_hint(tracking_uri: str, experiment_id: str | None) -> str:
+def ui_hint(tracking_uri: str, experiment_id: str | None, mlflow: str = "mlflow") -> str:
     """How to open this store's runs table in the MLflow UI: a server's address, or the ``mlflow ui`` command
-    for a local store and then the address it serves."""
+    (``mlflow``: how to run MLflow's CLI here) for a local store and then the address it serves."""
     tracking_uri = redact(tracking_uri)
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {experiment_address(tracking_uri, experiment_id)}"
-    return (f"mlflow ui --backend-store-uri {tracking_uri}\n"
+    return (f"{mlflow} ui --backend-store-uri {tracking_uri}\n"
             f"  then open {experiment_address(MLFLOW_UI_ADDRESS, experiment_id)}")
 
 
@@ -345,7 +345,9 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
     """A sweep parent run's metrics: ``cells_<status>`` over the newest row of each of the sweep's cells; the
     medians of ``speedup_vs_original`` and ``net_speedup_vs_original`` over its done cells of a variant other
     than the original; and the wall times and GPU-busy share of its latest run (``run_record``, as
-    ``record.write_run_record`` writes it)."""
+    ``record.write_run_record`` writes it). A run that ran no cell (a resume with every cell done) logs its wall times
+    as ``resume_<key>`` instead, so that the parent keeps the ``startup_s`` and ``dispatch_s`` of the run that
+    measured."""
     latest: dict[str, dict[str, Any]] = {}
     for row in sweep_rows:
         if row["cell_id"] not in latest or row["recorded_at"] >= latest[row["cell_id"]]["recorded_at"]:
@@ -357,7 +359,8 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
         values = [r[column] for r in reordered if r.get(column) is not None and math.isfinite(r[column])]
         if values:
             metrics[f"{column}_median"] = statistics.median(values)
+    ran_cells = run_record is not None and bool(run_record.get("workers"))  # a no-op resume starts none
     for key in ("startup_s", "dispatch_s", "mlflow_drain_s", "kernel_busy_fraction"):
         if run_record is not None and run_record.get(key) is not None:
-            metrics[key] = run_record[key]
+            metrics[key if ran_cells else f"resume_{key}"] = run_record[key]
     return metrics

@@ -82,7 +82,7 @@ def test_overrides_work_the_hydra_way():
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ("grid.seqk=[1]", "Key 'seqk' not in 'GridConfig'"),
+    ("grid.seqk=[1]", "grid.seqk=[1] is not a sweep config key; did you mean grid.seq_k=[1]?"),
     ("grid.method=[xattenton]", "unknown method 'xattenton'"),
     ("grid.backend=[cudnn]", "unknown backend 'cudnn'"),
     ("grid.hardware=[v100]", "unknown hardware 'v100'"),

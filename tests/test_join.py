@@ -11,7 +11,7 @@ import socket
 import pytest
 
 import wavealign
-from wavealign.jobs import sweep as sweep_job
+from wavealign.jobs import cli
 from wavealign.orchestrator import config, join
 from wavealign.registry import PLUGINS_ENV
 
@@ -47,7 +47,7 @@ def in_a_ray_job(monkeypatch):
 def test_a_ray_address_nothing_answers_at_stops_the_sweep_with_one_line_before_anything_is_written(tmp_path, capsys):
     port = closed_port()
     root = tmp_path / "runs"
-    code = sweep_job.main([*CPU_CELLS, f"run_root={root}", f"ray.address=127.0.0.1:{port}"])
+    code = cli.main(["sweep", *CPU_CELLS, f"run_root={root}", f"ray.address=127.0.0.1:{port}"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert err.startswith(f"wavealign sweep: ray.address=127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}")
@@ -71,7 +71,7 @@ def test_no_address_outside_a_ray_job_is_an_embedded_ray():
 
 def test_auto_with_no_cluster_started_here_stops_the_sweep_with_one_line(no_cluster_here, tmp_path, capsys):
     root = tmp_path / "runs"
-    code = sweep_job.main([*CPU_CELLS, f"run_root={root}", "ray.address=auto"])
+    code = cli.main(["sweep", *CPU_CELLS, f"run_root={root}", "ray.address=auto"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert err.startswith("wavealign sweep: ray.address=auto: no Ray cluster to join (RAY_ADDRESS is unset and no "

@@ -175,3 +175,26 @@ def test_summary_adds_up_every_launch_of_the_attention_kernel_and_weights_ratios
 def test_summary_of_no_launch_is_an_error():
     with pytest.raises(ValueError, match="no profiled launch"):
         ncu.summarize([])
+
+
+def test_calls_timed_in_turns_alternate_round_by_round_warm_ups_first():
+    calls = []
+    timings = timing.time_in_turns([lambda: calls.append("a"), lambda: calls.append("b")], reps=[3, 2],
+                                   warmup=[1, 2])
+    assert calls == ["a", "b", "b", "a", "b", "a", "b", "a"]
+    assert [t.reps for t in timings] == [3, 2]
+
+
+def test_a_speedup_is_significant_only_when_its_spread_excludes_one():
+    overlapping = timing.Speedup.of(10.0, 2.0, 9.5, 2.0)
+    apart = timing.Speedup.of(10.0, 0.2, 8.0, 0.2)
+    assert overlapping.low < 1.0 < overlapping.high and not overlapping.significant
+    assert apart.ratio == pytest.approx(1.25) and apart.low > 1.0 and apart.significant
+    assert timing.Speedup.of(10.0, 0.0, 10.5, 0.0).significant  # a simulated time has no spread
+
+
+def test_a_wall_clock_iqr_counts_as_at_least_its_floor_share_of_the_median():
+    assert timing.MIN_RELATIVE_IQR["wall_clock"] == 0.02
+    assert not timing.Speedup.of(10.0, 0.0, 9.7, 0.0, timer="wall_clock").significant  # 10 +- 0.2 against 9.7 +- 0.19
+    assert timing.Speedup.of(10.0, 0.0, 9.7, 0.0).significant  # no floor: no spread at all
+    assert timing.Speedup.of(10.0, 0.0, 9.5, 0.0, timer="wall_clock").significant

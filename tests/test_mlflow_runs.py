@@ -14,6 +14,7 @@ from rich.console import Console
 from wavealign import analysis
 from wavealign.jobs import sync_mlflow
 from wavealign.orchestrator import config, dataset, record, sweep, tracking
+from wavealign.orchestrator.summary import runnable
 
 # two tiny exact reference-kernel cells on this CPU: the original and its reordered variant
 TINY = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
@@ -110,13 +111,13 @@ def test_the_printed_ui_hint_is_the_address_of_the_experiments_runs_table(finish
     root, _, printed = finished
     experiment_id = MlflowClient(tracking_uri=tracking.default_tracking_uri(root)).get_experiment_by_name(
         "wavealign").experiment_id
-    assert f"mlflow ui --backend-store-uri {tracking.default_tracking_uri(root)}" in printed
+    assert f"{runnable('mlflow')} ui --backend-store-uri {tracking.default_tracking_uri(root)}" in printed
     assert f"http://127.0.0.1:5000/#/experiments/{experiment_id}?workflowType=machine_learning" in printed
 
 
 def test_the_summary_ends_with_the_next_command_to_run(finished):
     root, _, printed = finished
-    assert f"next: wavealign report --run-root {root}" in printed
+    assert f"report:  {runnable('wavealign')} report --run-root {root}" in printed
 
 
 def test_the_ui_hint_for_a_server_is_its_runs_table_address():
@@ -135,6 +136,18 @@ def test_a_resumed_sweep_reopens_its_parent_run_and_finishes_it_again(tmp_path):
     assert status_while_running == ["RUNNING"]
     run = parent_run(uri, first.sweep_id)
     assert run.info.status == "FINISHED" and run.info.end_time > ended_first
+
+
+def test_a_resume_that_runs_nothing_keeps_the_parent_s_wall_times_and_logs_its_own_apart(tmp_path):
+    first = run_sweep(tmp_path)
+    uri = tracking.default_tracking_uri(tmp_path)
+    measured = parent_run(uri, first.sweep_id).data.metrics
+    again = run_sweep(tmp_path)  # resume=true: every cell is done
+    assert again.counts == {} and again.skipped_done == 2
+    metrics = parent_run(uri, first.sweep_id).data.metrics
+    assert metrics["startup_s"] == measured["startup_s"] > 0
+    assert metrics["dispatch_s"] == measured["dispatch_s"] > 0
+    assert metrics["resume_startup_s"] == again.startup_s and metrics["resume_dispatch_s"] == again.dispatch_s
 
 
 def test_a_sweep_interrupted_before_its_cells_ran_leaves_its_parent_run_killed(tmp_path):

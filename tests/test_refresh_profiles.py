@@ -219,10 +219,13 @@ def test_next_sweep_decides_with_the_refreshed_profile(tmp_path, profile_dir, mo
     assert not provisional.decide(skipfit.skip_features(adaptive)).reorder
 
 
-def test_refresh_rejects_unknown_arguments():
-    assert refresh_profiles.main(["hardwares=h100"]) == 2
-    assert refresh_profiles.main(["split=random"]) == 2
-    assert refresh_profiles.main(["hardware=tpu"]) == 2
+@pytest.mark.parametrize(("argv", "message"), [
+    (["hardwares=h100"], "did you mean hardware=h100?"), (["split=random"], "expected seq_len or method"),
+    (["hardware=tpu"], "unknown hardware 'tpu'"), (["--run-root", "x"], "expected run_root=x")])
+def test_refresh_rejects_unknown_arguments_naming_the_spelling_it_takes(argv, message):
+    with pytest.raises(ValueError) as refused:
+        refresh_profiles.main(argv)
+    assert message in str(refused.value)
 
 
 def test_fitting_without_paired_cells_names_the_problem(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from wavealign import kernels, masks
+from wavealign.jobs import cli
 from wavealign.jobs import sweep as sweep_job
 from wavealign.orchestrator import config, grid, plan
 
@@ -214,7 +215,7 @@ def test_a_sweep_larger_than_max_cells_is_refused_naming_the_count_and_the_key()
 
 def test_a_run_larger_than_max_cells_exits_2_before_touching_the_run_root(tmp_path, capsys):
     root = tmp_path / "runs"
-    rc = sweep_job.main([*CPU_GRID, "grid.seed=[0,1,2,3,4,5]", "max_cells=10", f"run_root={root}"])
+    rc = cli.main(["sweep", *CPU_GRID, "grid.seed=[0,1,2,3,4,5]", "max_cells=10", f"run_root={root}"])
     assert rc == 2 and not root.exists()
     assert "the sweep has 12 cells (its grids' axes multiplied), more than max_cells=10" in capsys.readouterr().err
 
@@ -309,12 +310,12 @@ def test_the_launch_options_a_planner_takes_pass_at_every_block_size_the_grid_gi
 
 
 @pytest.mark.parametrize(("override", "hint"), [
-    ("grid.hardwre=[cpu]", "; did you mean grid.hardware?"),
-    ("ray.adress=auto", "; did you mean ray.address?"),
-    ("grid.method_params.planted.densty=0.5", "; did you mean grid.method_params.planted.density?"),
-    ("grid.seq_k=148", "; a grid axis is a list: grid.seq_k=[148]"),
+    ("grid.hardwre=[cpu]", "; did you mean grid.hardware=[cpu]?"),
+    ("ray.adress=auto", "; did you mean ray.address=auto?"),
+    ("grid.method_params.planted.densty=0.5", "; did you mean grid.method_params.planted.density=0.5?"),
+    ("grid.seq_k=148", ": a grid axis is a list; expected grid.seq_k=[148]"),
     ("grid.method_params.xattention.threshold=0.5",
-     "; to give method 'xattention' parameters, add them: +grid.method_params.xattention.threshold"),
+     "; to give some, add them: +grid.method_params.xattention.threshold=0.5"),
 ])
 def test_an_override_hydra_cannot_apply_comes_with_what_to_type_instead(override, hint):
     rejected([override], hint)

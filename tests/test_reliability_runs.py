@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from wavealign import pipeline
-from wavealign.jobs import sync_mlflow
+from wavealign.jobs import cli
 from wavealign.orchestrator import dataset, lock
 from wavealign.records import Cell
 
@@ -74,7 +74,7 @@ def test_a_second_driver_on_a_run_root_is_refused_naming_the_holder(tmp_path):
         with pytest.raises(lock.RunRootBusy, match=rf"wavealign sweep other \(pid {holder.pid} on "), \
                 lock.hold(tmp_path, "wavealign sweep mine"):
             pass
-        assert sync_mlflow.main([f"run_root={tmp_path}", "mlflow.enabled=false"]) == 2
+        assert cli.main(["sync-mlflow", f"run_root={tmp_path}", "mlflow.enabled=false"]) == 2
     finally:
         holder.kill()
         holder.wait()

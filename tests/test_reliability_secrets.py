@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from wavealign.jobs import sweep as sweep_job
-from wavealign.jobs import sync_mlflow
+from wavealign.jobs import cli, sync_mlflow
 from wavealign.orchestrator import files
 from wavealign.orchestrator.redact import redact
 
@@ -49,7 +48,7 @@ def swept(tmp_path_factory):
     printed = io.StringIO()
     with pytest.MonkeyPatch.context() as mp, redirect_stdout(printed), redirect_stderr(printed):
         mp.setenv("RAY_ADDRESS", "local")
-        code = sweep_job.main(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+        code = cli.main(["sweep", "~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
                                "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]",
                                "grid.reps=1", "grid.warmup=0", "progress=false", "ray.num_cpus=1",
                                f"mlflow.tracking_uri=http://alice:{SECRET}@127.0.0.1:9", f"run_root={root}"])
@@ -123,7 +122,7 @@ def test_with_a_private_network_the_embedded_ray_listens_in_a_namespace_of_its_o
 
 
 def test_a_private_network_with_a_remote_mlflow_store_is_refused_in_one_line(tmp_path, capsys):
-    code = sweep_job.main(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+    code = cli.main(["sweep", "~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
                            "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "ray.private_network=true",
                            "mlflow.tracking_uri=https://mlflow.lab", f"run_root={tmp_path}"])
     err = capsys.readouterr().err

@@ -21,7 +21,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from wavealign import pipeline
-from wavealign.jobs import report, sync_mlflow
+from wavealign.jobs import cli, report, sync_mlflow
 from wavealign.jobs import sweep as sweep_job
 from wavealign.orchestrator import dataset, files, record, sqlite_store, tracking
 from wavealign.records import Cell
@@ -281,7 +281,7 @@ def test_a_run_root_that_cannot_be_written_is_one_line_before_any_work(tmp_path,
     else:
         root = Path("/proc/wavealign-runs")
         expected = f"cannot make the folder {root}"
-    code = sweep_job.main(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+    code = cli.main(["sweep", "~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
                            "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]",
                            "progress=false", "mlflow.enabled=false", f"run_root={root}"])
     err = capsys.readouterr().err
@@ -303,7 +303,7 @@ def test_a_disk_that_fills_mid_sweep_ends_it_in_one_line_with_the_summary_and_wh
     monkeypatch.setattr(pq, "write_table", fills_up)
     monkeypatch.setenv("RAY_ADDRESS", "local")
     root = tmp_path / "runs"
-    code = sweep_job.main(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+    code = cli.main(["sweep", "~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
                            "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.seed=[0,1,2]",
                            "grid.variant=[original]", "grid.reps=1", "grid.warmup=0", "progress=false",
                            "mlflow.enabled=false", "ray.num_cpus=1", f"run_root={root}"])

@@ -81,7 +81,7 @@ def test_summary_names_a_baseline_reorderer_beside_its_variant_and_keeps_workloa
 def test_summary_speedup_is_the_printed_original_ms_over_the_printed_kernel_ms(rows):
     for line in table_lines(summary_table(rows, "t")):
         ratio = float(line["original ms"]) / float(line["kernel ms"])
-        assert float(line["speedup"]) == pytest.approx(ratio, rel=2e-3, abs=1e-3), line
+        assert float(line["speedup"].split()[0]) == pytest.approx(ratio, rel=2e-3, abs=1e-3), line
 
 
 def test_summary_original_ms_is_the_original_timed_in_the_same_group(rows):
@@ -91,7 +91,53 @@ def test_summary_original_ms_is_the_original_timed_in_the_same_group(rows):
         line = next(line for line in table_lines(summary_table(rows, "t"))
                     if line["tokens"] == f"{tokens:,}" and line["variant"] == "wavealign")
         assert float(line["original ms"]) == pytest.approx(original["kernel_ms_median"], rel=1e-3)
-        assert float(line["speedup"]) == pytest.approx(aligned["speedup_vs_original"], abs=1e-3)
+        assert float(line["speedup"].split()[0]) == pytest.approx(aligned["speedup_vs_original"], abs=1e-3)
+
+
+def _timed(rows: list[dict], original_ms: float, original_iqr_ms: float, kernel_ms: float, kernel_iqr_ms: float,
+           timer: str = "cuda_events") -> list[dict]:
+    """``rows`` of one length with these times: the original's, and the WaveAlign cell's (its speedup to match)."""
+    timed = []
+    for r in rows:
+        if r["seq_len_tokens"] != LENGTHS[0]:
+            continue
+        aligned = r["variant"] != "original"
+        timed.append(dict(r, timer=timer, kernel_ms_median=kernel_ms if aligned else original_ms,
+                          kernel_ms_iqr=kernel_iqr_ms if aligned else original_iqr_ms,
+                          speedup_vs_original=original_ms / kernel_ms if aligned else 1.0))
+    return timed
+
+
+def _speedup_cell(rows: list[dict]) -> str:
+    return next(line["speedup"] for line in table_lines(summary_table(rows, "t")) if line["variant"] == "wavealign")
+
+
+def test_a_speedup_whose_spread_holds_one_is_marked_not_significant(rows):
+    # 10 +- 1 against 9.5 +- 1: the bands overlap
+    timed = _timed(rows, 10.0, 2.0, 9.5, 2.0)
+    assert _speedup_cell(timed) == "1.053 n.s."
+    assert "n.s.: not significant, the speedup's spread holds 1.0" in rendered(summary_table(timed, "t"))
+
+
+def test_a_speedup_clear_of_its_spread_is_printed_plain(rows):
+    timed = _timed(rows, 10.0, 0.2, 8.0, 0.2)
+    assert _speedup_cell(timed) == "1.250"
+    assert "n.s." not in rendered(summary_table(timed, "t"))
+
+
+def test_a_wall_clock_speedup_within_the_clock_s_drift_is_not_significant_however_narrow_its_iqr(rows):
+    assert _speedup_cell(_timed(rows, 10.0, 0.01, 9.8, 0.01, timer="wall_clock")) == "1.020 n.s."
+    assert _speedup_cell(_timed(rows, 10.0, 0.01, 9.8, 0.01, timer="cuda_events")) == "1.020"
+
+
+def test_the_iqr_column_is_the_kernel_iqr_as_a_share_of_its_median(rows):
+    lines = table_lines(summary_table(_timed(rows, 10.0, 0.5, 8.0, 0.2), "t"))
+    assert [(line["variant"], line["IQR %"]) for line in lines] == [("original", "5.0"), ("wavealign", "2.5")]
+
+
+def test_the_failed_and_unschedulable_columns_appear_only_when_a_line_has_one(rows):
+    headers = [c.header for c in summary_table(rows, "t").columns]
+    assert "failed" not in headers and "unsched." not in headers
 
 
 def test_summary_speedup_says_how_it_is_computed(rows):
@@ -209,15 +255,15 @@ def test_sweep_cfg_job_prints_the_composed_config_and_runs_nothing(capsys, tmp_p
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
-    (["-m", "grid.seq_k=[2,3]"], "a list override is already an axis"),
-    (["--multirun"], "Hydra's multirun is not used"),
-    (["--cfg", "hydra"], "--cfg takes 'job'"),
-    (["--dryrun"], "unknown option '--dryrun'"),
+    (["-m", "grid.seq_k=[2,3]"], "there is no multirun; a list is an axis of one sweep"),
+    (["--multirun"], "there is no multirun"),
+    (["--cfg", "hydra"], "--cfg hydra: expected --cfg job"),
+    (["--dryrun"], "--dryrun: not a flag of this command; did you mean --dry-run?"),
 ])
 def test_sweep_refuses_hydra_flags_it_does_not_serve_clearly(argv, needle, capsys):
-    from wavealign.jobs import sweep as sweep_job
+    from wavealign.jobs import cli
 
-    assert sweep_job.main(argv) == 2
+    assert cli.main(["sweep", *argv]) == 2
     assert needle in capsys.readouterr().err
 
 
@@ -304,7 +350,7 @@ def test_the_summary_lists_cells_not_done_grouped_by_reason_the_largest_group_fi
 def test_a_sweep_that_measured_nothing_prints_no_table_and_no_report_hint(tmp_path):
     cell, row = not_done("u0", "h100", "unschedulable", "no alive Ray node has a GPU labelled accelerator-type=H100")
     text = summary_of(tmp_path, [row], [cell])
-    assert "next: wavealign report" not in text and "kernel ms" not in text
+    assert " report --run-root " not in text and "kernel ms" not in text
     assert "unschedulable 1 cell (h100/reference)" in text
 
 
@@ -312,7 +358,7 @@ def test_a_sweep_that_measured_something_prints_its_table_and_the_report_hint(tm
     cell, absent = not_done("u0", "h100", "unschedulable", "no alive Ray node has a GPU labelled accelerator-type=H100")
     cells = [make_cell(cell_id=r["cell_id"]) for r in rows]
     text = summary_of(tmp_path, [*rows, absent], [*cells, cell])
-    assert "next: wavealign report" in text and "kernel ms" in text
+    assert " report --run-root " in text and "kernel ms" in text
 
 
 @pytest.mark.parametrize(("counts", "interrupted", "terminated_by", "code"), [
@@ -345,4 +391,4 @@ def test_a_sweep_of_gpu_cells_on_a_machine_without_that_gpu_exits_4_saying_why(t
     out = " ".join(capsys.readouterr().out.split())
     assert code == sweep_job.EXIT_NOTHING_PLACED == 4
     assert "unschedulable 2 cells (h100/reference): no alive Ray node has a GPU labelled" in out
-    assert "next: wavealign report" not in out
+    assert " report --run-root " not in out

@@ -58,11 +58,18 @@ def run_group(cells: list[Cell], then: list[Cell] | None = None, inputs: InputCa
         except Exception as exc:
             results.append(_failed(cell, exc, env))
         results[-1].inputs_prefetched = prefetched
-    _speedups(cells, results)
     for name in dict.fromkeys(c.measure for c in cells):  # each measurer's work on its group's cells, once
         after = measurers.get(name).after_group
-        if after is not None:
-            after([m for m in measured if m.cell.measure == name])
+        group = [m for m in measured if m.cell.measure == name]
+        try:
+            if after is not None:
+                after(group)
+        except Exception as exc:  # its cells fail with it; the other measurers' stand
+            for m in group:
+                index = next(i for i, r in enumerate(results) if r is m.result)
+                results[index] = _failed(m.cell, exc, env)
+                results[index].inputs_prefetched = prefetched
+    _speedups(cells, results)
     return results
 
 
@@ -105,13 +112,16 @@ def _measure(cell: Cell, mask: torch.Tensor, features: skip.SkipFeatures, qkv: Q
     result.reordered_wave_working_set_bytes = step.wave_working_set_bytes(prepared, features, cell.head_dim)
     measurement = Measurement(cell, step, prepared, qkv, launch_shape(cell, qkv, device), device, result)
     measurer.measure(measurement)
-    result.total_ms = result.reorder_ms + result.kernel_ms_median
     result.cell_wall_s = time.perf_counter() - start
     return measurement
 
 
 def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
-    """Kernel and net (reorder counted) speedups against the group's original variant, measured beside them."""
+    """Each cell's total (reorder + kernel) ms, and its kernel and net (reorder counted) speedups against the group's
+    original variant, measured beside it."""
+    for r in results:
+        if r.status == "done":
+            r.total_ms = r.reorder_ms + r.kernel_ms_median
     originals = [r for c, r in zip(cells, results, strict=True)
                  if c.variant == ORIGINAL_VARIANT and r.status == "done"]
     if not originals:

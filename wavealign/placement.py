@@ -14,6 +14,15 @@ import torch
 from wavealign import kernels, measurers
 from wavealign.records import CPU, Cell
 
+# The pool of CPU workers that run the cells a measurer models from a CPU (simulated): their figures do not depend on
+# the worker's load, so there are as many as the CPUs allow. Cells timed on a CPU (hardware ``cpu``) have the pool
+# ``cpu`` and its one worker (``POOL_WORKERS``): two timing at once on one machine would each time the other's load.
+SIMULATOR = "simulator"
+CPU_POOLS = (CPU, SIMULATOR)
+POOL_WORKERS = {CPU: 1}  # the most workers a pool gets (a GPU type: one per GPU; the simulator: one per free CPU)
+# ... and it starts timing once the simulator's cells are all done, so that no CPU-bound cell runs beside it
+WAITS_FOR = {CPU: (SIMULATOR,)}
+
 
 def hardware_refused(hardware: str, backend: str, measure: str) -> str | None:
     """Why ``backend`` measured by ``measure`` cannot run on (or be modelled for) ``hardware``, or None if it can."""
@@ -44,9 +53,11 @@ def why_not(hardware: str, backend: str, measure: str, method: str | None = None
 
 
 def pool(cell: Cell) -> str:
-    """The worker pool a cell runs in: ``cpu`` for CPU cells and for a measurer that models the cell's GPU from a CPU
-    worker, else its GPU type."""
-    return CPU if cell.hardware == CPU or measurers.get(cell.measure).models_gpu else cell.hardware
+    """The worker pool a cell runs in: ``simulator`` for a measurer that models the cell's GPU from a CPU worker;
+    ``cpu`` for a cell timed on a CPU; else its GPU type."""
+    if measurers.get(cell.measure).models_gpu:
+        return SIMULATOR
+    return CPU if cell.hardware == CPU else cell.hardware
 
 
 def device(cell: Cell) -> torch.device:
@@ -54,7 +65,7 @@ def device(cell: Cell) -> torch.device:
     and for a backend that needs no GPU on a worker without CUDA. A modelled (simulated) cell builds its mask on a GPU
     when this process sees one (a sweep's CPU workers see none: Ray hides the GPUs from them), else on the CPU. A GPU
     backend on a worker without CUDA is an error."""
-    if pool(cell) == CPU:
+    if pool(cell) in CPU_POOLS:
         models_gpu = measurers.get(cell.measure).models_gpu
         return torch.device("cuda" if models_gpu and torch.cuda.is_available() else "cpu")
     if torch.cuda.is_available():

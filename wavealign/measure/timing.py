@@ -62,6 +62,45 @@ def summarize(samples_ms: list[float]) -> Timing:
                   reps=len(samples_ms))
 
 
+# The least spread a time taken with a timer is given, as a share of its median: the wall clock's repetitions in one
+# window understate how far two windows of the same call drift apart on a shared CPU (up to 1.2 % between the
+# original order and WaveAlign on the exact reference kernel, timed in turns on 2 cores:
+# benchmarks/results/first-hour-cpu/), so a wall-clock IQR counts as at least 2 % of the median; CUDA events with L2
+# flushed and simulated times keep their own.
+MIN_RELATIVE_IQR = {"wall_clock": 0.02}
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """How much faster a launch is than the original order's, with its spread: the ratio of the two medians, and the
+    range the ratio spans when each time lies anywhere within one IQR of its median.
+
+    A speedup whose range holds 1.0 is not significant: the two times' bands overlap, so the repetitions do not tell
+    them apart (a simulated time has no spread, and any ratio but 1 is significant). The band is twice McGill's
+    notch (median +- 1.57 IQR / sqrt(n), which is +- IQR / 2 at 10 reps): two fresh runs on a loaded 2-core machine
+    then agree on every verdict (benchmarks/results/first-hour-cpu/), where a notch alone flipped some."""
+
+    ratio: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, original_ms: float, original_iqr_ms: float, kernel_ms: float, kernel_iqr_ms: float,
+           timer: str | None = None) -> Speedup:
+        """From both medians and IQRs; each IQR at least ``MIN_RELATIVE_IQR`` of its median for ``timer``."""
+        floor = MIN_RELATIVE_IQR.get(timer or "", 0.0)
+        original_iqr_ms = max(original_iqr_ms, floor * original_ms)
+        kernel_iqr_ms = max(kernel_iqr_ms, floor * kernel_ms)
+        fastest, slowest = kernel_ms - kernel_iqr_ms, kernel_ms + kernel_iqr_ms
+        low = (original_ms - original_iqr_ms) / slowest
+        high = (original_ms + original_iqr_ms) / fastest if fastest > 0 else float("inf")
+        return cls(ratio=original_ms / kernel_ms, low=low, high=high)
+
+    @property
+    def significant(self) -> bool:
+        return not self.low <= 1.0 <= self.high
+
+
 class L2Flusher:
     """Overwrites a buffer larger than L2, so each repetition starts with a cold cache."""
 
@@ -96,16 +135,29 @@ def time_cuda(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2, flus
 def time_wall_clock(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2) -> Timing:
     """Wall-clock time of ``fn`` after ``warmup`` calls: the CPU's timer (no cache to flush that a result could
     be compared on)."""
-    if reps < 1 or warmup < 0:
-        raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
-    for _ in range(warmup):
-        fn()
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return summarize(samples)
+    return time_in_turns([fn], reps=[reps], warmup=[warmup])[0]
+
+
+def time_in_turns(fns: list[Callable[[], object]], *, reps: list[int], warmup: list[int]) -> list[Timing]:
+    """Wall-clock times of several calls to be compared, taken in turns: each round calls every one of ``fns`` once
+    (its ``warmup`` rounds first, then its ``reps`` timed ones), so a load that comes and goes on the machine falls on
+    all of them alike instead of on whichever was being timed (the wall clock cannot be kept from other processes as
+    CUDA events are). One timing per call, in order."""
+    for r, w in zip(reps, warmup, strict=True):
+        if r < 1 or w < 0:
+            raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={r}, warmup={w}")
+    for round_ in range(max(warmup, default=0)):
+        for fn, w in zip(fns, warmup, strict=True):
+            if round_ < w:
+                fn()
+    samples: list[list[float]] = [[] for _ in fns]
+    for round_ in range(max(reps, default=0)):
+        for fn, r, times in zip(fns, reps, samples, strict=True):
+            if round_ < r:
+                start = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - start) * 1e3)
+    return [summarize(times) for times in samples]
 
 
 def time_first_call_ms(fn: Callable[[], object], device: torch.device | str = "cuda") -> float:

@@ -38,6 +38,9 @@ class Measurement:
     shape: LaunchShape
     device: torch.device
     result: CellResult
+    # the launch's run on the cell's Q/K/V, kept by a measurer that times the group's cells together (``timed`` on a
+    # CPU: in turns) until its ``after_group``
+    call: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,8 @@ def _predicted_plan_cost(m: Measurement) -> None:
     if cell.reorderer not in plan_cost.MODELLED_REORDERERS:
         result.reorder_ms, result.reorder_cost = math.nan, f"unknown: no GPU cost model for reorderer {cell.reorderer}"
         return
-    plan = plan_cost.predicted_plan_ms(cell.num_heads, m.shape.q_blocks, m.shape.kv_blocks, cell.profile_hardware)
+    plan = plan_cost.predicted_plan_ms(cell.num_heads, m.shape.q_blocks, m.shape.kv_blocks, cell.profile_hardware,
+                                       m.prepared.decision.stages)
     result.reorder_ms, result.reorder_cost = plan.ms, plan.source
 
 

@@ -1,8 +1,12 @@
 """``timed``: the launch timed where it runs (``wavealign.measure.timing``): on a GPU with CUDA events, L2 flushed
-between repetitions; on a CPU with the wall clock. The first call (compile/JIT plus one run) is timed apart as
-``first_call_ms`` and counts as the first warm-up. Median and IQR; the launch's plan is timed beside it."""
+between repetitions; on a CPU with the wall clock, the group's cells in turns (``timing.time_in_turns``), so that a
+load coming and going on the machine falls on the original order and its variants alike. The first call
+(compile/JIT plus one run) is timed apart as ``first_call_ms`` and counts as the first warm-up. Median and IQR; the
+launch's plan is timed beside it."""
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -30,17 +34,34 @@ def measure(m: Measurement) -> None:
         return launch.run(q, k, v)
 
     result.first_call_ms = timing.time_first_call_ms(call, device)
-    warmup = max(cell.warmup - 1, 0)
     if device.type == "cuda":
-        measured = timing.time_cuda(call, reps=cell.reps, warmup=warmup)
+        measured = timing.time_cuda(call, reps=cell.reps, warmup=max(cell.warmup - 1, 0))
         result.device, result.timer = torch.cuda.get_device_name(), "cuda_events"
+        _record(result, measured)
     else:
-        measured = timing.time_wall_clock(call, reps=cell.reps, warmup=warmup)
-        result.device, result.timer = CPU, "wall_clock"
+        m.call = call  # timed with the group's other CPU cells, in turns: time_in_turns
+
+
+def time_in_turns(group: list[Measurement]) -> None:
+    """After a group: its cells on a CPU, timed in turns with the wall clock (their warm-ups, then their reps)."""
+    pending = [m for m in group if m.call is not None]
+    start = time.perf_counter()
+    timings = timing.time_in_turns([m.call for m in pending], reps=[m.cell.reps for m in pending],
+                                   warmup=[max(m.cell.warmup - 1, 0) for m in pending])
+    share_s = (time.perf_counter() - start) / max(len(pending), 1)
+    for m, measured in zip(pending, timings, strict=True):
+        m.result.device, m.result.timer = CPU, "wall_clock"
+        _record(m.result, measured)
+        m.result.cell_wall_s += share_s  # its part of the rounds the group was timed in
+        m.call = None
+
+
+def _record(result, measured: timing.Timing) -> None:
     result.kernel_ms_median, result.kernel_ms_iqr = float(measured.median_ms), float(measured.iqr_ms)
     result.reps_done = measured.reps
 
 
 measurers.register(measurers.Measurer(
-    name="timed", measure=measure,
-    description="the launch timed where it runs: CUDA events (L2 flushed) on a GPU, the wall clock on a CPU"))
+    name="timed", measure=measure, after_group=time_in_turns,
+    description="the launch timed where it runs: CUDA events (L2 flushed) on a GPU, the wall clock on a CPU (a "
+                "group's cells in turns)"))

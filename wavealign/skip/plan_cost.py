@@ -1,4 +1,4 @@
-"""What ``reorder.plan`` (WaveAlign, both stages) costs on a GPU a cell only simulates.
+"""What ``reorder.plan`` (WaveAlign, both stages, or Stage 2 alone) costs on a GPU a cell only simulates.
 
 A simulated cell's kernel time is the simulator's prediction for that GPU; the reorder the host planned on its CPU
 took CPU time, which says nothing about the GPU. Its cost there is predicted instead: a fixed part (the graph's
@@ -9,7 +9,9 @@ bandwidth are not modelled).
 
 Measured on the H200 (``benchmarks/results/plan-h200/``, round 2: ``wavealign bench-reorder --device cuda``, medians
 of two rounds of 50 plans of 2841 x 2841 blocks at 25 %): 0.85 ms for 8 heads and 1.835 ms for 40 heads, hence
-0.60 ms fixed and 3.8 ps per mask entry.
+0.60 ms fixed and 3.8 ps per mask entry. Stage 2 alone (the row counts and a sort per wave bucket, no Stage 1 products)
+was 0.35 ms for 40 heads x 2841 x 2841 on the H200 (``plan-h200/``, round 1, "random, 40, Stage 2 only"): 1.08 ps per
+mask entry, taken as all proportional to the entries (its fixed part is within that measurement's spread).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ MS_PER_ENTRY = 3.81e-9  # on MEASURED_ON; scales with 1 / SM count
 # WaveAlign's own stages: Stage 1 ("wavealign") and Stage 2 alone (the "identity" grouping); the model is of both
 # stages, an upper bound for one
 MODELLED_REORDERERS = ("wavealign", "identity")
+STAGE2_MS_PER_ENTRY = 0.35 / (40 * 2841 * 2841)  # Stage 2 alone, on MEASURED_ON
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,15 @@ class PlanCost:
     source: str
 
 
-def predicted_plan_ms(heads: int, q_blocks: int, kv_blocks: int, hardware: str) -> PlanCost:
-    """WaveAlign's plan time (both stages) for ``heads`` masks of ``q_blocks`` x ``kv_blocks`` on ``hardware``."""
+def predicted_plan_ms(heads: int, q_blocks: int, kv_blocks: int, hardware: str, stages: str = "both") -> PlanCost:
+    """WaveAlign's plan time for ``heads`` masks of ``q_blocks`` x ``kv_blocks`` on ``hardware``: of Stage 2 alone
+    for ``stages="temporal"``, else of both stages (an upper bound for Stage 1 alone, which is most of it)."""
     target, measured = hw_registry.get(hardware), hw_registry.get(MEASURED_ON)
     scale = measured.sm_count / target.sm_count
-    ms = FIXED_MS + MS_PER_ENTRY * scale * heads * q_blocks * kv_blocks
-    source = (f"predicted for {target.name}: {FIXED_MS} ms + {MS_PER_ENTRY * 1e9:.1f} ps/entry measured on "
+    entries = heads * q_blocks * kv_blocks
+    fixed, per_entry, what = ((0.0, STAGE2_MS_PER_ENTRY, "Stage 2 alone: ") if stages == "temporal"
+                              else (FIXED_MS, MS_PER_ENTRY, ""))
+    ms = fixed + per_entry * scale * entries
+    source = (f"predicted for {target.name}: {what}{fixed} ms + {per_entry * 1e9:.2f} ps/entry measured on "
               f"{measured.name}" + (f", x {scale:.2f} for SM count" if scale != 1 else ""))
     return PlanCost(ms=ms, source=source)
