@@ -1,15 +1,17 @@
-"""The orchestration load benchmark (issue 32, item 19): a no-op sweep of many cells over local Ray worker nodes.
+"""The orchestration load benchmark (issue 32, item 19): a sweep of many near-free cells over local Ray worker nodes.
 
     .venv/bin/python benchmarks/results/orchestration-load/load.py [--cells 10000] [--nodes 8] [--kill 2] [--out DIR]
 
 Starts a real Ray cluster on this machine with ``ray start`` (a head that takes no cells, and ``--nodes`` worker
 nodes of one CPU each, all on 127.0.0.1), then runs ``wavealign sweep`` against it (``ray.address=127.0.0.1:<port>``)
-with the ``noop`` backend of ``noop_backend.py`` (a plugin: a launch that returns V at once) on one 128-token block
-of the ``dense`` method, Parquet only (MLflow's own cost per row is measured in ../orchestration/). The cells are
-``--cells`` = seeds x wave sizes (100 wave sizes), so the command line stays short. Every second it samples the
-driver's resident memory and CPU time and the rows recorded so far; once a third of the cells are recorded it
-kills ``--kill`` worker nodes outright (SIGKILL to every process of the node). At the end it checks the dataset:
-every cell of the grid recorded exactly once. Writes ``timeline.csv`` and ``result.json`` to ``--out``.
+with the cheapest real cell that every CPU worker may run at once: the ``reference`` backend on one 128-token
+``dense`` block of a modelled H100, measured ``simulated`` (the simulator pool takes one worker per CPU; cells timed on
+a CPU get one worker, so that no two time at once). Parquet only (MLflow's own cost per row is measured in
+../orchestration/). The cells are ``--cells`` = seeds x wave sizes (100 wave sizes), so the command line stays
+short. Every second it samples the driver's resident memory and CPU time and the rows recorded so far; once a third
+of the cells are recorded it kills ``--kill`` worker nodes outright (SIGKILL to every process of the node). At the
+end it checks the dataset: every cell of the grid recorded exactly once. Writes ``timeline.csv`` and ``result.json``
+to ``--out``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _free_port() -> int:
 
 # Ray 2.60 turns token authentication on for a cluster it starts (the token in ~/.ray/auth_token); every process
 # that joins it, nodes and drivers, says so too
-ENV = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)])}
+ENV = {**os.environ, "RAY_AUTH_MODE": "token", "PYTHONPATH": str(REPO)}
 ENV.pop("RAY_ADDRESS", None)
 
 
@@ -123,12 +125,12 @@ def main(argv: list[str]) -> int:
                     raise RuntimeError(f"only {joined - 1} of {args.nodes + 1} nodes joined within 900 s")
                 time.sleep(1)
         cluster_up_s = time.monotonic() - started
-        overrides = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[noop]", "grid.method=[dense]",
-                     "grid.workload=[shape-2h]", "grid.seq_k=[0.128]", "grid.variant=[original]",
+        overrides = ["~sweep", "grid.hardware=[h100]", "grid.backend=[reference]", "grid.measure=[simulated]",
+                     "grid.method=[dense]", "grid.workload=[shape-2h]", "grid.seq_k=[0.128]", "grid.variant=[original]",
                      f"grid.seed=[{','.join(map(str, range(seeds)))}]",
                      f"grid.wave_size=[{','.join(map(str, range(1, WAVE_SIZES + 1)))}]", "grid.reps=1",
-                     "grid.warmup=0", "plugins=[noop_backend]", f"conf_dirs=[{HERE / 'conf'}]",
-                     "mlflow.enabled=false", "progress=false", f"ray.address={address}", f"run_root={run_root}"]
+                     "grid.warmup=0", "mlflow.enabled=false", "progress=false", f"ray.address={address}",
+                     f"run_root={run_root}"]
         driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO, env=ENV,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         counter = RowCounter(run_root / "results")
