@@ -131,8 +131,11 @@ def _usage() -> str:
 
 
 def refuse(name: str, message: object) -> int:
-    """Print ``wavealign <name>: <message>`` as one line on stderr (never through markup); the exit status 2."""
-    text = " ".join(str(message).split())
+    """Print ``wavealign <name>: <message>`` as one line on stderr (never through markup), a URI's password in it
+    redacted; the exit status 2."""
+    from wavealign.orchestrator.redact import redact
+
+    text = redact(" ".join(str(message).split()))
     print(f"wavealign {name}: {text}" if name else f"wavealign: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
@@ -142,7 +145,21 @@ def _needs(extra: str, what: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run ``wavealign <command>``. Ctrl-C and SIGTERM are handled from the first line on (``orchestrator.stop``),
+    so a command stopped while it starts (finding its extras, importing) says so in one line and exits 130 or 143,
+    as one stopped later does, instead of dying silently."""
+    from wavealign.orchestrator import stop
+
+    with stop.handling():
+        try:
+            return _run(sys.argv[1:] if argv is None else argv)
+        except KeyboardInterrupt:
+            print(f"wavealign {(argv or sys.argv[1:] or [''])[0]}: stopped by {stop.requested or 'SIGINT'}",
+                  file=sys.stderr)
+            return stop.exit_code() or 130
+
+
+def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
