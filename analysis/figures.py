@@ -329,17 +329,20 @@ def _technique_color(order: str) -> str:
 
 def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str],
                     aggregate: Callable[[pd.Series], float], ylabel: str) -> None:
-    """Bars of ``value`` aggregated per method (x) and reorder stage (one bar each)."""
+    """Bars of ``value`` aggregated per method (x), one per reorder stage and source (measured or simulated) that the
+    panel's cells have, centred on the method's label (a panel with two of four stages draws two bars, not four
+    slots with two empty)."""
     methods = sorted(cells["method"].unique())
-    width = 0.8 / len(stages)
-    for j, stage in enumerate(stages):
-        for sim, part in cells[cells["stages"] == stage].groupby("_sim"):
-            heights = [aggregate(value[part.index[part["method"] == m]]) for m in methods]
-            xs = [i + (j - (len(stages) - 1) / 2) * width for i in range(len(methods))]
-            ax.bar(xs, heights, width, color=variant_color(stage),
-                   label=label(STAGE_LABELS.get(stage, stage), bool(sim)), **bar_style(bool(sim)))
-            if sim:
-                badge_simulated(ax)
+    slots = [(stage, sim, part) for stage in stages
+             for sim, part in cells[cells["stages"] == stage].groupby("_sim")]
+    width = 0.8 / max(len(slots), 1)
+    for j, (stage, sim, part) in enumerate(slots):
+        heights = [aggregate(value[part.index[part["method"] == m]]) for m in methods]
+        xs = [i + (j - (len(slots) - 1) / 2) * width for i in range(len(methods))]
+        ax.bar(xs, heights, width, color=variant_color(stage),
+               label=label(STAGE_LABELS.get(stage, stage), bool(sim)), **bar_style(bool(sim)))
+        if sim:
+            badge_simulated(ax)
     ax.set_xticks(range(len(methods)))
     ax.set_xticklabels(methods, fontsize=8, rotation=15)
     ax.set_ylabel(ylabel)

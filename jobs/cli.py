@@ -81,12 +81,19 @@ def extra_requirements(extra: str) -> list[str]:
 
 
 def missing_requirement(extra: str) -> str | None:
-    """The first distribution of ``extra`` that is not installed, or whose modules cannot be found, or None."""
+    """The first distribution of ``extra`` that is not installed, or whose modules cannot be found, or None. One that
+    is not installed but whose module of its own name is (``mlflow`` from ``mlflow-skinny``) counts as there."""
     for name in extra_requirements(extra):
         try:
             dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
-            return name
+            try:
+                provided = importlib.util.find_spec(_canonical(name).replace("-", "_")) is not None
+            except (ImportError, ValueError):
+                provided = False
+            if not provided:
+                return name
+            continue
         try:
             if any(importlib.util.find_spec(module) is None for module in _top_level_modules(dist)):
                 return name
@@ -124,8 +131,11 @@ def _usage() -> str:
 
 
 def refuse(name: str, message: object) -> int:
-    """Print ``wavealign <name>: <message>`` as one line on stderr (never through markup); the exit status 2."""
-    text = " ".join(str(message).split())
+    """Print ``wavealign <name>: <message>`` as one line on stderr (never through markup), a URI's password in it
+    redacted; the exit status 2."""
+    from wavealign.orchestrator.redact import redact
+
+    text = redact(" ".join(str(message).split()))
     print(f"wavealign {name}: {text}" if name else f"wavealign: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
@@ -135,7 +145,21 @@ def _needs(extra: str, what: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run ``wavealign <command>``. Ctrl-C and SIGTERM are handled from the first line on (``orchestrator.stop``),
+    so a command stopped while it starts (finding its extras, importing) says so in one line and exits 130 or 143,
+    as one stopped later does, instead of dying silently."""
+    from wavealign.orchestrator import stop
+
+    with stop.handling():
+        try:
+            return _run(sys.argv[1:] if argv is None else argv)
+        except KeyboardInterrupt:
+            print(f"wavealign {(argv or sys.argv[1:] or [''])[0]}: stopped by {stop.requested or 'SIGINT'}",
+                  file=sys.stderr)
+            return stop.exit_code() or 130
+
+
+def _run(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0

@@ -12,9 +12,9 @@ from wavealign.jobs._args import Parser
 EXTRAS = ("sweep",)  # rich, for the table
 
 
-def wave_union_blocks(mask: torch.Tensor, perm: torch.Tensor, wave_size: int) -> torch.Tensor:
+def wave_union_blocks(mask: torch.Tensor, order: reorder.RowOrder, wave_size: int) -> torch.Tensor:
     """Mean number of distinct K/V blocks a wave of ``wave_size`` launch slots touches, per head."""
-    rows = reorder.permute_mask(mask, reorder.RowOrder.from_perm(perm, wave_size, "given"))
+    rows = reorder.permute_mask(mask, order)
     h, mb, nb = rows.shape
     pad = (-mb) % wave_size
     rows = torch.cat([rows, rows.new_zeros(h, pad, nb)], dim=1)
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     base = None
     for stages in reorder.STAGES:
         order = reorder.plan(mask, wave_size=args.wave_size, stages=stages, seed=args.seed)
-        union = float(wave_union_blocks(mask, order.perm, args.wave_size).mean())
+        union = float(wave_union_blocks(mask, order, args.wave_size).mean())
         base = base or union
         table.add_row(stages, f"{union:.1f}", f"{union / base:.2f}x")
     console = Console()

@@ -67,11 +67,19 @@ def main(argv: list[str]) -> int:
     if importlib.util.find_spec("mlflow") is None:
         print("not logged to MLflow: it is not installed (pip install 'wavealign[sweep]')")
         return 0
+    from wavealign.orchestrator import sqlite_store
+    from wavealign.orchestrator.redact import redact
+
+    try:
+        sqlite_store.prepare(uri)  # a copied run root's own store: its artifacts go to the copy
+    except sqlite_store.StoreUnusable as exc:
+        print(f"wavealign report: not logged to MLflow: {exc}", file=sys.stderr)
+        return 0
     logged = log_to_sweep_runs(files, frame, uri)
     if logged:
-        print(f"logged as artifacts report/ of sweep run(s) {', '.join(logged)} in {uri}")
+        print(f"logged as artifacts report/ of sweep run(s) {', '.join(logged)} in {redact(uri)}")
     else:
-        print(f"no sweep parent run of these results in {uri}; the report is only on disk")
+        print(f"no sweep parent run of these results in {redact(uri)}; the report is only on disk")
     return 0
 
 

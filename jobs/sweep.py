@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 EXTRAS = ("sweep",)
 EXIT_CELLS_FAILED = 3  # one or more cells failed: their errors are in the summary and their rows
 EXIT_NOTHING_PLACED = 4  # every cell to run was unschedulable: no node has its GPU type (the summary says which)
+# the run root's storage refused a write (disk full, read-only, a file in a folder's place): one line names the path
+EXIT_STORAGE_REFUSED = 5
 
 USAGE = """usage: wavealign sweep [--dry-run | --cfg job] [KEY=VALUE ...]
 
@@ -62,26 +64,50 @@ def _options(argv: list[str]) -> tuple[list[str], bool]:
 
 
 def main(argv: list[str]) -> int:
+    from wavealign.orchestrator import stop
+
+    with stop.handling():  # first: a Ctrl-C or SIGTERM from here on ends the command as in every other phase
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:  # before the sweep began (imports, config): nothing was recorded
+            print(f"wavealign sweep: stopped by {stop.requested or 'SIGINT'} before the sweep began; nothing was "
+                  "recorded", file=sys.stderr)
+            return stop.exit_code() or 130
+
+
+def _main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
     overrides, show_cfg = _options(argv)
-    from wavealign.orchestrator import config, plan, sweep
+    from wavealign.orchestrator import config, files, netns, plan, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
         console = Console(width=200)
     cfg = config.load(overrides)
     if show_cfg:
-        from omegaconf import OmegaConf
-
-        print(OmegaConf.to_yaml(cfg), end="")
+        print(config.to_yaml(cfg), end="")
         return 0
     if cfg.dry_run:
         plan.dry_run(cfg, console)
         return 0
     plan.check_size(cfg)  # before the run root is locked or Ray started
-    return exit_code(sweep.run(cfg, console))
+    if cfg.ray.private_network and not netns.inside():
+        reason = netns.unavailable(cfg.mlflow.tracking_uri if cfg.mlflow.enabled else None, cfg.ray.address)
+        if reason is not None:
+            raise config.ConfigError(f"ray.private_network=true, but {reason}")
+        sys.stdout.flush()
+        netns.enter(argv)  # this process is replaced by the same command inside the namespace
+    try:
+        outcome = sweep.run(cfg, console)
+    except files.StorageError as exc:  # before any cell ran: the run root cannot be written
+        print(f"wavealign sweep: {exc}", file=sys.stderr)
+        return EXIT_STORAGE_REFUSED
+    if outcome.storage_error is not None:
+        print(f"wavealign sweep: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
+              "runs them)", file=sys.stderr)
+    return exit_code(outcome)
 
 
 def refusals() -> tuple[type[Exception], ...]:
@@ -94,10 +120,12 @@ def refusals() -> tuple[type[Exception], ...]:
 
 def exit_code(outcome: SweepOutcome) -> int:
     """A sweep's exit status from its outcome (``sweep.SweepOutcome``)."""
-    if outcome.terminated_by == "SIGTERM":
-        return 143  # 128 + SIGTERM, as a shell reports a process that signal ended
-    if outcome.interrupted:
-        return 130
+    from wavealign.orchestrator import stop
+
+    if outcome.storage_error is not None:
+        return EXIT_STORAGE_REFUSED
+    if outcome.interrupted:  # 128 + the signal's number, as a shell reports a process that signal ended
+        return stop.EXIT_CODES.get(outcome.terminated_by or "SIGINT", 130)
     if outcome.counts and set(outcome.counts) == {"unschedulable"}:
         return EXIT_NOTHING_PLACED
     return EXIT_CELLS_FAILED if outcome.counts.get("failed") else 0

@@ -27,7 +27,8 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from wavealign.orchestrator import config, dataset, lock, record, tracking
+    from wavealign.orchestrator import config, dataset, files, lock, record, sqlite_store, tracking
+    from wavealign.orchestrator.redact import redact
     from wavealign.orchestrator.summary import runnable
 
     respell_flags(argv, config.key_paths)
@@ -35,13 +36,21 @@ def main(argv: list[str]) -> int:
     if not dataset.results_dir(cfg.run_root).is_dir():  # a typo'd root would get an empty store and "0 logged"
         raise UsageError(f"run_root={cfg.run_root!r} has no results/ folder; expected the run root of a sweep")
     uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(cfg.run_root)
-    with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
-        tracker = tracking.Tracker(uri, cfg.mlflow.experiment, artifact_root=Path(cfg.run_root) / "mlartifacts")
-        logged = record.sync(cfg.run_root, tracker)
-    if not tracker.available:
-        print(f"wavealign sync-mlflow: MLflow at {uri} is unreachable: {tracker.down_reason}", file=sys.stderr)
+    store = sqlite_store.sqlite_path(uri)
+    try:
+        with lock.hold(cfg.run_root, "wavealign sync-mlflow"):
+            if store is not None and store.exists() and (reason := sqlite_store.problem(store)) is not None:
+                moved = sqlite_store.set_aside(store)  # kept, not deleted: its runs may hold more than Parquet
+                print(f"the store {store} {reason}; moved it to {moved} and rebuilding it from Parquet")
+            tracker = tracking.Tracker(uri, cfg.mlflow.experiment, run_root=Path(cfg.run_root))
+            logged = record.sync(cfg.run_root, tracker)
+    except files.StorageError as exc:
+        print(f"wavealign sync-mlflow: {exc}", file=sys.stderr)
         return 1
-    print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {uri}")
+    if not tracker.available:
+        print(f"wavealign sync-mlflow: MLflow at {redact(uri)} is unreachable: {tracker.down_reason}", file=sys.stderr)
+        return 1
+    print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {redact(uri)}")
     print(f"MLflow: {tracking.ui_hint(uri, tracker.experiment_id, runnable('mlflow'))}")
     return 0
 

@@ -29,12 +29,17 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from wavealign import conf_dir, kernels, masks, measurers, placement, registry, reorderers, variants
+from wavealign import conf_dir, kernels, masks, measurers, placement, registry, reorder, reorderers, variants
 from wavealign import hardware as hardware_registry
+from wavealign.blockmask import MAX_SEED, check_int
 from wavealign.orchestrator.dataset import SIM_BACKEND, SIM_DEFAULT_KERNEL, SIM_KERNEL
-from wavealign.records import CPU
+from wavealign.orchestrator.redact import redact, redact_tree
+from wavealign.records import CPU, ORIGINAL_VARIANT
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel
+# timed repetitions (or warm-ups) of one cell: each keeps its time, and 100,000 of the shortest launch (~10 us) is
+# already a second; more is a typo that would hold a worker (and its timings' memory) for hours
+MAX_REPS = 100_000
 # The longest sequence a grid may ask for, in thousands of tokens: ten times the paper's longest (436K); a value
 # past it is nearly always tokens typed where thousands were meant, which would fill every worker's memory
 MAX_SEQ_K = 4096
@@ -103,6 +108,9 @@ class RayConfig:
     # build the inputs (mask, Q/K/V) of a worker's next group in the background while its current group is timed
     # (on a stream of their own on a GPU); off by default until it is shown not to move the kernel medians
     prefetch_inputs: bool = False
+    # run the driver and the embedded Ray in a network namespace of their own (Linux; `wavealign sweep` only): Ray's
+    # servers then listen where no other host, nor this host outside the sweep, can reach them (orchestrator/netns.py)
+    private_network: bool = False
 
 
 @dataclass
@@ -183,11 +191,32 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
         cfg = _compose(conf_dir, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_explain(_message(exc), conf_dir, overrides)) from None
+    check_keys(cfg)  # first: a key deleted with ~ is missing for everything below
     cfg.overrides = [o for o in overrides if not o.startswith(("only_cells=", "force="))]
+    _empty_maps(cfg, overrides)
     load_plugins(cfg)
     upgrade_first_spellings(cfg)
     validate(cfg, conf_dir)
     return cfg
+
+
+def _empty_maps(cfg: DictConfig, overrides: list[str]) -> None:
+    """``key={}`` empties the map ``key`` (``extra_grids={}``: the sweep runs ``grid`` alone): Hydra merges an empty
+    map into the composed one, which leaves it as it was."""
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if sep and value.strip() == "{}" and not key.startswith(("+", "~")):
+            node = OmegaConf.select(cfg, key)
+            if isinstance(node, DictConfig):
+                parent, _, name = key.rpartition(".")
+                with open_dict(cfg):
+                    (OmegaConf.select(cfg, parent) if parent else cfg)[name] = {}
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    """The resolved config as YAML, every URI's password and token redacted: what a sweep writes
+    (``sweeps/<id>/config.yaml``, an MLflow artifact too) and ``--cfg job`` prints."""
+    return OmegaConf.to_yaml(OmegaConf.create(redact_tree(OmegaConf.to_container(cfg, resolve=True))))
 
 
 def upgrade_first_spellings(cfg: DictConfig) -> None:
@@ -406,6 +435,12 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
             raise ConfigError(f"variants.{name}.stages={variant.stages!r}; expected one of {variants.STAGES}")
         if variant.skip not in variants.SKIP_MODES:
             raise ConfigError(f"variants.{name}.skip={variant.skip!r}; expected one of {variants.SKIP_MODES}")
+        fixed = variants.VARIANTS.get(name)
+        if fixed is not None and (variant.stages, variant.skip) != (fixed.stages, fixed.skip):
+            what = "the baseline every speedup refers to" if name == ORIGINAL_VARIANT else "a variant of the library"
+            raise ConfigError(f"variants.{name}: stages={variant.stages!r}, skip={variant.skip!r}; {name!r} is {what} "
+                              f"(stages {fixed.stages!r}, skip {fixed.skip!r}) and is fixed; expected it unchanged "
+                              "(add your own under another name)")
     for key in ("batch_cells", "max_cells"):
         if cfg[key] < 1:
             raise ConfigError(f"{key}={cfg[key]}; expected >= 1")
@@ -425,8 +460,17 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     uri = cfg.mlflow.tracking_uri
     if uri is not None and not (isinstance(uri, str) and uri and
                                 urllib.parse.urlparse(uri).scheme.split("+")[0] in MLFLOW_SCHEMES):
-        raise ConfigError(f"mlflow.tracking_uri={uri!r}; expected null (<run_root>/mlflow.db), a path, or a URI "
-                          f"with a scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
+        raise ConfigError(f"mlflow.tracking_uri={redact(repr(uri))}; expected null (<run_root>/mlflow.db), a path, "
+                          f"or a URI with a scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
+    if not isinstance(cfg.mlflow.experiment, str) or not cfg.mlflow.experiment.strip():
+        raise ConfigError(f"mlflow.experiment={cfg.mlflow.experiment!r}; expected the name of an MLflow experiment")
+    if not str(cfg.run_root).strip() or Path(cfg.run_root).resolve() == Path(Path(cfg.run_root).resolve().anchor):
+        raise ConfigError(f"run_root={cfg.run_root!r}; expected a folder of the sweep's own (made if missing), not "
+                          "the current folder's nothing or the filesystem's root")
+    for folder in cfg.conf_dirs:
+        if not Path(folder).is_dir():
+            raise ConfigError(f"conf_dirs has {folder!r}, which is not a folder; expected config roots holding "
+                              "backend/, method/, reorderer/ YAMLs")
     if Path(cfg.run_root).exists() and not Path(cfg.run_root).is_dir():
         raise ConfigError(f"run_root={cfg.run_root!r} is a file; expected a folder (made if missing) for the "
                           "sweep's results")
@@ -443,6 +487,10 @@ def check_keys(cfg: DictConfig) -> None:
 
 def _check_keys(node: DictConfig, schema: type, prefix: str) -> None:
     fields = typing.get_type_hints(schema)
+    for key in fields:
+        if key not in node:  # deleted with ~key: nothing would stand in for it
+            empty = f" (none: {prefix}{key}={{}})" if typing.get_origin(fields[key]) is dict else ""
+            raise ConfigError(f"~{prefix}{key}: {prefix}{key} cannot be deleted; expected it set{empty}")
     for key in node:
         if key not in fields:
             close = difflib.get_close_matches(str(key), list(fields), n=1)
@@ -584,16 +632,12 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
             raise ConfigError(f"{where}.seq_k has {k:g}: {k * 1000:,.0f} tokens, more than {MAX_SEQ_K * 1000:,} "
                               f"(seq_k counts thousands of tokens: 364 is 364,000; did you mean {k / 1000:g}?)")
     for seed in grid.seed:
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"{where}.seed has {seed!r}; expected a non-negative integer (torch's generator seeds)")
+        _check_integer(f"{where}.seed", seed, 0, MAX_SEED, listed=True)  # torch's generator seeds, and an int64 column
     for w in grid.wave_size:
-        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
-            raise ConfigError(f"{where}.wave_size has {w!r}; expected a positive integer or null")
-    if grid.block_size is not None and (not isinstance(grid.block_size, int) or grid.block_size < 1):
-        raise ConfigError(f"{where}.block_size={grid.block_size!r}; expected a positive integer or null")
-    for key in ("reps", "warmup"):
-        if grid[key] < (1 if key == "reps" else 0):
-            raise ConfigError(f"{where}.{key}={grid[key]}; expected >= {1 if key == 'reps' else 0}")
+        _check_integer(f"{where}.wave_size", w, 1, reorder.MAX_WAVE_SIZE, null=True, listed=True)
+    _check_integer(f"{where}.block_size", grid.block_size, 1, MAX_SEQ_K * 1000, null=True)
+    _check_integer(f"{where}.reps", grid.reps, 1, MAX_REPS)
+    _check_integer(f"{where}.warmup", grid.warmup, 0, MAX_REPS)
     for method in grid.method:
         param_axes("method", method, grid, where, dirs)
     for backend in grid.backend:
@@ -619,6 +663,19 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
                 continue
             raise ConfigError(f"{key}: {kind} {name!r} is not in {where}.{kind} {names}; expected parameters of a "
                               f"{kind} the grid runs (add {name!r} to {where}.{kind}, or drop these with ~{key})")
+
+
+def _check_integer(key: str, value: Any, lo: int, hi: int, null: bool = False, listed: bool = False) -> None:
+    """``value`` of ``key`` (one item of it where ``listed``, an axis) an integer in [lo, hi], or None where ``null``,
+    as the library takes one (``blockmask.check_int``: a boolean, a float or text is not an integer); else a
+    ``ConfigError``."""
+    if value is None and null:
+        return
+    try:
+        check_int(key, value, lo=lo, hi=hi)
+    except ValueError:
+        got = f"{key} has {value!r}" if listed else f"{key}={value!r}"
+        raise ConfigError(f"{got}; expected an integer in [{lo}, {hi:,}]" + (" or null" if null else "")) from None
 
 
 def profile_hardware(grid: DictConfig, hw: str) -> str:

@@ -2,17 +2,21 @@
 and method under ``<run_root>/results/``.
 
 Files are written whole to a hidden temporary name and renamed, so a crash never leaves half a file, and
-readers (``read``) ignore temporaries. Analysis reads one GPU type or method cheaply through the
-partitioning: ``read(root, filter=(ds.field("hardware") == "h100"))``.
+readers (``read``) ignore temporaries. A file is read only once it has been read whole and its schema checked
+against ours (``trusted_files``); any other file is moved to ``results/_quarantine/`` with its reason.
+Analysis reads one GPU type or method cheaply through the partitioning:
+``read(root, filter=(ds.field("hardware") == "h100"))``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
 import os
+import re
 import time
 import types
 import typing
@@ -22,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from wavealign.orchestrator import files
 from wavealign.records import Cell, CellResult, Environment
 
 SCHEMA_VERSION = 5  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
@@ -39,6 +45,14 @@ STATUSES = ("done", "failed", "unschedulable")
 _TS = pa.timestamp("ms", tz="UTC")
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 _log = logging.getLogger(__name__)
+# a sweep's id (``plan.sweep_id``): it names the folder sweeps/<sweep_id>, so an id read from a file is used only if
+# it is one of ours
+SWEEP_ID_FORMAT = "16 lowercase hex digits"
+_SWEEP_ID = re.compile(r"[0-9a-f]{16}")
+
+
+def is_sweep_id(value: Any) -> bool:
+    return isinstance(value, str) and _SWEEP_ID.fullmatch(value) is not None
 
 
 def _arrow_type(where: str, hint: Any) -> pa.DataType:
@@ -100,6 +114,8 @@ def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name
     row.update(schema_version=SCHEMA_VERSION, result_id=row.get("result_id") or uuid.uuid4().hex,
                sweep_id=sweep_id, sweep_name=sweep_name, cell_json=_json(config),
                recorded_at=row.get("recorded_at") or time.time())
+    if not is_sweep_id(sweep_id):
+        raise ValueError(f"sweep_id must be {SWEEP_ID_FORMAT}, got {sweep_id!r}")
     if row["status"] not in STATUSES:
         raise ValueError(f"status must be one of {STATUSES}, got {row['status']!r}")
     return row
@@ -127,74 +143,201 @@ def results_dir(run_root: str | Path) -> Path:
     return Path(run_root) / "results"
 
 
+def file_name(sweep_id: str, result_ids: list[str]) -> str:
+    """A results file's name, from its rows' sweep and result ids: writing the same rows again (a flush retried
+    after an interrupt between its rename and the buffer's clearing) replaces the file instead of adding one."""
+    digest = hashlib.sha256("\n".join(sorted(result_ids)).encode()).hexdigest()[:16]
+    return f"part-{sweep_id}-{digest}.parquet"
+
+
 def write(run_root: str | Path, rows: list[dict[str, Any]]) -> list[Path]:
-    """Write ``rows`` as one file per (hardware, method) partition, each via a temporary name + rename."""
+    """Write ``rows`` as one file per (hardware, method) partition, each whole (``files.write_whole``: a temporary
+    name, then a rename), with page checksums that ``read`` verifies; raises ``files.StorageError``."""
     by_partition: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_partition[(row["hardware"], row["method"])].append(row)
     written = []
     for (hardware, method), part in by_partition.items():
         folder = results_dir(run_root) / f"hardware={hardware}" / f"method={method}"
-        folder.mkdir(parents=True, exist_ok=True)
-        name = f"part-{part[0]['sweep_id']}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-        tmp = folder / f".{name}.tmp"
-        pq.write_table(to_table(part, FILE_SCHEMA), tmp)
-        os.replace(tmp, folder / name)
-        written.append(folder / name)
+        written.append(_write_file(folder, part[0]["sweep_id"], to_table(part, FILE_SCHEMA)))
     return written
 
 
+def _write_file(folder: Path, sweep_id: str, table: pa.Table) -> Path:
+    """``table`` (of ``FILE_SCHEMA``) as one results file in ``folder``, named from its result ids."""
+    path = folder / file_name(sweep_id, table.column("result_id").to_pylist())
+    files.write_whole(path, lambda tmp: pq.write_table(table, tmp, write_page_checksum=True))
+    _TRUSTED[path.resolve()] = _version(path)  # made here from our schema: no need to read it back
+    return path
+
+
+def compact(paths: list[Path], chunk: int = 256) -> list[Path]:
+    """Merge results files this driver wrote (``paths``, all of one sweep) into one per partition folder, ``chunk``
+    files at a time (so that no more than a chunk is read at once), removing each file once its rows are in a
+    merged one; returns the files left. A sweep of many small groups writes a file per group as they finish, and
+    every later read of the folder pays per file (a 10,000-cell sweep: 3,000 files, 1 GB of reader memory). A driver
+    stopped between writing a merged file and removing what it merged leaves those rows twice: ``read`` keeps each
+    result once (``distinct``)."""
+    by_folder: dict[Path, list[Path]] = defaultdict(list)
+    for path in dict.fromkeys(paths):
+        if path.is_file():
+            by_folder[path.parent].append(path)
+    left = []
+    for folder, level in by_folder.items():
+        while len(level) > 1:
+            merged = []
+            for start in range(0, len(level), chunk):
+                part = level[start:start + chunk]
+                if len(part) == 1:
+                    merged += part
+                    continue
+                table = pa.concat_tables([pq.read_table(p, schema=FILE_SCHEMA) for p in part])
+                target = _write_file(folder, table.column("sweep_id")[0].as_py(), table)
+                for path in part:
+                    if path != target:
+                        path.unlink(missing_ok=True)
+                merged.append(target)
+            level = merged
+        left += level
+    return left
+
+
 QUARANTINE = "_quarantine"
+REASON_SUFFIX = ".reason.txt"  # beside a quarantined file: why it was moved
+# columns of earlier versions that this one dropped, in their files (v1-v4's ncu_requested: measure ncu since v5)
+RETIRED_COLUMNS = ("ncu_requested",)
+# identity columns a row cannot be without, whatever version of the schema wrote it
+REQUIRED_COLUMNS = ("schema_version", "result_id", "sweep_id", "cell_id", "group_id", "status", "recorded_at")
+_TRUSTED: dict[Path, tuple[int, int, int]] = {}  # files read whole and found ours, by (inode, size, mtime_ns)
+_CHECKSUMS = ds.ParquetFileFormat(
+    default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
+_PARTITIONING = ds.partitioning(pa.schema([SCHEMA.field(name) for name in PARTITION_COLUMNS]), flavor="hive")
 
 
-def quarantine_unreadable(run_root: str | Path) -> list[Path]:
-    """Move every file under ``results/`` that is not a readable Parquet file (truncated, empty, a stray note)
-    to ``results/_quarantine/``, warning with each name; return where they went. Hidden files (a writer's
-    temporaries) and the quarantine itself are left alone. The cells such a file held are simply not done, so
-    a resumed sweep runs them again."""
+def _version(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def untrusted_reason(path: Path, relative: Path) -> str | None:
+    """Why the results file ``path`` (at ``relative`` under ``results/``) cannot be trusted, or None: it is
+    trusted only once it was read whole (every page, checksums verified) and found to be ours: in a
+    ``hardware=<id>/method=<name>`` folder, every column one of our schema's with our type, no identity column
+    missing or empty, a known schema version and status, and sweep ids of our own format."""
+    if path.suffix != ".parquet":
+        return "not a .parquet file"
+    keys = [part.partition("=")[0] for part in relative.parts[:-1]]
+    if keys != list(PARTITION_COLUMNS) or any(not part.partition("=")[2] for part in relative.parts[:-1]):
+        return f"not in a {'/'.join(f'{k}=<value>' for k in PARTITION_COLUMNS)} folder"
+    try:
+        table = pq.read_table(path, page_checksum_verification=True)
+    except (pa.ArrowException, OSError) as exc:
+        return f"unreadable: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+    for field in table.schema:
+        if field.name in RETIRED_COLUMNS:
+            continue
+        if field.name not in FILE_SCHEMA.names:
+            return f"column {field.name!r} is not in dataset schema v{SCHEMA_VERSION}"
+        expected = FILE_SCHEMA.field(field.name).type
+        if field.type != expected:
+            return f"column {field.name!r} is {field.type}; expected {expected}"
+    for name in REQUIRED_COLUMNS:
+        if name not in table.column_names:
+            return f"no {name!r} column"
+        if table.column(name).null_count:
+            return f"{table.column(name).null_count} rows have no {name!r}"
+    versions = set(table.column("schema_version").to_pylist())
+    if not versions <= set(range(1, SCHEMA_VERSION + 1)):
+        return f"schema_version {sorted(versions)}; expected 1 to {SCHEMA_VERSION}"
+    statuses = set(table.column("status").to_pylist())
+    if not statuses <= set(STATUSES):
+        return f"status {sorted(statuses - set(STATUSES))}; expected one of {STATUSES}"
+    bad_ids = sorted(s for s in set(table.column("sweep_id").to_pylist()) if not is_sweep_id(s))
+    if bad_ids:
+        return f"sweep_id {bad_ids[0]!r} is not a sweep id ({SWEEP_ID_FORMAT})"
+    return None
+
+
+def trusted_files(run_root: str | Path, recheck: bool = False) -> list[Path]:
+    """The results files ``read`` may read: each checked once per version (``untrusted_reason``, remembered for
+    this process; ``recheck`` forgets), the others moved to ``results/_quarantine/`` with their reason, in a
+    warning and in a ``.reason.txt`` beside them. Hidden files (a writer's temporaries) and the quarantine itself are
+    left alone. The cells a quarantined file held are not done, so a resumed sweep runs them again."""
     folder = results_dir(run_root)
-    moved = []
+    trusted = []
     for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
         relative = path.relative_to(folder)
-        if not path.is_file() or any(part.startswith((".", "_")) for part in relative.parts):
+        if any(part.startswith((".", "_")) for part in relative.parts) or not path.is_file():
             continue
+        key = path.resolve()
         try:
-            if path.suffix != ".parquet":
-                raise ValueError("not a .parquet file")
-            pq.read_metadata(path)
-        except (pa.ArrowInvalid, OSError, ValueError) as exc:
-            target = folder / QUARANTINE / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, target)
-            _log.warning("results: moved unreadable %s to %s (%s)", path, target, str(exc).splitlines()[0])
-            moved.append(target)
-    return moved
+            version = _version(path)
+        except FileNotFoundError:  # moved away (quarantined by another reader) since the listing
+            continue
+        if not recheck and _TRUSTED.get(key) == version:
+            trusted.append(path)
+            continue
+        reason = untrusted_reason(path, relative)
+        if reason is None:
+            _TRUSTED[key] = version
+            trusted.append(path)
+        else:
+            _quarantine(folder, relative, reason)
+    return trusted
+
+
+def _quarantine(folder: Path, relative: Path, reason: str) -> None:
+    """Move an untrusted file aside with its reason; where the folder cannot be written (a results folder read
+    where it is, read-only) it is only left out, with the same warning."""
+    target = folder / QUARANTINE / relative
+    try:
+        files.make_dir(target.parent)
+        os.replace(folder / relative, target)
+        files.write_whole(target.with_name(target.name + REASON_SUFFIX), reason + "\n")
+    except FileNotFoundError:
+        return  # quarantined by another reader meanwhile
+    except OSError as exc:  # files.StorageError too
+        _log.warning("results: left out %s (%s; it could not be moved aside: %s)", folder / relative, reason,
+                     getattr(exc, "strerror", None) or exc)
+        return
+    _log.warning("results: moved %s to %s (%s)", folder / relative, target, reason)
 
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
-    """Every row under ``<run_root>/results`` (an empty table of the schema if there is none), older rows
-    ``upgraded``. A file that cannot be read is moved aside (``quarantine_unreadable``) and the rest read again: the
-    probe of every file runs only when a read fails, not on each of the several reads a sweep makes."""
-    folder = results_dir(run_root)
-    if not folder.is_dir():
-        return SCHEMA.empty_table().select(columns or SCHEMA.names)
+    """Every row of the trusted files under ``<run_root>/results`` (``trusted_files``; an empty table of the schema
+    if there are none), older rows ``upgraded``, each result once (``distinct``). A file damaged after its check (its
+    pages fail their checksums) sends every file through the check again, once."""
     upgrading = columns is None or any(c in UPGRADED_COLUMNS for c in columns)
-    read_columns = columns if columns is None or not upgrading else list(
-        dict.fromkeys([*columns, "schema_version", "cell_json"]))
-
-    def table() -> pa.Table:
-        dataset = ds.dataset(folder, format="parquet", schema=SCHEMA, partitioning="hive",
-                             ignore_prefixes=[".", "_"])
-        return dataset.to_table(columns=read_columns, filter=filter)
-
+    needed = [*(["schema_version", "cell_json"] if upgrading else []), "result_id"]
+    read_columns = None if columns is None else list(dict.fromkeys([*columns, *needed]))
     try:
-        found = table()
-    except (pa.ArrowInvalid, OSError):
-        if not quarantine_unreadable(run_root):
-            raise
-        found = table()
-    found = upgraded(found) if upgrading else found
+        found = read_files(run_root, trusted_files(run_root), read_columns, filter)
+    except (pa.ArrowException, OSError):
+        found = read_files(run_root, trusted_files(run_root, recheck=True), read_columns, filter)
+    found = distinct(upgraded(found) if upgrading else found)
     return found if columns is None else found.select(columns)
+
+
+def read_files(run_root: str | Path, paths: list[Path], columns: list[str] | None = None,
+               filter: ds.Expression | None = None) -> pa.Table:
+    """The rows of ``paths``, results files of ``run_root`` already trusted (``trusted_files``, or written here)."""
+    if not paths:
+        return SCHEMA.empty_table().select(columns or SCHEMA.names)
+    dataset = ds.dataset([str(p) for p in paths], schema=SCHEMA, format=_CHECKSUMS, partitioning=_PARTITIONING,
+                         partition_base_dir=str(results_dir(run_root)))
+    return dataset.to_table(columns=columns, filter=filter)
+
+
+def distinct(table: pa.Table) -> pa.Table:
+    """``table`` with each ``result_id`` once (its first row): a result id names one row, and the same row in two
+    files (``compact`` stopped between writing the merged file and removing the ones it merged, or a file copied
+    under another name) is one result."""
+    ids = table.column("result_id")
+    if pc.count_distinct(ids).as_py() == table.num_rows:
+        return table
+    seen: set[str] = set()
+    first = [i for i, rid in enumerate(ids.to_pylist()) if not (rid in seen or seen.add(rid))]
+    return table.take(first)
 
 
 # the columns v5 changed the meaning of, and the first spelling of a simulated cell (backend sim, modelling its

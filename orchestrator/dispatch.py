@@ -21,6 +21,7 @@ from rich.console import Console
 from wavealign import measurers
 from wavealign.inputs import key as inputs_key
 from wavealign.measurers.timed import calls as timed_calls
+from wavealign.orchestrator import stop
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder
 from wavealign.placement import CPU_POOLS, POOL_WORKERS, WAITS_FOR, pool
@@ -160,6 +161,8 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
     probes: dict[Any, tuple[str, Any, float]] = {}  # where() of a worker that died -> placement, worker, deadline
     try:
         while any(queues.values()) or inflight or reserved:
+            if stop.requested:  # its KeyboardInterrupt may have been swallowed on the way (``stop``)
+                return True
             for key, queue in queues.items():
                 started = []
                 while idle[key] and not _waiting(key, queues, inflight):
@@ -184,7 +187,10 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
                     _fail_all(queue, recorder, progress, key, "every worker of this type died")
             if not inflight and not probes:
                 continue
-            ready, _ = ray.wait([*inflight, *probes], num_returns=1, timeout=1.0)
+            waiting = [*inflight, *probes]
+            ready, _ = ray.wait(waiting, num_returns=len(waiting), timeout=0)  # all that are done by now
+            if not ready:
+                ready, _ = ray.wait(waiting, num_returns=1, timeout=1.0)
             for ref in ready:
                 if ref in probes:
                     key, actor, _ = probes.pop(ref)
@@ -195,7 +201,9 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
                 progress.add(key, running=-len(recorder.recordable(group)))
                 if _collect(ref, actor, group, key, idle, recorder, progress):
                     probes[actor.where.remote()] = (key, actor, time.monotonic() + probe_timeout_s)
-                recorder.flush()  # a group's rows reach Parquet as soon as it finishes: a killed driver loses none
+            # the groups that finished reach Parquet before the next wait, in one write: a killed driver loses none,
+            # and with many workers the cost of a write is shared by the groups that finished meanwhile
+            recorder.flush()
             for actor in _drop_expired(probes, probe_timeout_s, console):
                 _give_back(actor, reserved, queues)
     except KeyboardInterrupt:

@@ -17,6 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from wavealign.orchestrator import files
+from wavealign.orchestrator.redact import redact
+
 LOCK_NAME = ".lock"
 
 
@@ -27,11 +30,14 @@ class RunRootBusy(RuntimeError):
 @contextmanager
 def hold(run_root: str | Path, what: str) -> Iterator[Path]:
     """Hold ``<run_root>/.lock`` for the block, or raise ``RunRootBusy`` naming the holder at once."""
-    root = Path(run_root)
-    root.mkdir(parents=True, exist_ok=True)
+    root = files.make_dir(Path(run_root))
     path = root / LOCK_NAME
-    handle = path.open("a+")
     try:
+        handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, files.FILE_MODE), "r+")
+    except OSError as exc:  # a folder of that name, a read-only run root
+        raise files.storage_error(path, exc, "open the lock file") from None
+    try:
+        os.fchmod(handle.fileno(), files.FILE_MODE)  # also a lock file an older version made world-readable
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -42,7 +48,7 @@ def hold(run_root: str | Path, what: str) -> Iterator[Path]:
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "what": what,
-                                 "command": " ".join(sys.argv), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                 "command": redact(" ".join(sys.argv)), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                         time.gmtime())}))
         handle.flush()
         yield path

@@ -4,10 +4,13 @@ one JSON per run of the sweep with its counts and wall times; the end of the swe
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shlex
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,12 +19,14 @@ import pyarrow.dataset as ds
 from omegaconf import DictConfig
 
 from wavealign.measurers.timed import calls as timed_calls
-from wavealign.orchestrator import dataset, tracking
+from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.plan import SweepPlan
+from wavealign.orchestrator.redact import redact
 from wavealign.placement import CPU_POOLS
 from wavealign.records import Cell
 
 _RUN_RECORD_PREFIX = "run-"  # sweeps/<sweep_id>/run-<UTC time>.json: one per run of the sweep
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,22 +52,30 @@ class SweepOutcome:
     gpu_workers: int = 0
     kernel_busy_fraction: float | None = None  # ``kernel_busy_fraction``, set with the run record
     cluster: dict[str, Any] | None = None  # the Ray cluster joined (``join.JoinedCluster``); None: no cell ran
+    # the storage refused a write (disk full, read-only): what finished before it is recorded, the rest is not
+    storage_error: files.StorageError | None = None
 
 
 def repro_command(cfg: DictConfig, cell: Cell) -> str:
-    """The command that re-runs just ``cell``: the sweep's own overrides, that cell only, forced."""
-    return "wavealign sweep " + shlex.join([*cfg.overrides, f"only_cells=[{cell.cell_id}]", "force=true"])
+    """The command that re-runs just ``cell``: the sweep's own overrides, that cell only, forced; without the
+    password of a tracking URI (``redact``: give it through MLflow's environment variables instead)."""
+    return redact("wavealign sweep " + shlex.join([*cfg.overrides, f"only_cells=[{cell.cell_id}]", "force=true"]))
 
 
 class Recorder:
-    """Buffers rows; each flush writes one Parquet batch, then logs the same rows to MLflow."""
+    """Buffers rows; each flush writes one Parquet batch, then has MLflow log the same rows from the files written.
+    Once written, a row is kept only as its id (``written``), so the driver's memory stays flat however long the
+    sweep; ``recorded_rows`` reads them back."""
 
     def __init__(self, cfg: DictConfig, plan: SweepPlan, tracker: tracking.Tracker | None,
                  parent_run_id: str | None) -> None:
         self.cfg, self.plan = cfg, plan
-        self.mlflow = tracking.BackgroundLogger(tracker, parent_run_id) if tracker is not None else None
+        self.mlflow = (tracking.BackgroundLogger(tracker, parent_run_id, Path(cfg.run_root)) if tracker is not None
+                       else None)
         self.buffer: list[dict[str, Any]] = []
-        self.rows: list[dict[str, Any]] = []
+        self.written: dict[str, None] = {}  # result ids written to Parquet, in order
+        self.paths: list[Path] = []  # the files they are in
+        self.storage_error: files.StorageError | None = None
         self.baselines: set[str] = set()  # cell ids run only as a resumed group's reference (see dispatch.queues)
 
     def recordable(self, group: list[Cell]) -> list[Cell]:
@@ -78,24 +91,50 @@ class Recorder:
         row = dataset.make_row(cell, result, sweep_id=self.plan.sweep_id, sweep_name=self.cfg.name, status=status,
                                error=error, extra={**extra, "repro_command": repro_command(self.cfg, cell)})
         self.buffer.append(row)
-        self.rows.append(row)
         if len(self.buffer) >= self.cfg.batch_cells:
             self.flush()
         return row
 
     def flush(self) -> None:
-        if not self.buffer:
+        """Write the buffered rows to Parquet, then hand them to MLflow. Idempotent: a flush interrupted after its
+        files are renamed into place and before the buffer is cleared writes the same files again
+        (``dataset.file_name``), never a second copy of the rows. Once the storage has refused a write
+        (``storage_error``), nothing more is written: the buffered cells are not recorded, so a resume runs them."""
+        if not self.buffer or self.storage_error is not None:
             return
-        dataset.write(self.cfg.run_root, self.buffer)  # Parquet first: the record of truth; kept on failure
-        batch, self.buffer = self.buffer, []
+        try:
+            paths = dataset.write(self.cfg.run_root, self.buffer)  # Parquet first: the record of truth
+        except files.StorageError as exc:
+            self.storage_error = exc
+            raise
+        self.written.update(dict.fromkeys(r["result_id"] for r in self.buffer))
+        self.paths += paths
+        self.buffer = []
         if self.mlflow is not None:
-            self.mlflow.submit(batch)
+            self.mlflow.submit(paths)
 
-    def close(self) -> None:
-        """Write what is buffered and wait for MLflow to log everything submitted."""
-        self.flush()
-        if self.mlflow is not None:
-            self.mlflow.close()
+    def compact(self) -> None:
+        """Merge the files this sweep wrote into one per partition (``dataset.compact``), once nothing reads them:
+        not after a storage failure, nor while MLflow's thread may still be reading them."""
+        if self.storage_error is None and (self.mlflow is None or self.mlflow.done):
+            try:
+                self.paths = dataset.compact(self.paths)
+            except OSError as exc:  # files.StorageError too: the files stay as they are, every row in them
+                _log.warning("results: the sweep's %d files were left unmerged (%s)", len(self.paths), exc)
+
+    def recorded_rows(self) -> list[dict[str, Any]]:
+        """The rows this sweep wrote to Parquet, read back (those a storage failure kept out are not among them)."""
+        if not self.written:
+            return []
+        wanted = (ds.field("sweep_id") == self.plan.sweep_id) & ds.field("result_id").isin(list(self.written))
+        return dataset.read(self.cfg.run_root, filter=wanted).to_pylist()
+
+    def close(self, abandon: Callable[[], bool] = lambda: False) -> bool:
+        """Write what is buffered and wait for MLflow to log everything submitted, unless ``abandon()`` turns
+        true meanwhile (its rows are in Parquet: ``sync`` logs them later); True if MLflow caught up."""
+        with contextlib.suppress(files.StorageError):  # kept in ``storage_error``, for the summary
+            self.flush()
+        return self.mlflow.close(abandon) if self.mlflow is not None else True
 
 
 def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_workers: int) -> float | None:
@@ -123,13 +162,31 @@ def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, 
               "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
               "kernel_busy_fraction": outcome.kernel_busy_fraction, "cluster": outcome.cluster}
     path = sweep_dir / f"{_RUN_RECORD_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
-    path.write_text(json.dumps(record, indent=2, default=str))
+    files.write_whole(path, json.dumps(record, indent=2, default=str))
 
 
 def latest_run_record(sweep_dir: Path) -> dict[str, Any] | None:
-    """The run record of the sweep's latest run that got to write one (names sort by time), or None."""
-    paths = sorted(sweep_dir.glob(f"{_RUN_RECORD_PREFIX}*.json"))
-    return json.loads(paths[-1].read_text()) if paths else None
+    """The run record of the sweep's latest run that got to write one (names sort by time), or None. A record
+    that does not read as one (emptied, cut short, edited) is skipped with a warning naming it, and the one
+    before it is taken."""
+    for path in sorted(sweep_dir.glob(f"{_RUN_RECORD_PREFIX}*.json"), reverse=True):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            _log.warning("skipped the damaged run record %s (%s)", path, str(exc).splitlines()[0])
+            continue
+        if isinstance(record, dict) and isinstance(record.get("interrupted"), bool):
+            return record
+        _log.warning("skipped the run record %s: not a wavealign run record", path)
+    return None
+
+
+def sweep_folder(run_root: Path, sweep_id: str) -> Path:
+    """``<run_root>/sweeps/<sweep_id>``, for an id of our own format only (``dataset.is_sweep_id``): ids come from
+    Parquet rows, and one such as ``../../elsewhere`` must not name a folder outside the run root."""
+    if not dataset.is_sweep_id(sweep_id):
+        raise ValueError(f"sweep_id {sweep_id!r} is not a sweep id ({dataset.SWEEP_ID_FORMAT})")
+    return Path(run_root) / "sweeps" / sweep_id
 
 
 def ended_status(run_record: dict[str, Any] | None) -> str:
@@ -147,7 +204,7 @@ def end_parent_run(tracker: tracking.Tracker, parent_run_id: str | None, run_roo
         return
     if sweep_rows is None:
         sweep_rows = dataset.read(run_root, filter=ds.field("sweep_id") == sweep_id).to_pylist()
-    record = latest_run_record(run_root / "sweeps" / sweep_id)
+    record = latest_run_record(sweep_folder(run_root, sweep_id))
     tracker.finish(parent_run_id, ended_status(record), tracking.sweep_metrics(sweep_rows, record))
 
 
@@ -166,8 +223,8 @@ def sync(run_root: str | Path, tracker: tracking.Tracker) -> dict[str, int]:
     for row in table.to_pylist():
         by_sweep.setdefault(row["sweep_id"], []).append(row)
     for sweep_id, sweep_rows in by_sweep.items():
-        sweep_dir = run_root / "sweeps" / sweep_id
-        parent = tracker.parent_run(sweep_id, sweep_rows[0]["sweep_name"] or "sweep", sweep_dir / "config.yaml")
+        folder = sweep_folder(run_root, sweep_id)
+        parent = tracker.parent_run(sweep_id, sweep_rows[0]["sweep_name"] or "sweep", folder / "config.yaml")
         have = tracker.logged_result_ids(sweep_id)
         if parent is None or have is None:
             break
@@ -177,7 +234,7 @@ def sync(run_root: str | Path, tracker: tracking.Tracker) -> dict[str, int]:
         if run is None:
             break
         if logged[sweep_id] or not tracking.has_dataset(run, run_root):
-            tracker.log_dataset(parent, run_root, sweep_dir / "summary.txt")
+            tracker.log_dataset(parent, run_root, folder / "summary.txt")
         if run.info.status == "RUNNING":
             end_parent_run(tracker, parent, run_root, sweep_id, sweep_rows)
     return logged

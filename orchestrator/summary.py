@@ -4,6 +4,7 @@ each as a command that runs as printed from where the sweep ran (``runnable``)."
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import shutil
@@ -15,7 +16,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.text import Text
 
-from wavealign.orchestrator import dataset, tracking
+from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.plan import SweepPlan
 from wavealign.orchestrator.progress import summary_table
 from wavealign.orchestrator.record import SweepOutcome
@@ -32,8 +33,9 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     measured = any(row["status"] == "done" for row in latest.values())
     if measured:  # a table of nothing but dashes says less than the reasons below
         console.print(table)
-    with path.open("w") as fh:
-        Console(file=fh, width=200).print(table)
+    text = Console(file=io.StringIO(), width=200)
+    text.print(table)
+    files.write_whole(path, text.file.getvalue())
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
     if outcome.kernel_busy_fraction is not None:

@@ -13,6 +13,7 @@ sweep (reopened on resume) and FINISHED, KILLED or FAILED after.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -21,7 +22,7 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
-from wavealign.orchestrator import dataset
+from wavealign.orchestrator import dataset, sqlite_store
+from wavealign.orchestrator.files import StorageError
+from wavealign.orchestrator.redact import redact
 from wavealign.records import ORIGINAL_VARIANT, order_name
 
 TAG = "wavealign."
@@ -66,6 +69,7 @@ def default_tracking_uri(run_root: str | Path) -> str:
 def ui_hint(tracking_uri: str, experiment_id: str | None, mlflow: str = "mlflow") -> str:
     """How to open this store's runs table in the MLflow UI: a server's address, or the ``mlflow ui`` command
     (``mlflow``: how to run MLflow's CLI here) for a local store and then the address it serves."""
+    tracking_uri = redact(tracking_uri)
     if tracking_uri.startswith(("http://", "https://")):
         return f"open {experiment_address(tracking_uri, experiment_id)}"
     return (f"{mlflow} ui --backend-store-uri {tracking_uri}\n"
@@ -82,12 +86,12 @@ def experiment_address(server: str, experiment_id: str | None) -> str:
 class Tracker:
     """An MLflow client that turns itself off, with a reason, at the first failure: the sweep goes on."""
 
-    def __init__(self, tracking_uri: str, experiment: str, artifact_root: Path | None = None) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, run_root: Path | None = None) -> None:
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment
         self.down_reason: str | None = None
         self.client: MlflowClient | None = None
-        self.experiment_id = self._guard(lambda: self._connect(artifact_root))
+        self.experiment_id = self._guard(lambda: self._connect(run_root))
 
     @property
     def available(self) -> bool:
@@ -108,7 +112,9 @@ class Tracker:
             return None
 
     def _cause(self, exc: Exception) -> str:
-        """What went wrong, in words: a local sqlite store that vanished or turned read-only says so."""
+        """What went wrong, in words: a local sqlite store that is unusable, vanished or turned read-only says so."""
+        if isinstance(exc, sqlite_store.StoreUnusable | StorageError):
+            return str(exc)
         if self.tracking_uri.startswith("sqlite:///"):
             path = Path(self.tracking_uri.removeprefix("sqlite:///"))
             if self.client is not None and not path.exists():
@@ -116,17 +122,19 @@ class Tracker:
             if path.exists() and not os.access(path, os.W_OK):
                 return f"the store {path} is read-only"
         text = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {text[0] if text else ''}"
+        return redact(f"{type(exc).__name__}: {text[0] if text else ''}")
 
-    def _connect(self, artifact_root: Path | None) -> str:
-        """The client and the experiment's id (created, with its artifacts under ``artifact_root`` for a
-        local store, if it does not exist)."""
+    def _connect(self, run_root: Path | None) -> str:
+        """The client and the experiment's id (created, with its artifacts under ``run_root/mlartifacts`` for a
+        local store, if it does not exist); a local sqlite store is made whole or checked first
+        (``sqlite_store.prepare``)."""
+        sqlite_store.prepare(self.tracking_uri, run_root)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         found = self.client.get_experiment_by_name(self.experiment_name)
         if found is not None:
             return found.experiment_id
         local = not self.tracking_uri.startswith(("http://", "https://", "databricks"))
-        location = artifact_root.resolve().as_uri() if (artifact_root and local) else None
+        location = (Path(run_root) / "mlartifacts").resolve().as_uri() if (run_root and local) else None
         return self.client.create_experiment(self.experiment_name, artifact_location=location)
 
     def parent_run(self, sweep_id: str, sweep_name: str, config_path: Path | None = None) -> str | None:
@@ -253,25 +261,41 @@ def has_dataset(run: Run, run_root: Path) -> bool:
 
 
 class BackgroundLogger:
-    """Logs row batches on one driver thread, so workers are not kept waiting on MLflow (a child run costs
-    a few store round trips); ``close`` waits until everything submitted is logged."""
+    """Logs the rows of results files on one driver thread, so workers are not kept waiting on MLflow (a child run
+    costs a few store round trips); ``close`` waits until everything submitted is logged. It is handed the files,
+    not the rows, and reads each batch when it comes to it: a backlog (MLflow slower than the cells) holds paths."""
 
-    def __init__(self, tracker: Tracker, parent_run_id: str | None) -> None:
-        self.tracker, self.parent_run_id = tracker, parent_run_id
-        self._queue: queue.Queue[list[dict[str, Any]] | None] = queue.Queue()
+    def __init__(self, tracker: Tracker, parent_run_id: str | None, run_root: Path) -> None:
+        self.tracker, self.parent_run_id, self.run_root = tracker, parent_run_id, run_root
+        self._queue: queue.Queue[list[Path] | None] = queue.Queue()
+        self._abandoned = threading.Event()
         self._thread = threading.Thread(target=self._drain, name="wavealign-mlflow", daemon=True)
         self._thread.start()
 
-    def submit(self, rows: list[dict[str, Any]]) -> None:
-        self._queue.put(list(rows))
+    def submit(self, paths: list[Path]) -> None:
+        self._queue.put(list(paths))
 
     def _drain(self) -> None:
-        while (rows := self._queue.get()) is not None:
-            self.tracker.log_rows(self.parent_run_id, rows)
+        while (paths := self._queue.get()) is not None:
+            rows = dataset.read_files(self.run_root, paths).to_pylist()
+            self.tracker.log_rows(self.parent_run_id, itertools.takewhile(lambda _: not self._abandoned.is_set(),
+                                                                          rows))
 
-    def close(self) -> None:
+    def close(self, abandon: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until everything submitted is logged, or until ``abandon()`` turns true (checked every 0.2 s):
+        then the thread stops after the row it is logging. True if it caught up."""
         self._queue.put(None)
-        self._thread.join()
+        while self._thread.is_alive():
+            if abandon():
+                self._abandoned.set()
+                return False
+            self._thread.join(timeout=0.2)
+        return True
+
+    @property
+    def done(self) -> bool:
+        """The thread has ended: it reads no more files."""
+        return not self._thread.is_alive()
 
 
 def _results_uri(run_root: Path) -> str:

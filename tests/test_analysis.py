@@ -318,6 +318,20 @@ def test_cache_figures_omit_panels_without_figures_and_say_so_once():
     plt.close(fig)
 
 
+def test_ablation_bars_of_a_gpu_with_two_of_the_four_stages_sit_centred_on_their_method_labels():
+    base = {"hardware": "cpu", "backend": "reference", "status": "done", "skip_mode": "force", "simulated": False}
+    rows = [{**base, "method": m, "group_id": m, "stages": st, "kernel_ms_median": ms}
+            for m in ("planted", "random") for st, ms in (("none", 10.0), ("both", 8.0))]
+    fig = figures.ablation(pd.DataFrame(rows))
+    (ax,) = [ax for ax in fig.axes if ax.get_visible()]
+    centres = sorted(p.get_x() + p.get_width() / 2 for p in ax.patches)
+    assert len(centres) == 4
+    for tick, pair in zip(ax.get_xticks(), (centres[:2], centres[2:]), strict=True):
+        assert sum(pair) / 2 == pytest.approx(tick)  # the two bars either side of the label, no empty slots
+        assert pair[1] - pair[0] == pytest.approx(0.4)
+    plt.close(fig)
+
+
 def test_log_axes_read_plain_numbers():
     fig, ax = plt.subplots()
     ax.plot([0.6, 0.9], [0.6, 0.9])

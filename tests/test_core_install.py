@@ -4,6 +4,7 @@ and the sweep commands and the simulator say which extra they need, before any w
 users import: ``[diffusers]`` is enough for diffusers' ``WanPipeline``, in an environment holding that extra only."""
 
 import importlib.metadata
+import importlib.util
 import os
 import subprocess
 import sys
@@ -167,3 +168,32 @@ def test_the_same_environment_without_transformers_has_only_diffusers_stand_in_f
     done = _imports_wan_pipeline(_environment_of(tmp_path / "env", _closure(requirements)))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "diffusers.utils.dummy_torch_and_transformers_objects"
+
+
+def _without_distribution(monkeypatch, hidden: str) -> None:
+    """Installed metadata without the distribution ``hidden``, as an install of another one providing its module has."""
+    real = importlib.metadata.distribution
+
+    def distribution(name: str):
+        if name == hidden:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+
+
+def test_a_requirement_whose_module_another_distribution_provides_counts_as_installed(monkeypatch):
+    from wavealign.jobs import cli
+
+    _without_distribution(monkeypatch, "mlflow")  # mlflow-skinny alone installs the module mlflow
+    assert cli.missing_requirement("sweep") is None
+
+
+def test_a_requirement_neither_installed_nor_provided_is_named(monkeypatch):
+    from wavealign.jobs import cli
+
+    _without_distribution(monkeypatch, "mlflow")
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else
+                        real_find_spec(name, *a))
+    assert cli.missing_requirement("sweep") == "mlflow"

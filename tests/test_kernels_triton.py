@@ -12,6 +12,7 @@ import pytest
 import torch
 from interpreted import run_interpreted
 
+from wavealign import reorder
 from wavealign.kernels import triton_blocksparse
 
 pytest.importorskip("triton")
@@ -158,8 +159,8 @@ def test_mask_of_the_wrong_shape_raises():
 
 def test_order_of_the_wrong_shape_raises():
     q, k, v = _qkv()
-    with pytest.raises(ValueError, match=r"order.perm"):
-        triton_blocksparse.attention(q, k, v, _mask(), order=torch.zeros(2, 3, dtype=torch.long), block_size=32)
+    with pytest.raises(ValueError, match=r"order covers \(H, MB\) = \(2, 3\)"):
+        triton_blocksparse.attention(q, k, v, _mask(), order=reorder.RowOrder.identity(2, 3), block_size=32)
 
 
 def test_a_batch_one_mask_serves_every_batch_element(interpreted):

@@ -93,16 +93,16 @@ def test_the_parent_run_carries_the_gpu_busy_fraction_of_the_sweep_s_latest_run(
     """Two GPU workers dispatching for 4 s, one done cell of 3 warm-ups + 7 reps at 100 ms: 1 s busy of 8, and that
     share, from the run record, is the parent run's ``kernel_busy_fraction`` in the sqlite store."""
     uri = tracking.default_tracking_uri(tmp_path)
-    tracker = tracking.Tracker(uri, "wavealign", artifact_root=tmp_path / "mlartifacts")
-    parent = tracker.parent_run("s-busy", "busy")
+    tracker = tracking.Tracker(uri, "wavealign", run_root=tmp_path)
+    parent = tracker.parent_run("00000000000b0557", "busy")
     timed = {"status": "done", "timer": "cuda_events", "warmup": 3, "reps": 7, "kernel_ms_median": 100.0}
-    outcome = record.SweepOutcome(sweep_id="s-busy", run_root=tmp_path, tracking_uri=uri, rows=[timed],
+    outcome = record.SweepOutcome(sweep_id="00000000000b0557", run_root=tmp_path, tracking_uri=uri, rows=[timed],
                                   dispatch_s=4.0)
-    sweep_dir = tmp_path / "sweeps" / "s-busy"
+    sweep_dir = tmp_path / "sweeps" / "00000000000b0557"
     sweep_dir.mkdir(parents=True)
     record.write_run_record(sweep_dir, outcome, {"h200": ["w0", "w1"], "cpu": ["w2"]})
-    record.end_parent_run(tracker, parent, tmp_path, "s-busy", sweep_rows=[])
-    run = parent_run(uri, "s-busy")
+    record.end_parent_run(tracker, parent, tmp_path, "00000000000b0557", sweep_rows=[])
+    run = parent_run(uri, "00000000000b0557")
     assert run.info.status == "FINISHED"
     assert run.data.metrics["kernel_busy_fraction"] == pytest.approx(0.125) == outcome.kernel_busy_fraction
 

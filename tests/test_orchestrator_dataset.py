@@ -14,6 +14,7 @@ from wavealign.orchestrator import dataset
 from wavealign.records import Cell, CellResult, Environment
 
 REPO = Path(__file__).resolve().parent.parent
+SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 
 
 def tiny_cell(seed: int = 0, method: str = "random") -> Cell:
@@ -35,7 +36,7 @@ def test_every_cell_result_and_environment_field_has_a_column_of_its_type():
 
 def test_rows_round_trip_through_partitioned_files(tmp_path):
     cells = [tiny_cell(0), tiny_cell(1, "planted")]
-    rows = [dataset.make_row(c, pipeline.run_cell(c), sweep_id="s", sweep_name="t") for c in cells]
+    rows = [dataset.make_row(c, pipeline.run_cell(c), sweep_id=SWEEP, sweep_name="t") for c in cells]
     dataset.write(tmp_path, rows)
     table = dataset.read(tmp_path)
     assert table.schema.equals(dataset.SCHEMA)
@@ -47,14 +48,14 @@ def test_rows_round_trip_through_partitioned_files(tmp_path):
 
 def test_one_partition_reads_alone(tmp_path):
     cells = [tiny_cell(0), tiny_cell(1, "planted")]
-    dataset.write(tmp_path, [dataset.make_row(c, pipeline.run_cell(c), sweep_id="s", sweep_name="t") for c in cells])
+    dataset.write(tmp_path, [dataset.make_row(c, pipeline.run_cell(c), sweep_id=SWEEP, sweep_name="t") for c in cells])
     table = dataset.read(tmp_path, filter=ds.field("method") == "planted")
     assert table.column("cell_id").to_pylist() == [cells[1].cell_id]
 
 
 def test_no_temporary_file_is_left_and_temporaries_are_never_read(tmp_path):
     cell = tiny_cell()
-    dataset.write(tmp_path, [dataset.make_row(cell, pipeline.run_cell(cell), sweep_id="s", sweep_name="t")])
+    dataset.write(tmp_path, [dataset.make_row(cell, pipeline.run_cell(cell), sweep_id=SWEEP, sweep_name="t")])
     folder = next(dataset.results_dir(tmp_path).rglob("*.parquet")).parent
     assert not list(folder.glob(".*"))
     (folder / ".part-crashed.parquet.tmp").write_bytes(b"half a file")
@@ -62,7 +63,7 @@ def test_no_temporary_file_is_left_and_temporaries_are_never_read(tmp_path):
 
 
 def test_a_cell_that_never_ran_is_a_row_with_its_status_and_reason(tmp_path):
-    row = dataset.make_row(tiny_cell(), None, sweep_id="s", sweep_name="t", status="unschedulable",
+    row = dataset.make_row(tiny_cell(), None, sweep_id=SWEEP, sweep_name="t", status="unschedulable",
                            error="no H200 node")
     dataset.write(tmp_path, [row])
     got = dataset.read(tmp_path).to_pylist()[0]
@@ -71,8 +72,9 @@ def test_a_cell_that_never_ran_is_a_row_with_its_status_and_reason(tmp_path):
 
 def test_done_cell_ids_lists_only_finished_cells(tmp_path):
     done, failed = tiny_cell(0), tiny_cell(1)
-    dataset.write(tmp_path, [dataset.make_row(done, pipeline.run_cell(done), sweep_id="s", sweep_name="t"),
-                             dataset.make_row(failed, None, sweep_id="s", sweep_name="t", status="failed", error="x")])
+    dataset.write(tmp_path, [dataset.make_row(done, pipeline.run_cell(done), sweep_id=SWEEP, sweep_name="t"),
+                             dataset.make_row(failed, None, sweep_id=SWEEP, sweep_name="t", status="failed",
+                                              error="x")])
     assert dataset.done_cell_ids(tmp_path) == {done.cell_id}
 
 
@@ -91,7 +93,7 @@ def test_rows_written_before_measurers_read_as_measured_by_ncu_or_timed():
 
 def test_a_row_of_backend_sim_reads_as_its_kernel_measured_simulated(tmp_path):
     cell = dataclasses.replace(tiny_cell(), hardware="h100", profile_hardware="h100")
-    row = dataset.make_row(cell, None, sweep_id="s", sweep_name="t", status="failed", error="lost")
+    row = dataset.make_row(cell, None, sweep_id=SWEEP, sweep_name="t", status="failed", error="lost")
     first = {**dataclasses.asdict(cell), "backend": "sim", "backend_params": {"kernel": "fa4", "row_jitter": 0.1},
              "ncu": False}
     first.pop("measure"), first.pop("measure_params")

@@ -62,7 +62,7 @@ def ground_truth_rows(threshold_tokens: int, noise: float = 0.03, seed: int = 0)
                                         kernel_ms_median=kernel_ms, reorder_ms=reorder_ms,
                                         total_ms=kernel_ms + reorder_ms, stages_applied=stages,
                                         reorder_applied=stages != "none", **feats)
-                    rows.append(dataset.make_row(cell, result, sweep_id=f"truth-{threshold_tokens}",
+                    rows.append(dataset.make_row(cell, result, sweep_id=f"{threshold_tokens:016x}",
                                                  sweep_name="ground-truth"))
     return rows
 
@@ -127,6 +127,7 @@ def test_held_out_policy_meets_the_regret_goal_and_beats_both_fixed_policies(fit
 def test_fit_from_one_hardware_ignores_the_cells_of_another(tmp_path):
     rows = ground_truth_rows(150_000)
     other = [dict(r, hardware="a40", cell_id="a40-" + r["cell_id"], group_id="a40-" + r["group_id"],
+                  result_id="a40-" + r["result_id"],
                   kernel_ms_median=r["kernel_ms_median"] * 100) for r in rows]
     dataset.write(tmp_path, rows + other)
     pairs = skipfit.paired_cells(analysis.load(tmp_path), HARDWARE)
@@ -157,7 +158,7 @@ def test_registered_profile_reads_back_through_the_alias(fitted, tmp_path):
     current = _registry(runs).get_model_version_by_alias("wavealign-skip-h100", "current")
     fetched = skip.Profile.load(profiles.fetch(HARDWARE, f"sqlite:///{runs / 'mlflow.db'}", dst_dir=tmp_path))
     assert fetched.version == str(current.version) and not fetched.provisional
-    assert fetched.provenance["sweeps"] == ["truth-150000"] and fetched.provenance["hardware"] == HARDWARE
+    assert fetched.provenance["sweeps"] == [f"{150_000:016x}"] and fetched.provenance["hardware"] == HARDWARE
     assert fetched.provenance["mlflow"]["run_id"] == current.run_id
 
 

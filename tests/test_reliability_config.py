@@ -67,7 +67,7 @@ def test_an_empty_axis_of_an_extra_grid_or_a_parameter_is_rejected_naming_it(ove
 @pytest.mark.parametrize(("override", "message"), [
     ("grid.seq_k=[nan]", "grid.seq_k has nan; expected positive, finite thousands of tokens"),
     ("grid.seq_k=[1,inf]", "grid.seq_k has inf; expected positive, finite thousands of tokens"),
-    ("grid.wave_size=[inf]", "grid.wave_size has inf; expected a positive integer or null"),
+    ("grid.wave_size=[inf]", "grid.wave_size has inf; expected an integer in [1, "),
     ("+grid.method_params.planted.density=[0.1,nan]", "grid.method_params.planted.density has nan; expected a finite"),
     ("+grid.method_params.planted.prototypes=inf", "grid.method_params.planted.prototypes has inf; expected a finite"),
     ("ray.wait_timeout_s=nan", "ray.wait_timeout_s=nan; expected > 0"),
@@ -322,4 +322,39 @@ def test_an_override_hydra_cannot_apply_comes_with_what_to_type_instead(override
 
 
 def test_a_negative_seed_is_refused_at_config_time():
-    rejected([*CPU_GRID, "grid.seed=[0,-1]"], "grid.seed has -1; expected a non-negative integer")
+    rejected([*CPU_GRID, "grid.seed=[0,-1]"], "grid.seed has -1; expected an integer in [0, ")
+
+
+# issue 32, items 12-15: the baseline fixed, numbers checked whole, deleted keys, the other gaps
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("variants.original.stages=both", "variants.original: stages='both', skip='force'; 'original' is the baseline "
+                                      "every speedup refers to (stages 'none', skip 'force') and is fixed"),
+    ("variants.wavealign.skip=policy", "'wavealign' is a variant of the library (stages 'both', skip 'force')"),
+    ("grid.seed=[99999999999999999999]", "grid.seed has 99999999999999999999; expected an integer in [0, "
+                                         "9,223,372,036,854,775,807]"),
+    ("grid.block_size=true", "grid.block_size=True; expected an integer in [1, 4,096,000] or null"),
+    ("grid.reps=1000000000", "grid.reps=1000000000; expected an integer in [1, 100,000]"),
+    ("grid.warmup=1000000000", "grid.warmup=1000000000; expected an integer in [0, 100,000]"),
+    ("grid.wave_size=[1000000000000]", "grid.wave_size has 1000000000000; expected an integer in [1, 2,147,483,647] "
+                                       "or null"),
+    ("+grid.method_params.planted.prototypes=1000000000",
+     "grid.method_params.planted.prototypes has 1000000000: prototypes must be >= 1 and <= 4096"),
+    ("~extra_grids", "~extra_grids: extra_grids cannot be deleted; expected it set (none: extra_grids={})"),
+    ("~grid", "~grid: grid cannot be deleted; expected it set"),
+    ("~ray", "~ray: ray cannot be deleted"), ("~mlflow", "~mlflow: mlflow cannot be deleted"),
+    ("~variants", "~variants: variants cannot be deleted"), ("~run_root", "~run_root: run_root cannot be deleted"),
+    ("mlflow.experiment=", "mlflow.experiment=''; expected the name of an MLflow experiment"),
+    ("run_root=", "run_root=''; expected a folder of the sweep's own"),
+    ("run_root=/", "run_root='/'; expected a folder of the sweep's own"),
+    ("conf_dirs=[/nonexistent]", "conf_dirs has '/nonexistent', which is not a folder"),
+])
+def test_a_config_that_would_fail_later_or_mean_something_else_is_refused_when_it_loads(override, message):
+    rejected([*CPU_GRID, override], message)
+
+
+def test_an_empty_extra_grids_runs_the_grid_alone():
+    base = ["grid.hardware=[cpu]", "grid.backend=[reference]", "grid.measure=[timed]", "grid.method=[random]",
+            "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original,wavealign]"]
+    assert grid.count_cells(config.load(base)) > 2
+    assert grid.count_cells(config.load([*base, "extra_grids={}"])) == 2

@@ -348,3 +348,52 @@ def test_simulate_refuses_a_fractional_integer_argument(mask, kwargs, argument):
 def test_execution_facts_refuse_a_fractional_block_size():
     facts = ExecutionFacts(128, 128, mma_efficiency=0.5, block_overhead_s=0.0)
     _raises_naming("block_size", lambda: facts.with_block_size(64.5))
+
+
+# issue 32, item 16: an order enters a launch only as a RowOrder over its blocks; sizes are integers, not truncated
+
+@pytest.mark.parametrize("backend", ["reference", "sdpa", "flex"])
+def test_a_tensor_that_is_no_permutation_is_no_launch_order_for_any_backend(backend, mask, qkv):
+    q, k, _ = qkv
+    zeros = torch.zeros(HEADS, BLOCKS, dtype=torch.long)  # ran block 0 in every slot, the other rows left zero
+    _raises_naming("perm", lambda: kernels.get(backend).plan(mask, zeros, LaunchShape.of(q, k, block_size=BLOCK)))
+
+
+def test_an_order_that_is_neither_a_row_order_nor_a_tensor_is_refused(mask, qkv):
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^order must be a reorder.RowOrder, its permutation tensor or None, got l"):
+        kernels.get("reference")(q, k, v, mask, order=[[0, 1, 2, 3]] * HEADS, block_size=BLOCK)
+
+
+def test_an_order_over_other_blocks_is_refused_before_the_launch(mask, qkv):
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^order covers \(H, MB\) = \(3, 4\); the launch has \(H, MB\) = \(2, 4\)"):
+        kernels.get("reference")(q, k, v, mask, order=reorder.RowOrder.identity(3, BLOCKS), block_size=BLOCK)
+
+
+def test_a_permutation_with_an_index_out_of_range_is_refused():
+    _raises_naming("perm", lambda: reorder.RowOrder.from_perm(torch.tensor([[0, 1, 7]]), wave_size=4, stages="none"))
+
+
+def test_from_perm_refuses_stages_it_does_not_know():
+    _raises_naming("stages", lambda: reorder.RowOrder.from_perm(torch.tensor([[1, 0]]), wave_size=4, stages="bogus"))
+
+
+@pytest.mark.parametrize(("lead", "argument"), [((2,), "lead"), ((-1, 4), "lead[0]"), ((2, 0), "lead[1]"),
+                                                ((2, 4.5), "lead[1]")])
+def test_the_identity_order_needs_two_or_three_positive_sizes(lead, argument):
+    _raises_naming(argument, lambda: reorder.RowOrder.identity(*lead))
+
+
+@pytest.mark.parametrize("wave_size", [3.9, True, "132"])
+def test_skip_features_refuse_a_wave_size_that_is_not_an_integer(mask, wave_size):
+    from wavealign import skip
+
+    _raises_naming("wave_size", lambda: skip.features(mask, "h200", wave_size=wave_size))
+
+
+def test_a_wave_larger_than_the_mask_is_one_wave_of_all_its_rows(mask):
+    from wavealign.skip import mask_features
+
+    assert (mask_features.wave_working_set_bytes(mask, reorder.MAX_WAVE_SIZE)  # no padding to 2^31 rows
+            == mask_features.wave_working_set_bytes(mask, BLOCKS))

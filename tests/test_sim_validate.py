@@ -19,6 +19,8 @@ from wavealign.jobs import validate_sim
 from wavealign.orchestrator import dataset
 from wavealign.records import Cell
 
+SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
+
 STAGES = ("none", "spatial", "temporal", "both")
 WAVE = kernels.get("flex").wave_size("h200")
 
@@ -135,7 +137,7 @@ def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
         result = dataclasses.replace(predicted, simulated=False, timer="cuda_events",
                                      ncu_l2_hit_pct=predicted.l2_hit_pct + 3.0,
                                      ncu_dram_read_bytes=predicted.hbm_read_bytes, ncu_kernel_ms=1.0)
-        rows.append(dataset.make_row(cell, result, sweep_id="s", sweep_name="t"))
+        rows.append(dataset.make_row(cell, result, sweep_id=SWEEP, sweep_name="t"))
     dataset.write(tmp_path / "runs", rows)
     assert validate_sim.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "validation.md").read_text()

@@ -18,6 +18,8 @@ from wavealign.orchestrator import config, dataset, plan
 from wavealign.orchestrator.progress import summary_table
 from wavealign.records import Cell, CellResult
 
+SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
+
 REPO = Path(__file__).resolve().parent.parent
 LENGTHS = (512, 1024)
 
@@ -36,7 +38,7 @@ def group_rows(tokens: int) -> list[dict]:
                        stages="both")]
     results = pipeline.run_group(cells)
     assert all(r.status == "done" for r in results), [r.traceback for r in results]
-    return [dataset.make_row(c, r, sweep_id="s", sweep_name="test") for c, r in zip(cells, results, strict=True)]
+    return [dataset.make_row(c, r, sweep_id=SWEEP, sweep_name="test") for c, r in zip(cells, results, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +208,7 @@ def test_dry_run_reports_cpu_cells_without_earlier_results_as_not_estimated(tmp_
 def test_earlier_results_of_the_same_hardware_backend_and_method_win_over_the_model(tmp_path):
     cfg = config.load([*GPU_CELLS, f"run_root={tmp_path}"])
     cells = plan.make_plan(cfg).pending
-    earlier = [dataset.make_row(c, CellResult(c.cell_id, c.group_id, "done", cell_wall_s=30.0), sweep_id="s",
+    earlier = [dataset.make_row(c, CellResult(c.cell_id, c.group_id, "done", cell_wall_s=30.0), sweep_id=SWEEP,
                                 sweep_name="earlier") for c in cells]
     dataset.write(tmp_path, earlier)
     estimate = plan.estimate_seconds(cells, tmp_path)["h100"]
@@ -294,17 +296,17 @@ def test_the_gpu_busy_share_is_timed_kernel_time_over_the_gpu_workers_dispatch_t
     failed = {**timed, "status": "failed", "cell_id": "c", "hardware": "h200", "backend": "fa4", "method": "random",
               "variant": "original", "error": "boom"}
     rows = [timed, {**timed, "warmup": 0}, {**timed, "timer": "simulated"}, failed]
-    outcome = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
+    outcome = SweepOutcome(sweep_id=SWEEP, run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
     write_run_record(tmp_path, outcome, {"h200": ["a", "b"], "cpu": ["c"]})
     assert json.loads(next(tmp_path.glob("run-*.json")).read_text())["kernel_busy_fraction"] == pytest.approx(0.2)
     assert outcome.gpu_workers == 2 and outcome.kernel_busy_fraction == pytest.approx(0.2)
     console = Console(record=True, width=200)
-    plan = SimpleNamespace(grid=SimpleNamespace(cells=[]), sweep_id="s")
+    plan = SimpleNamespace(grid=SimpleNamespace(cells=[]), sweep_id=SWEEP)
     print_summary(OmegaConf.create({"name": "t", "run_root": str(tmp_path)}), plan, outcome, console,
                   tmp_path / "summary.txt")
     assert "GPU busy: 20% of 2 GPU worker(s)' 2 s in timed kernel launches" in console.export_text()
     # a sweep without GPU workers has no such share, and says nothing of it
-    cpu_only = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
+    cpu_only = SweepOutcome(sweep_id=SWEEP, run_root=tmp_path, tracking_uri=None, rows=rows, dispatch_s=2.0)
     write_run_record(tmp_path, cpu_only, {"cpu": ["c"]})
     assert cpu_only.kernel_busy_fraction is None
 
@@ -321,17 +323,17 @@ def summary_of(tmp_path, rows: list[dict], cells: list[Cell]) -> str:
     from wavealign.orchestrator.summary import print_summary
 
     dataset.write(tmp_path, rows)
-    outcome = SweepOutcome(sweep_id="s", run_root=tmp_path, tracking_uri=None, rows=rows)
+    outcome = SweepOutcome(sweep_id=SWEEP, run_root=tmp_path, tracking_uri=None, rows=rows)
     console = Console(record=True, width=200)
     print_summary(OmegaConf.create({"name": "t", "run_root": str(tmp_path)}),
-                  SimpleNamespace(grid=SimpleNamespace(cells=cells), sweep_id="s"), outcome, console,
+                  SimpleNamespace(grid=SimpleNamespace(cells=cells), sweep_id=SWEEP), outcome, console,
                   tmp_path / "summary.txt")
     return console.export_text()
 
 
 def not_done(cell_id: str, hardware: str, status: str, error: str) -> tuple[Cell, dict]:
     cell = make_cell(cell_id=cell_id, hardware=hardware)
-    return cell, dataset.make_row(cell, None, sweep_id="s", sweep_name="t", status=status, error=error)
+    return cell, dataset.make_row(cell, None, sweep_id=SWEEP, sweep_name="t", status=status, error=error)
 
 
 def test_the_summary_lists_cells_not_done_grouped_by_reason_the_largest_group_first(tmp_path):
@@ -375,7 +377,7 @@ def test_a_sweep_s_exit_status_says_what_it_could_not_do(counts, interrupted, te
     from wavealign.jobs import sweep as sweep_job
     from wavealign.orchestrator.record import SweepOutcome
 
-    outcome = SweepOutcome(sweep_id="s", run_root=Path("."), tracking_uri=None, counts=Counter(counts),
+    outcome = SweepOutcome(sweep_id=SWEEP, run_root=Path("."), tracking_uri=None, counts=Counter(counts),
                            interrupted=interrupted, terminated_by=terminated_by)
     assert sweep_job.exit_code(outcome) == code
 

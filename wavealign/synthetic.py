@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import torch
 
+from wavealign.blockmask import check_int
+
+# each prototype is a (heads, kv_blocks) draw: 4,096 of them for a 40-head mask of 3,407 K/V blocks (436K tokens in
+# 128-token blocks) are 2.2 GB of floats, and no mask has more distinct rows per head to copy them into
+MAX_PROTOTYPES = 4096
+
 
 def _check_shape(heads: int, q_blocks: int, kv_blocks: int, density: float) -> None:
     for name, value in (("heads", heads), ("q_blocks", q_blocks), ("kv_blocks", kv_blocks)):
@@ -55,8 +61,7 @@ def planted_mask(heads: int, q_blocks: int, kv_blocks: int, density: float = 0.2
     """Rows copied from ``prototypes`` random K/V sets (NNZ varying 0.5-1.5x between them), with
     ``noise`` of their entries flipped, then shuffled so that similar rows are scattered."""
     _check_shape(heads, q_blocks, kv_blocks, density)
-    if prototypes < 1:
-        raise ValueError(f"prototypes must be >= 1, got {prototypes}")
+    prototypes = check_int("prototypes", prototypes, lo=1, hi=MAX_PROTOTYPES)
     if not 0.0 <= noise < 0.5:
         raise ValueError(f"noise must be in [0, 0.5), got {noise}")
     gen = torch.Generator().manual_seed(seed)

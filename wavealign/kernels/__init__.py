@@ -16,6 +16,7 @@ Adding a backend is one module that calls ``register`` plus ``conf/backend/<name
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -152,6 +153,22 @@ def _always() -> bool:
     return True
 
 
+def _order_checked(plan: Callable[..., Launch]) -> Callable[..., Launch]:
+    """``plan`` taking its order through ``reorder.check_launch_order``: wherever a launch is planned, an order that
+    is not a ``RowOrder`` over the launch's (H, MB) is refused before any work."""
+    if getattr(plan, "checks_order", False):
+        return plan
+
+    @functools.wraps(plan)
+    def checked(mask, order, shape: LaunchShape, *args: Any, **options: Any) -> Launch:
+        from wavealign import reorder
+
+        return plan(mask, reorder.check_launch_order(order, shape.heads, shape.q_blocks), shape, *args, **options)
+
+    checked.checks_order = True  # type: ignore[attr-defined]
+    return checked
+
+
 @dataclass(frozen=True)
 class Backend:
     """One attention implementation, its planner and the facts the sweep and the simulator need about it."""
@@ -179,6 +196,7 @@ class Backend:
     check_options: Callable[[Mapping[str, Any], int], None] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "plan", _order_checked(self.plan))
         object.__setattr__(self, "ctas_per_sm", MappingProxyType(dict(self.ctas_per_sm)))
         params = keyword_defaults(self.plan) if self.params is None else self.params
         object.__setattr__(self, "params", MappingProxyType(dict(params)))

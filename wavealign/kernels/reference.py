@@ -44,14 +44,12 @@ def _block(x: torch.Tensor, index: int, block_size: int) -> torch.Tensor:
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: MaskLike,
-                        order: reorder.RowOrder | torch.Tensor | None = None, block_size: int = 128) -> torch.Tensor:
+                        order: reorder.RowOrder | None = None, block_size: int = 128) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v restricted to the selected blocks; rows with no block give zeros."""
     mask = check_qkv(q, k, v, as_dense(mask), block_size)
     batch, heads, mb, _ = mask.shape
-    # a RowOrder, or its perm tensor as the triton backend also takes
-    perm = (getattr(order, "perm", order) if order is not None else reorder.RowOrder.identity(heads, mb).perm).to("cpu")
-    if perm.shape[-1] != mb or perm.shape[-2] != heads:
-        raise ValueError(f"order covers (H, MB)={tuple(perm.shape[-2:])}, mask has {(heads, mb)}")
+    order = reorder.check_launch_order(order, heads, mb)
+    perm = (order.perm if order is not None else reorder.RowOrder.identity(heads, mb).perm).to("cpu")
     scale = 1.0 / math.sqrt(q.shape[-1])
     out = torch.zeros_like(q)
     selected = mask.to("cpu")

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from wavealign import blockmask
+from wavealign import blockmask, reorder
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, keyword_defaults, register
 
 try:
@@ -329,11 +329,12 @@ def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", con
     _check_config(shape, cfg)
     kv_num, kv_idx = _kv_index_form(mask, shape.batch, shape.heads, shape.q_blocks, shape.kv_blocks, shape.device)
     perm = None
+    order = reorder.check_launch_order(order, shape.heads, shape.q_blocks)  # as the registered backend's plan does
     if order is not None:
-        perm = order.perm if hasattr(order, "perm") else order
-        if tuple(perm.shape) not in ((shape.heads, shape.q_blocks), (shape.batch, shape.heads, shape.q_blocks)):
-            raise ValueError(f"order.perm must be (H={shape.heads}, MB={shape.q_blocks}) or (B, H, MB), got "
-                             f"{tuple(perm.shape)}")
+        perm = order.perm
+        if perm.dim() == 3 and perm.shape[0] != shape.batch:
+            raise ValueError(f"order.perm must be (H={shape.heads}, MB={shape.q_blocks}) or (B={shape.batch}, H, MB), "
+                             f"got {tuple(perm.shape)}")
         perm = perm.to(shape.device).contiguous()
     return TritonLaunch(shape, cfg, head_order, kv_num, kv_idx, perm)
 

@@ -265,6 +265,47 @@ if triton is not None:
             cut = (prefix | (c << SHIFT)).to(tl.float32, bitcast=True)
             tl.store(PARTIAL + h * s_ch + pid * CAND + c, tl.sum(tl.where(x >= cut, xd, 0.0), 0))
 
+    @triton.jit
+    def _whole_mass_kernel(X, CUT, EDGE, WHOLE, L, s_xh, s_ph, BLOCK: tl.constexpr):
+        """Per chunk of head h's values: the mass (float64) of the *whole* ones, whose float bits exceed CUT[h], and
+        the largest of the others (-1 where there are none)."""
+        pid = tl.program_id(0)
+        h = tl.program_id(1).to(tl.int64)
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        live = offs < L
+        x = tl.load(X + h * s_xh + offs, mask=live, other=0.0)
+        whole = (x.to(tl.int32, bitcast=True) > tl.load(CUT + h)) & live
+        tl.store(EDGE + h * s_ph + pid, tl.max(tl.where(whole | ~live, -1.0, x), 0))
+        tl.store(WHOLE + h * s_ph + pid, tl.sum(tl.where(whole, x.to(tl.float64), 0.0), 0))
+
+    @triton.jit
+    def _edge_ties(X, CUT, EDGE, L, s_xh, pid, h, BLOCK: tl.constexpr):
+        """This chunk's values, which of them are whole, and which are ties of the edge value (not whole)."""
+        offs = pid * BLOCK + tl.arange(0, BLOCK)
+        live = offs < L
+        x = tl.load(X + h * s_xh + offs, mask=live, other=0.0)
+        whole = (x.to(tl.int32, bitcast=True) > tl.load(CUT + h)) & live
+        return offs, live, whole, (x == tl.load(EDGE + h)) & live & ~whole
+
+    @triton.jit
+    def _tie_count_kernel(X, CUT, EDGE, TIES, L, s_xh, s_th, BLOCK: tl.constexpr):
+        """Per chunk of head h's values, how many are ties of the edge value."""
+        pid = tl.program_id(0)
+        h = tl.program_id(1).to(tl.int64)
+        _, _, _, ties = _edge_ties(X, CUT, EDGE, L, s_xh, pid, h, BLOCK)
+        tl.store(TIES + h * s_th + pid, tl.sum(ties.to(tl.int32), 0))
+
+    @triton.jit
+    def _keep_whole_and_ties_kernel(X, CUT, EDGE, COUNT, BEFORE, OUT, L, s_xh, s_th, s_oh, BLOCK: tl.constexpr):
+        """The kept values of a chunk: the whole ones, and the edge's ties whose rank over the head (BEFORE[h, pid]
+        ties in earlier chunks) is within COUNT[h]."""
+        pid = tl.program_id(0)
+        h = tl.program_id(1).to(tl.int64)
+        offs, live, whole, ties = _edge_ties(X, CUT, EDGE, L, s_xh, pid, h, BLOCK)
+        rank = tl.load(BEFORE + h * s_th + pid) + tl.cumsum(ties.to(tl.int64), 0)
+        keep = whole | (ties & (rank <= tl.load(COUNT + h)))
+        tl.store(OUT + h * s_oh + offs, keep.to(tl.int8), mask=live)
+
 
 def xattention_scores(q: torch.Tensor, k: torch.Tensor, block_size: int, stride: int,
                       config: dict[str, int] | None = None) -> torch.Tensor:
@@ -417,14 +458,15 @@ def last_rows_mass(q: torch.Tensor, k: torch.Tensor, rows: int) -> tuple[torch.T
     return per_key, per_distance
 
 
-# candidate cut-offs per pass of ``top_mass_cutoff``: 4 bits of the cut-off decided per read of the values
+# candidate cut-offs per pass of ``keep_by_mass``: 4 bits of the cut-off decided per read of the values
 _CANDIDATE_BITS = 4
 
 
 def keep_by_mass(values: torch.Tensor, fraction: float) -> torch.Tensor:
     """Per head of ``values`` (H, L) float32 >= 0, what a descending cumulative sum within ``fraction`` of the head's
     total keeps, ties in index order (a stable sort's): a bool (H, L). The cut-off is bisected on its float bits over
-    all of a head's values at once, four bits a read (16 candidate cut-offs summed in float64 per pass)."""
+    all of a head's values at once, four bits a read (16 candidate cut-offs summed in float64 per pass); the values
+    kept are then marked in three more reads, with no sort or scan over the values."""
     h, length = values.shape
     values = values.contiguous()
     cand = 1 << _CANDIDATE_BITS
@@ -446,11 +488,24 @@ def keep_by_mass(values: torch.Tensor, fraction: float) -> torch.Tensor:
             fails[:, 8:] = False
             fails_at_zero = fails[:, 0].clone()
         prefix = prefix | ((fails * torch.arange(cand, device=values.device)).amax(1).to(torch.int32) << shift)
-    cut = torch.where(fails_at_zero, prefix, torch.full_like(prefix, -1))
-    whole = values.view(torch.int32) > cut.unsqueeze(1)
-    # the tie group just below the whole values joins in index order while the budget allows
-    edge = torch.where(whole, -1.0, values).amax(1, keepdim=True)
-    room = budget - torch.where(whole, values, 0.0).sum(1, keepdim=True, dtype=torch.float64)
-    count = torch.where(edge > 0, torch.floor(room / edge.double().clamp_min(1e-45)), float(length))
-    ties = (values == edge) & ~whole
-    return whole | (ties & (ties.cumsum(1) <= count))
+    cut = torch.where(fails_at_zero, prefix, torch.full_like(prefix, -1)).contiguous()
+    grid, warps = (programs, h), 8 if values.is_cuda else 4
+    # the tie group just below the whole values joins in index order while the budget allows: its value (the edge),
+    # how many of it fit (count), and each chunk's ties before it (a scan over chunks, not over the values)
+    edge_part = torch.empty(h, programs, device=values.device)
+    whole_part = torch.empty(h, programs, dtype=torch.float64, device=values.device)
+    _whole_mass_kernel[grid](values, cut, edge_part, whole_part, length, values.stride(0), edge_part.stride(0),
+                             BLOCK=block, num_warps=warps)
+    edge = edge_part.amax(1).contiguous()
+    room = budget[:, 0] - whole_part.sum(1)
+    count = torch.where(edge > 0, torch.floor(room / edge.double().clamp_min(1e-45)), float(length)).long()
+    ties = torch.empty(h, programs, dtype=torch.int64, device=values.device)
+    _tie_count_kernel[grid](values, cut, edge, ties, length, values.stride(0), ties.stride(0), BLOCK=block,
+                            num_warps=warps)
+    before = (ties.cumsum(1) - ties).contiguous()
+    out = torch.empty(h, length, dtype=torch.bool, device=values.device)
+    view = out.view(torch.int8)
+    _keep_whole_and_ties_kernel[grid](values, cut, edge, count.clamp_max(length).contiguous(), before, view, length,
+                                      values.stride(0), before.stride(0), view.stride(0), BLOCK=block,
+                                      num_warps=warps)
+    return out

@@ -7,6 +7,7 @@ sweep: ``method=file`` with ``path=...``. The file's (H, MB, NB) must match the 
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import torch
@@ -23,12 +24,12 @@ def load(heads: int, q_blocks: int, kv_blocks: int, *, path: str, device: torch.
     except OSError as exc:
         raise ValueError(f"method file: cannot read path={path!r}: {exc.strerror}") from exc
     version = (stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-    mask = _read(str(Path(path).resolve()), version, torch.device(device)).clone()
-    mask = mask.reshape(-1, *mask.shape[-2:])
-    if tuple(mask.shape) != (heads, q_blocks, kv_blocks):
-        raise ValueError(f"mask file {path} holds a {tuple(mask.shape)} mask; the cell needs (H, MB, NB) = "
+    shape = mask_file.read_shape(path)  # its headers only: a file of the wrong shape is refused before it is unpacked
+    if (math.prod(shape[:-2]), *shape[-2:]) != (heads, q_blocks, kv_blocks):
+        raise ValueError(f"mask file {path} holds a {shape} mask; the cell needs (H, MB, NB) = "
                          f"{(heads, q_blocks, kv_blocks)}")
-    return mask
+    mask = _read(str(Path(path).resolve()), version, torch.device(device)).clone()
+    return mask.reshape(-1, *mask.shape[-2:])
 
 
 @functools.lru_cache(maxsize=4)

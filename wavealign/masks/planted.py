@@ -15,8 +15,9 @@ from wavealign.masks._common import check_flag, check_fraction, check_number
 masks.register("planted", None, {"density": 0.25, "prototypes": 8, "noise": 0.02, "shuffle": True, "seed": 0},
                "rows from a few random prototypes, noised and shuffled (control with known structure)",
                from_shape=synthetic.planted_mask,
-               checks={"density": check_fraction, "seed": check_seed, "prototypes": partial(check_int, lo=1),
-                       "shuffle": check_flag, "noise": partial(check_number, lo=0.0, hi=0.5, hi_open=True)})
+               checks={"density": check_fraction, "seed": check_seed,
+                       "prototypes": partial(check_int, lo=1, hi=synthetic.MAX_PROTOTYPES), "shuffle": check_flag,
+                       "noise": partial(check_number, lo=0.0, hi=0.5, hi_open=True)})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -46,7 +46,11 @@ class RowOrder:
     @classmethod
     def from_perm(cls, perm: torch.Tensor, wave_size: int, stages: str, reorderer: str = "wavealign") -> RowOrder:
         """Wrap a permutation, computing its inverse; each row of ``perm`` (H, MB) or (B, H, MB) must be a
-        permutation of range(MB), or the inverse would hold garbage."""
+        permutation of range(MB), or the inverse would hold garbage, and ``stages`` one of ``STAGES``."""
+        if stages not in STAGES:
+            raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
+        if not isinstance(reorderer, str) or not reorderer:
+            raise ValueError(f"reorderer must name the spatial step (a wavealign.reorderers name), got {reorderer!r}")
         if not isinstance(perm, torch.Tensor) or perm.dim() not in (2, 3) or perm.shape[-1] == 0:
             got = f"shape {tuple(perm.shape)}" if isinstance(perm, torch.Tensor) else type(perm).__name__
             raise ValueError(f"perm must be a non-empty (H, MB) or (B, H, MB) integer tensor, got {got}")
@@ -69,9 +73,32 @@ class RowOrder:
 
     @classmethod
     def identity(cls, *lead: int, device: str | torch.device = "cpu", wave_size: int = 132) -> RowOrder:
-        """The original order for leading dims ``lead`` = (H, MB) or (B, H, MB)."""
+        """The original order for leading dims ``lead`` = (H, MB) or (B, H, MB), each a positive integer."""
+        if len(lead) not in (2, 3):
+            raise ValueError(f"lead must be (H, MB) or (B, H, MB), got {lead}")
+        lead = tuple(check_int(f"lead[{i}]", size, lo=1) for i, size in enumerate(lead))
+        wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
         perm = torch.arange(lead[-1], device=device).expand(*lead).contiguous()
         return cls(perm=perm, inverse=perm.clone(), wave_size=wave_size, stages="none", reorderer="identity")
+
+
+def check_launch_order(order: Any, heads: int, q_blocks: int) -> RowOrder | None:
+    """``order`` for a launch over ``heads`` x ``q_blocks`` query blocks: None (the original order), a ``RowOrder``
+    over exactly those (H, MB), or its permutation tensor, checked to be one (``RowOrder.from_perm``: zeros would
+    run block 0 in every slot and leave the other rows unwritten, an index out of range would fail in the kernel);
+    anything else is a ValueError naming it. Every backend's ``plan`` takes its order through this
+    (``kernels.Backend``)."""
+    if order is None:
+        return None
+    if isinstance(order, torch.Tensor):  # a permutation handed in as it is: how it was planned is not known
+        order = RowOrder.from_perm(order, wave_size=1, stages="spatial", reorderer="given")
+    if not isinstance(order, RowOrder):
+        raise ValueError(f"order must be a reorder.RowOrder, its permutation tensor or None, got "
+                         f"{type(order).__name__}")
+    if tuple(order.perm.shape[-2:]) != (heads, q_blocks) or order.inverse.shape != order.perm.shape:
+        raise ValueError(f"order covers (H, MB) = {tuple(order.perm.shape[-2:])}; the launch has (H, MB) = "
+                         f"{(heads, q_blocks)}")
+    return order
 
 
 def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int = 0, reorderer: str = "wavealign",

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 
 from wavealign import hardware as hw_registry
-from wavealign.blockmask import MaskLike, as_dense, row_nnz
+from wavealign.blockmask import MaskLike, as_dense, check_int, row_nnz
 
 # the inputs of a fitted model, in this order; log of counts and ratios, raw for bounded features
 MODEL_FEATURES = ("log_num_q_blocks", "log_density", "nnz_cv", "adjacent_jaccard", "log_working_set_over_l2",
@@ -44,16 +45,22 @@ class SkipFeatures:
         return asdict(self)
 
 
+def _sizes(wave_size: Any, block_size: Any, head_dim: Any, dtype_bytes: Any) -> tuple[int, int, int, int]:
+    """The four sizes as positive integers (``check_int``: 3.9, True and "132" are refused, not truncated)."""
+    return tuple(check_int(name, value, lo=1) for name, value in (  # type: ignore[return-value]
+        ("wave_size", wave_size), ("block_size", block_size), ("head_dim", head_dim), ("dtype_bytes", dtype_bytes)))
+
+
 def wave_working_set_bytes(mask: MaskLike, wave_size: int, block_size: int = 128, head_dim: int = 128,
                            dtype_bytes: int = 2) -> float:
     """The mean, over waves of ``wave_size`` consecutive rows of one head, of the union of their K/V blocks in
-    bytes (K and V, ``block_size x head_dim`` each): what one wave keeps live in L2, in the mask's row order."""
-    if int(wave_size) < 1:
-        raise ValueError(f"wave_size must be >= 1, got {wave_size}")
+    bytes (K and V, ``block_size x head_dim`` each): what one wave keeps live in L2, in the mask's row order. A wave
+    of more rows than the mask has is one wave of all of them."""
+    wave_size, block_size, head_dim, dtype_bytes = _sizes(wave_size, block_size, head_dim, dtype_bytes)
     dense = as_dense(mask)
     rows = dense.reshape(-1, *dense.shape[-2:])
     g, mb, nb = rows.shape
-    wave = int(wave_size)
+    wave = min(wave_size, mb)  # the padding below is under a wave: never more than the mask itself
     pad = (-mb) % wave
     padded = torch.cat([rows, rows.new_zeros(g, pad, nb)], dim=1) if pad else rows
     union_blocks = padded.reshape(g, -1, wave, nb).any(2).sum(-1, dtype=torch.float32).mean()
@@ -68,10 +75,11 @@ def features(mask: MaskLike, hardware: str | hw_registry.Hardware, block_size: i
     (``wavealign.kernels.get(backend).wave_size(hardware)``); None takes one CTA per SM.
     """
     hw = hw_registry.get(hardware)
+    wave, block_size, head_dim, dtype_bytes = _sizes(hw.sm_count if wave_size is None else wave_size, block_size,
+                                                     head_dim, dtype_bytes)
     dense = as_dense(mask)
     rows = dense.reshape(-1, *dense.shape[-2:])
     g, mb, nb = rows.shape
-    wave = hw.sm_count if wave_size is None else int(wave_size)
     nnz = row_nnz(rows).float()
     nnz_mean = float(nnz.mean())
     nnz_cv = float(nnz.std(correction=0) / nnz.mean()) if nnz_mean > 0 else 0.0

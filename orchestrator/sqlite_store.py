@@ -1,0 +1,132 @@
+"""A local sqlite MLflow store (``sqlite:///<run_root>/mlflow.db``, the default): made whole, checked before use,
+and following its run root when the root is copied or moved.
+
+MLflow makes a new sqlite store by running some forty schema migrations in place, one after another
+(``mlflow.store.db.utils._initialize_tables``); a driver stopped half-way leaves a store every later MLflow call
+fails on ("table trace_info already exists"), and two drivers making one store at once race on its migrations
+("duplicate column name"). So ``prepare`` builds a missing store under a temporary name and links it into place
+only once whole (``os.link`` refuses to replace one another process linked first: the loser uses the winner's), and
+checks an existing one (``problem``) before MLflow touches it: a store not at this MLflow's schema is
+``StoreUnusable``, named, and ``sync-mlflow`` sets it aside and rebuilds it from Parquet (``set_aside``).
+
+MLflow stores absolute artifact locations (``file:///old/root/mlartifacts/...``) and our dataset inputs name the
+results folder absolutely; a run root's own store is rewritten to its current place on opening (``relocate``), so
+a copied run root's ``report`` and UI use the copy's files, never the original's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+import time
+import uuid
+from pathlib import Path
+
+from wavealign.orchestrator import files
+
+STORE_NAME = "mlflow.db"
+# (table, column) of MLflow's schema that hold file URIs under a run root: artifact locations and dataset sources
+_URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("datasets", "dataset_source"),
+                ("logged_models", "artifact_location"), ("model_versions", "source"),
+                ("model_versions", "storage_location"))
+_OUR_ARTIFACTS = re.compile(r"(file://.*?)/mlartifacts(?:/.*)?")
+
+
+class StoreUnusable(RuntimeError):
+    """An sqlite store MLflow cannot use as it is; the message names it, why, and what to do."""
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` tracking URI, else None."""
+    return Path(tracking_uri.removeprefix("sqlite:///")) if tracking_uri.startswith("sqlite:///") else None
+
+
+def prepare(tracking_uri: str, run_root: Path | None = None) -> None:
+    """Before MLflow opens ``tracking_uri``: an sqlite store missing is created whole (artifacts under
+    ``run_root/mlartifacts``), one present is checked (``StoreUnusable``), and one that is a run root's own
+    (``run_root/mlflow.db``; without ``run_root``, an ``mlflow.db`` beside a ``results/`` folder) is relocated to
+    it. Other URIs are left to MLflow."""
+    path = sqlite_path(tracking_uri)
+    if path is None:
+        return
+    if run_root is None and path.name == STORE_NAME and (path.parent / "results").is_dir():
+        run_root = path.parent
+    if not path.exists():
+        create(path, (run_root or path.parent) / "mlartifacts")
+        return
+    reason = problem(path)
+    if reason is not None:
+        raise StoreUnusable(f"the store {path} {reason}: a sweep interrupted while it made the store, or another "
+                            f"MLflow version; `wavealign sync-mlflow run_root={run_root or path.parent}` sets it aside "
+                            "and rebuilds it from Parquet (or upgrade it: mlflow db upgrade)")
+    if run_root is not None and path.resolve() == (Path(run_root) / STORE_NAME).resolve():
+        relocate(path, Path(run_root))
+
+
+def create(path: Path, artifact_root: Path) -> None:
+    """Build the store under a temporary name beside ``path`` and link it into place whole (``files.FILE_MODE``:
+    its tags hold repro commands). If another process linked its own first, that one is kept."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    files.make_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.building")
+    try:
+        store = SqlAlchemyStore(f"sqlite:///{tmp}", artifact_root.resolve().as_uri())
+        store.engine.dispose()  # its connections closed: nothing writes to the file after it is linked
+        os.chmod(tmp, files.FILE_MODE)
+        with contextlib.suppress(FileExistsError):  # another driver made it meanwhile: theirs is whole too
+            os.link(tmp, path)
+    except OSError as exc:
+        raise files.storage_error(path, exc, "create the MLflow store") from None
+    finally:
+        for leftover in path.parent.glob(f"{tmp.name}*"):  # the file and any journal sqlite left
+            leftover.unlink(missing_ok=True)
+
+
+def problem(path: Path) -> str | None:
+    """Why MLflow cannot use the sqlite store at ``path``, or None: not an SQLite database, or its schema is not at
+    this MLflow's latest revision (what MLflow's own check requires: ``mlflow.store.db.utils._verify_schema``)."""
+    from mlflow.store.db.utils import _get_latest_schema_revision
+
+    try:
+        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            revision = (db.execute("SELECT version_num FROM alembic_version").fetchone() or [None])[0] \
+                if "alembic_version" in tables else None
+    except sqlite3.DatabaseError as exc:
+        return f"is not an SQLite database MLflow can read ({exc})"
+    head = _get_latest_schema_revision()
+    if revision != head:
+        return (f"is half-built or of another MLflow: its schema is at revision {revision}, this MLflow's is {head} "
+                f"({len(tables)} tables)")
+    return None
+
+
+def set_aside(path: Path) -> Path:
+    """Move an unusable store out of the way (kept, with the time in its name); returns where it went."""
+    target = path.with_name(f"{path.name}.unusable-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+    try:
+        os.replace(path, target)
+    except OSError as exc:
+        raise files.storage_error(path, exc, "move aside") from None
+    return target
+
+
+def relocate(path: Path, run_root: Path) -> int:
+    """Rewrite the file URIs in ``run_root``'s own store (``_URI_COLUMNS``) that point into another run root (the
+    one it was copied or moved from, found from our ``mlartifacts`` locations) to ``run_root``; returns the values
+    changed (0 when the store is where it was made)."""
+    new = run_root.resolve().as_uri() + "/"
+    with sqlite3.connect(path) as db:
+        locations = [loc for (loc,) in db.execute("SELECT artifact_location FROM experiments") if loc]
+        old_roots = {m.group(1) + "/" for loc in locations if (m := _OUR_ARTIFACTS.fullmatch(loc))} - {new}
+        changed = 0
+        for old in sorted(old_roots):
+            for table, column in _URI_COLUMNS:
+                if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                    continue  # a table or column this MLflow version does not have
+                changed += db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                                      f"WHERE substr({column}, 1, ?) = ?", (new, len(old) + 1, len(old), old)).rowcount
+    return changed
