@@ -4,6 +4,8 @@ comparison (Table II). Each returns a DataFrame; one lacking its inputs holds a 
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from wavealign.analysis.plotting import (
@@ -52,6 +54,90 @@ def ncu_characterisation(frame: pd.DataFrame) -> pd.DataFrame:
         cells=("density", "size"), density_pct=("density", lambda d: 100 * d.mean()),
         hbm_sol_pct=("hbm_sol_pct", "mean"), l2_hit_pct=("l2_hit_pct", "mean"))
     return table.reset_index()
+
+
+# the tolerances a workload is judged by against the paper's Table I: density within 3 points; L2 hit within 5 points,
+# or its ratio to the iid random control within 15%
+DENSITY_TOLERANCE_PTS = 3.0
+L2_TOLERANCE_PTS = 5.0
+L2_RATIO_TOLERANCE_PCT = 15.0
+CONTROLS = ("random", "dense")  # the rows a workload's methods are read against; they depend on no workload
+
+
+def table1_against_paper(frame: pd.DataFrame, paper_density: dict[str, float],
+                         paper_l2_hit_pct: dict[str, float]) -> pd.DataFrame:
+    """Table I per workload, beside the paper's (``paper_density``: fractions per method; ``paper_l2_hit_pct``: per
+    method and for ``random`` and ``dense``): per (workload, method) in the original order its density, kernel ms
+    original and after WaveAlign (S1+S2), reorder ms, kernel and net speedup, Nsight Compute's L2 hit in both
+    orders, that hit over the iid random control's (the control's cell nearest in density, original order) against
+    the paper's same ratio, and what misses: density beyond 3 points, L2 hit beyond 5 points, the ratio beyond 15%.
+    The controls' own rows (random, dense) follow, once each."""
+    needed = ("workload", "method", "stages", "density", "kernel_ms_median", "group_id")
+    if missing := missing_columns(frame, needed):
+        return _note_table(missing_note(missing))
+    cells = done_cells(frame)
+    if cells.empty:
+        return _note_table(NO_CELLS)
+    for column in ("ncu_l2_hit_pct", "reorder_ms", "speedup_vs_original", "net_speedup_vs_original", "generator"):
+        if column not in cells:
+            cells = cells.assign(**{column: float("nan")})
+    original = cells[cells["stages"] == "none"]
+    reordered = cells[cells["stages"] == "both"].set_index("group_id")
+    controls = original[(original["method"] == "random") & original["ncu_l2_hit_pct"].notna()]
+    rows = []
+    for _, o in original.sort_values(["workload", "method"]).iterrows():
+        w = reordered.loc[o["group_id"]] if o["group_id"] in reordered.index else None
+        if isinstance(w, pd.DataFrame):
+            w = w.iloc[-1]
+        row = {"workload": o["workload"], "generator": o["generator"], "method": o["method"],
+               "density_pct": 100 * o["density"], "paper_density_pct": 100 * paper_density.get(o["method"], math.nan),
+               "original_kernel_ms": o["kernel_ms_median"],
+               "wavealign_kernel_ms": math.nan if w is None else w["kernel_ms_median"],
+               "reorder_ms": math.nan if w is None else w["reorder_ms"],
+               "kernel_speedup": math.nan if w is None else w["speedup_vs_original"],
+               "net_speedup": math.nan if w is None else w["net_speedup_vs_original"],
+               "ncu_l2_hit_original_pct": o["ncu_l2_hit_pct"],
+               "ncu_l2_hit_wavealign_pct": math.nan if w is None else w["ncu_l2_hit_pct"],
+               "paper_l2_hit_pct": paper_l2_hit_pct.get(o["method"], math.nan)}
+        control = controls.iloc[(controls["density"] - o["density"]).abs().argsort()[:1]] if len(controls) else None
+        row["l2_over_random"] = o["ncu_l2_hit_pct"] / control["ncu_l2_hit_pct"].iloc[0] \
+            if control is not None and o["method"] != "random" else math.nan
+        row["paper_l2_over_random"] = row["paper_l2_hit_pct"] / paper_l2_hit_pct["random"]
+        row["density_error_pts"] = row["density_pct"] - row["paper_density_pct"]
+        row["l2_error_pts"] = row["ncu_l2_hit_original_pct"] - row["paper_l2_hit_pct"]
+        row["l2_ratio_error_pct"] = 100 * (row["l2_over_random"] / row["paper_l2_over_random"] - 1)
+        row["misses"] = _misses(row)
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    is_control = table["method"].isin(CONTROLS)
+    # a control row once (its workload's name does not change its mask), after the methods
+    return pd.concat([table[~is_control], table[is_control].drop_duplicates("method", keep="last")],
+                     ignore_index=True)
+
+
+def _misses(row: dict) -> str:
+    """What a method's row misses against the paper, with the numbers ("" when nothing, or for a control)."""
+    if row["method"] in CONTROLS:
+        return ""
+    out = []
+    for key, tolerance, unit in (("density_error_pts", DENSITY_TOLERANCE_PTS, " pts density"),
+                                 ("l2_error_pts", L2_TOLERANCE_PTS, " pts L2 hit"),
+                                 ("l2_ratio_error_pct", L2_RATIO_TOLERANCE_PCT, "% L2 / random")):
+        if abs(row[key]) > tolerance:
+            out.append(f"{row[key]:+.1f}{unit}")
+    return "; ".join(out)
+
+
+def distance_to_paper(table: pd.DataFrame, l2_target: str) -> dict[str, float]:
+    """Per workload, the issue's distance to Table I over the four methods: sum of |density error| / 3 pts plus
+    |L2 error| / its tolerance (5 pts with ``l2_target`` "absolute", 15% of the ratio to the iid control with
+    "relative")."""
+    column, tolerance = {"absolute": ("l2_error_pts", L2_TOLERANCE_PTS),
+                         "relative": ("l2_ratio_error_pct", L2_RATIO_TOLERANCE_PCT)}[l2_target]
+    methods = table[~table["method"].isin(CONTROLS)]
+    return {workload: float((rows["density_error_pts"].abs() / DENSITY_TOLERANCE_PTS
+                             + rows[column].abs() / tolerance).sum())
+            for workload, rows in methods.groupby("workload")}
 
 
 # how Table II names each launch order: the technique, "+S2" when Stage 2 follows it

@@ -12,15 +12,17 @@ from typing import Any
 import torch
 
 from wavealign import masks, workloads
-from wavealign.workloads import GeneratorConfig
+from wavealign.workloads import HeadTypesConfig
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
     """--model, --frames, --resolution (default: the paper's Wan2.1-14B 401 frames at 720p = 363,600 tokens),
-    --seed, --block-size and (``device``) --device."""
+    --generator, --seed, --block-size and (``device``) --device."""
     parser.add_argument("--model", default="wan2.1-14b", choices=workloads.models())
     parser.add_argument("--frames", type=int, default=401)
     parser.add_argument("--resolution", default="720p")
+    parser.add_argument("--generator", default=workloads.DEFAULT_GENERATOR, choices=workloads.generator_names(),
+                        help="the synthetic Q/K/V generator (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--block-size", type=int, default=128)
     if device:
@@ -43,12 +45,12 @@ def sync(on: torch.device) -> None:
 
 
 def head_masks(wl: workloads.Workload, heads: list[int] | None, methods: list[str], *, layer: int, step: int,
-               seed: int, block_size: int, device: torch.device, config: GeneratorConfig | None = None,
+               seed: int, block_size: int, device: torch.device, config: HeadTypesConfig | None = None,
                overrides: dict[str, dict[str, Any]] | None = None,
                ) -> Iterator[tuple[workloads.HeadSpec, str, torch.Tensor, float]]:
     """Yield ``(spec, method, mask (MB, NB), build_ms)`` head by head (``heads`` None: all): the masks a sweep
     cell of these heads builds, one head's Q/K/V in memory at a time. ``config`` is the generator (default:
-    the calibrated one); ``overrides`` change a method's params."""
+    the calibrated cluster one); ``overrides`` change a method's params."""
     overrides = overrides or {}
     for spec, q, k, v in workloads.iter_heads(wl, heads, layer=layer, step=step, seed=seed, device=device,
                                               config=config):

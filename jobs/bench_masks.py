@@ -119,6 +119,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--layer", type=int, default=20)
     parser.add_argument("--step", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--generator", default=workloads.DEFAULT_GENERATOR, choices=workloads.generator_names(),
+                        help="the synthetic Q/K/V generator (default: %(default)s)")
     parser.add_argument("--backend", default="fa4", help="the kernel timed on each mask")
     parser.add_argument("--builds", type=int, default=3, help="cached builds timed after the first")
     parser.add_argument("--reps", type=int, default=3, help="timed attention repetitions")
@@ -150,7 +152,7 @@ def main(argv: list[str]) -> int:
     for count in frames:
         wl = workloads.preset(wl_model, frames=count, resolution="720p")
         q, k, v = workloads.synthetic(wl, heads=list(range(args.heads)), layer=args.layer, step=args.step,
-                                      seed=args.seed, device=device)
+                                      seed=args.seed, device=device, config=workloads.generator(args.generator))
         for method in methods:
             rows.append(r := measure(method, q, k, v, frames=count, layer=args.layer, backend=args.backend,
                                      builds=args.builds, reps=args.reps, check=not args.no_check))

@@ -99,7 +99,7 @@ def head_cells(args: argparse.Namespace, wl: workloads.Workload, heads: list[int
                  skip_mode="force", workload=f"{args.model}-{args.resolution}", seq_len_tokens=wl.seq_len,
                  num_heads=1, head_dim=wl.head_dim, block_size=args.block_size, wave_size=wave, seed=args.seed,
                  model=args.model, resolution=args.resolution, frames=args.frames, heads=[head], layer=args.layer,
-                 step=args.step, method_params=overrides[method], reps=1, warmup=0)
+                 step=args.step, generator=args.generator, method_params=overrides[method], reps=1, warmup=0)
             for head in heads for method in methods]
 
 
@@ -175,8 +175,8 @@ def main(argv: list[str]) -> int:
           f"{args.hardware} simulated", flush=True)
 
     rows: list[FidelityRow] = []
-    types = {spec.head: spec.head_type for spec in workloads.head_specs(wl, heads, layer=args.layer,
-                                                                         step=args.step, seed=args.seed)}
+    types = {spec.head: spec.head_type for spec in workloads.head_specs(
+        wl, heads, layer=args.layer, step=args.step, seed=args.seed, config=workloads.generator(args.generator))}
     for cell in head_cells(args, wl, heads, methods, overrides):
         [r] = pipeline.run_group([cell])
         if r.status != "done":

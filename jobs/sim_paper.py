@@ -74,18 +74,6 @@ def synthetic_mask(kind: str, heads: int, blocks: int, density: float, seed: int
     return torch.cat(parts)
 
 
-def calibrate_jitter(dense: torch.Tensor, target_pct: float, l2_partitions: int, steps: int) -> float:
-    """Bisect ``row_jitter`` in [0, 0.04] until dense's predicted L2 hit meets ``target_pct`` (it falls as
-    the jitter grows)."""
-    lo, hi = 0.0, 0.04
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        hit = sim.simulate(dense, hardware="h100", backend="fa4", l2_partitions=l2_partitions,
-                           row_jitter=mid).l2_hit_pct
-        lo, hi = (mid, hi) if hit > target_pct else (lo, mid)
-    return round((lo + hi) / 2, 5)
-
-
 def run(heads: int, blocks: int, density: float, seed: int, calibration_steps: int) -> tuple[list[SimPaperRow], dict]:
     masks = {kind: synthetic_mask(kind, heads, blocks, density if kind != "dense" else 1.0, seed)
              for kind in ("dense", *MASK_KINDS)}
@@ -93,7 +81,8 @@ def run(heads: int, blocks: int, density: float, seed: int, calibration_steps: i
     orders = {kind: reorder.plan(masks[kind], wave_size=132, stages="both") for kind in MASK_KINDS}
     plan_s = time.perf_counter() - start
     settings = [(1, 0.0), (2, 0.0)]
-    settings += [(p, calibrate_jitter(masks["dense"], PAPER_ORIGINAL_L2_HIT_PCT["dense"], p, calibration_steps))
+    settings += [(p, sim.fit_row_jitter(masks["dense"], PAPER_ORIGINAL_L2_HIT_PCT["dense"], hardware="h100",
+                                        backend="fa4", l2_partitions=p, steps=calibration_steps))
                  for p in (1, 2)]
     rows = []
     for partitions, jitter in settings:

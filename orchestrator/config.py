@@ -173,6 +173,9 @@ class WorkloadConfig:
     head_dim: int = 128
     layer: int = 0
     step: int = 0  # the synthetic generator's denoising step
+    # the synthetic generator of a model preset's Q/K/V (wavealign.workloads.GENERATORS: clusters, scene); None: the
+    # library's default (wavealign.workloads.DEFAULT_GENERATOR)
+    generator: Any = None
 
 
 def register_schema() -> None:
@@ -702,12 +705,17 @@ def _check_backend_options(where: str, grid: DictConfig, name: str, axes: dict[s
 
 
 def _validate_workload(wl: DictConfig) -> None:
-    where = f"conf/workload/{wl.name}.yaml"
-    if wl.captured is not None:
-        from wavealign.workloads import read_header
+    from wavealign import workloads
 
+    where = f"conf/workload/{wl.name}.yaml"
+    if wl.generator is not None and (wl.model is None or wl.captured is not None):
+        raise ConfigError(f"{where}: generator={wl.generator!r} without a model preset; expected a model (a captured "
+                          "file or a bare shape draws no synthetic Q/K/V)")
+    if wl.generator is not None and wl.generator not in workloads.generator_names():
+        raise ConfigError(f"{where}: generator={wl.generator!r}; expected one of {workloads.generator_names()}")
+    if wl.captured is not None:
         try:
-            header = read_header(wl.captured)
+            header = workloads.read_header(wl.captured)
         except ValueError as exc:
             raise ConfigError(f"{where}: captured={wl.captured!r}: {exc}") from None
         if wl.model is not None:
@@ -718,8 +726,6 @@ def _validate_workload(wl: DictConfig) -> None:
                               f"{wl.captured}")
         return
     if wl.model is not None:
-        from wavealign import workloads
-
         if wl.model not in workloads.models():
             raise ConfigError(f"{where}: model {wl.model!r}; expected one of {workloads.models()}")
         if len(wl.heads) == 0 or min(wl.heads) < 0 or max(wl.heads) >= workloads.MODELS[wl.model].heads:
@@ -733,8 +739,6 @@ def _validate_workload(wl: DictConfig) -> None:
     if wl.model is not None and wl.layer >= workloads.MODELS[wl.model].layers:
         raise ConfigError(f"{where}: layer={wl.layer}; expected < {workloads.MODELS[wl.model].layers}, the layers "
                           f"of {wl.model}")
-    from wavealign.workloads import default_config
-
-    steps = default_config().num_steps
+    steps = workloads.generator(wl.generator or workloads.DEFAULT_GENERATOR).num_steps
     if not 0 <= wl.step < steps:
         raise ConfigError(f"{where}: step={wl.step}; expected a denoising step in [0, {steps})")

@@ -170,12 +170,17 @@ def _workload_fields(wl: DictConfig, seq_k: float) -> dict[str, Any]:
         header = read_header(path)
         return dict(seq_len_tokens=header.shape[2], seq_k=header.shape[2] / 1000, num_heads=len(wl.heads),
                     head_dim=header.shape[3], model=header.model, resolution=None, frames=None, heads=list(wl.heads),
-                    layer=header.layer, step=header.step, captured=str(path))
+                    layer=header.layer, step=header.step, captured=str(path), generator=None)
     tokens, frames = _shape(wl, seq_k)
     preset = wl.model is not None
+    generator = None
+    if preset:
+        from wavealign.workloads import DEFAULT_GENERATOR
+
+        generator = wl.generator or DEFAULT_GENERATOR
     return dict(seq_len_tokens=tokens, seq_k=seq_k, num_heads=len(wl.heads) if preset else int(wl.num_heads),
                 head_dim=int(wl.head_dim), model=wl.model, resolution=wl.resolution, frames=frames,
-                heads=list(wl.heads) if preset else [], layer=int(wl.layer), step=int(wl.step))
+                heads=list(wl.heads) if preset else [], layer=int(wl.layer), step=int(wl.step), generator=generator)
 
 
 def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:

@@ -57,12 +57,12 @@ def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path
     swept = {c.method: c for c in grid.expand(cfg, conf_dir=tmp_path).cells}
     args = argparse.Namespace(model="wan2.1-1.3b", resolution="480p", frames=swept["xattention"].frames, seed=0,
                               block_size=swept["xattention"].block_size, layer=5, step=30, hardware="h100",
-                              kernel="fa4")
+                              kernel="fa4", generator=workloads.DEFAULT_GENERATOR)
     wl = workloads.preset("wan2.1-1.3b", args.frames, "480p")
     ours = mask_fidelity.head_cells(args, wl, [7], list(mask_fidelity.METHODS), {m: {} for m in mask_fidelity.METHODS})
     builds_the_mask = ("method", "model", "resolution", "frames", "seq_len_tokens", "num_heads", "head_dim",
-                       "block_size", "heads", "layer", "step", "seed", "backend", "backend_params", "measure",
-                       "wave_size")
+                       "block_size", "heads", "layer", "step", "seed", "generator", "backend", "backend_params",
+                       "measure", "wave_size")
     for cell in ours:
         assert {f: getattr(cell, f) for f in builds_the_mask} == {f: getattr(swept[cell.method], f)
                                                                   for f in builds_the_mask}

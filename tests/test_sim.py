@@ -150,6 +150,18 @@ def test_row_jitter_desynchronises_equal_rows_and_costs_hits():
     assert jittered.makespan_steps > lockstep.makespan_steps
 
 
+def test_the_fitted_row_jitter_brings_a_dense_launch_to_the_measured_hit_rate():
+    dense = torch.ones(6, 900, 900, dtype=torch.bool)  # 900 K/V blocks of 128: 56 MiB, past the H100's 50 MiB
+    lockstep = sim.simulate(dense, hardware="h100", backend="fa4").l2_hit_pct
+    most = sim.simulate(dense, hardware="h100", backend="fa4", row_jitter=0.04).l2_hit_pct
+    target = (lockstep + most) / 2
+    jitter = sim.fit_row_jitter(dense, target, hardware="h100", backend="fa4", steps=8)
+    fitted = sim.simulate(dense, hardware="h100", backend="fa4", row_jitter=jitter).l2_hit_pct
+    assert 0 < jitter < 0.04
+    assert abs(fitted - target) < 0.2 * (lockstep - most), (fitted, target)
+
+
+
 def test_two_partitions_keep_a_near_copy_and_look_up_the_home_partition_on_a_near_miss():
     """2 SMs, one per partition, 2-block L2 (1 block each). Both read block 1 (home = partition 1) in
     step 0: slot 0 misses near (0), looks up home (1): miss, HBM; slot 1 hits its near copy in 1.

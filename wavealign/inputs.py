@@ -24,7 +24,7 @@ from wavealign.records import Cell
 
 # what decides a group's mask and Q/K/V (with its placement and whether its measurer needs Q/K/V)
 INPUT_FIELDS = ("workload", "method", "method_params", "seed", "block_size", "seq_len_tokens", "num_heads",
-                "head_dim", "model", "captured", "resolution", "frames", "heads", "layer", "step")
+                "head_dim", "model", "captured", "resolution", "frames", "heads", "layer", "step", "generator")
 QKV = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -59,7 +59,7 @@ def build(cell: Cell, device: torch.device) -> tuple[torch.Tensor, QKV | None]:
 
 
 def _workload_qkv(cell: Cell, device: torch.device) -> QKV:
-    """The model's Q/K/V: read from the cell's captured file, or drawn by the synthetic generator."""
+    """The model's Q/K/V: read from the cell's captured file, or drawn by the cell's synthetic generator."""
     from wavealign import workloads
 
     if cell.captured is not None:
@@ -67,7 +67,7 @@ def _workload_qkv(cell: Cell, device: torch.device) -> QKV:
         return captured.q[:1], captured.k[:1], captured.v[:1]  # the first batch element (the conditional one)
     wl = workloads.preset(cell.model, frames=int(cell.frames), resolution=cell.resolution)
     return workloads.synthetic(wl, heads=list(cell.heads), layer=cell.layer, step=cell.step, seed=cell.seed,
-                               device=device)
+                               device=device, config=workloads.generator(cell.generator))
 
 
 def random_qkv(cell: Cell, device: torch.device) -> QKV:

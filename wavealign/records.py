@@ -54,6 +54,9 @@ class Cell:
     heads: list[int] = field(default_factory=list)  # preset head indices
     layer: int = 0
     step: int = 0  # the generator's denoising step (attention sharpens as the video forms)
+    # the synthetic generator that draws a model preset's Q/K/V (wavealign.workloads.GENERATORS); None for a captured
+    # file or a bare shape. Cells recorded before it was named were drawn by the cluster generator, its default here
+    generator: str | None = "clusters"
     method_params: dict[str, Any] = field(default_factory=dict)
     backend_params: dict[str, Any] = field(default_factory=dict)
     # how the launch is measured (wavealign.measurers: timed, simulated, ncu) and the measurer's params

@@ -50,9 +50,11 @@ def main(method: str, argv: list[str] | None = None) -> int:
     parser.add_argument("--layer", type=int, default=0)
     parser.add_argument("--block-size", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--generator", default=workloads.DEFAULT_GENERATOR, choices=workloads.generator_names())
     args = parser.parse_args(argv)
     wl = workloads.preset(args.model, args.frames, args.resolution)
-    ((spec, q, k, v),) = workloads.iter_heads(wl, [args.head], layer=args.layer, seed=args.seed)
+    ((spec, q, k, v),) = workloads.iter_heads(wl, [args.head], layer=args.layer, seed=args.seed,
+                                              config=workloads.generator(args.generator))
     mask = masks.build(method, q, k, v, block_size=args.block_size)[0, 0]
     title = f"{method}: {args.model} {args.frames}f {args.resolution}, layer {args.layer} head {args.head} " \
             f"({spec.head_type})"

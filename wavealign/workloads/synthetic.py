@@ -21,6 +21,11 @@ Each head mixes these with type-specific energies and a per-head sharpness (the 
 are drawn per layer from a mix that moves from ``mix_first_layer`` to ``mix_last_layer`` with depth, and
 the sharpness grows with the denoising step (attention sharpens as the video forms).
 
+This is the *cluster* generator (``GeneratorConfig``, named ``clusters``); the head types, their mix and sharpness
+(``HeadTypesConfig``), the positional and sink parts and the chunked generation below are shared with the scene
+generator (``scene.py``), which replaces the per-head clusters by one moving scene per video. ``iter_heads`` and
+``synthetic`` run either: the config's ``basis`` and ``span`` are its content.
+
 ``default_config()`` is the generator ``wavealign calibrate-workload`` fitted so the paper's four methods
 give their Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance);
 ``GeneratorConfig()`` is the hand-set starting point the fit begins from. Everything is a
@@ -30,12 +35,13 @@ at 364K tokens needs only its own q/k/v in memory and a seed gives the same tens
 
 from __future__ import annotations
 
+import abc
 import functools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import torch
 import yaml
@@ -80,8 +86,13 @@ DEFAULT_PROFILES: dict[str, HeadProfile] = {
 
 
 @dataclass(frozen=True)
-class GeneratorConfig:
-    """The generator's knobs; the defaults are tuned so the paper's methods give its Table I densities."""
+class HeadTypesConfig(abc.ABC):
+    """What every generator shares: the head types' profiles and their mix over depth, and the sharpness over
+    denoising steps; a generator adds its own content (``basis`` and ``span``) and knobs in a subclass, named by
+    ``GENERATOR`` (``wavealign.workloads.GENERATORS``), whose fitted values live in ``CALIBRATED_PATH``."""
+
+    GENERATOR: ClassVar[str]
+    CALIBRATED_PATH: ClassVar[Path]
 
     profiles: dict[str, HeadProfile] = field(default_factory=lambda: dict(DEFAULT_PROFILES))
     # share of each head type in the first and the last layer; layers in between interpolate linearly
@@ -93,8 +104,8 @@ class GeneratorConfig:
     # sharpness is multiplied by exp(step_sharpening * (step / (num_steps - 1) - 0.5))
     step_sharpening: float = 0.3
     num_steps: int = 50
-    clusters: int = 32
-    # the lowest-frequency RoPE pairs of each axis (this fraction of them) carry semantic/sink content
+    # the lowest-frequency RoPE pairs of each axis (this fraction of them) carry content (semantic, sink): almost
+    # unrotated, so it matches at any distance; the positional part takes the other pairs
     content_pair_fraction: float = 0.33
 
     def __post_init__(self) -> None:
@@ -103,44 +114,81 @@ class GeneratorConfig:
                 raise ValueError(f"{name} must map head types {HEAD_TYPES} to non-negative shares, got {mix}")
         if set(self.profiles) != set(HEAD_TYPES):
             raise ValueError(f"profiles must cover exactly {HEAD_TYPES}, got {sorted(self.profiles)}")
-        if self.clusters < 1:
-            raise ValueError(f"clusters must be >= 1, got {self.clusters}")
         if not 0.0 < self.content_pair_fraction < 1.0:
             raise ValueError(f"content_pair_fraction must be in (0, 1), got {self.content_pair_fraction}")
 
+    @abc.abstractmethod
+    def basis(self, wl: Workload, spec: HeadSpec, layer: int, seed: int) -> HeadBasis:
+        """The fixed vectors of one head (on the CPU, float32), drawn from (``seed``, ``layer``, head)."""
+
+    @abc.abstractmethod
+    def span(self, wl: Workload, spec: HeadSpec, basis: HeadBasis, start: int, stop: int,
+             noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v of tokens ``start:stop`` of one head from its basis (on the noise's device) and their noise
+        (3, stop - start, D). Every step must be per token, so a span's tokens come out as they would one by one."""
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain lists and floats, as ``calibrated.yaml`` stores them."""
+        """Plain lists and floats, as a calibrated YAML stores them."""
         out = asdict(self)
         out["profiles"] = {t: {k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}
                            for t, p in out["profiles"].items()}
-        return out
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GeneratorConfig:
+    def from_dict(cls, data: dict[str, Any]) -> Self:
         """The inverse of ``to_dict``; unknown keys are an error naming them."""
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(known))
         if unknown:
             raise ValueError(f"generator config has unknown key(s) {unknown}; expected some of {sorted(known)}")
-        fields = dict(data)
-        if "profiles" in fields:
-            fields["profiles"] = {t: HeadProfile(positional=tuple(p["positional"]), semantic=p["semantic"],
+        values = {k: tuple(v) if isinstance(known[k].default, tuple) else v for k, v in data.items()}
+        if "profiles" in values:
+            values["profiles"] = {t: HeadProfile(positional=tuple(p["positional"]), semantic=p["semantic"],
                                                  sink=p["sink"], sharpness=tuple(p["sharpness"]),
                                                  noise=p.get("noise", 0.1))
-                                  for t, p in fields["profiles"].items()}
-        return cls(**fields)
+                                  for t, p in values["profiles"].items()}
+        return cls(**values)
+
+    @classmethod
+    def calibrated(cls) -> Self:
+        """The fitted generator (``CALIBRATED_PATH``'s ``generator``), or the hand-set one if none is shipped."""
+        return _calibrated(cls)
 
 
-CALIBRATED_PATH = Path(__file__).with_name("calibrated.yaml")
+@functools.cache
+def _calibrated(cls: type[HeadTypesConfig]) -> HeadTypesConfig:
+    if not cls.CALIBRATED_PATH.exists():
+        return cls()
+    return cls.from_dict(yaml.safe_load(cls.CALIBRATED_PATH.read_text())["generator"])
 
 
-@functools.lru_cache(maxsize=1)
+@dataclass(frozen=True)
+class GeneratorConfig(HeadTypesConfig):
+    """The per-head cluster generator's knobs (``clusters``): each head its own objects, as smooth random fields;
+    ``calibrated.yaml`` holds the values ``calibrate-workload`` fitted to Table I."""
+
+    GENERATOR: ClassVar[str] = "clusters"
+    CALIBRATED_PATH: ClassVar[Path] = Path(__file__).with_name("calibrated.yaml")
+
+    clusters: int = 32
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.clusters < 1:
+            raise ValueError(f"clusters must be >= 1, got {self.clusters}")
+
+    def basis(self, wl: Workload, spec: HeadSpec, layer: int, seed: int) -> HeadBasis:
+        return _cluster_basis(wl, spec, layer, seed, self)
+
+    def span(self, wl: Workload, spec: HeadSpec, basis: HeadBasis, start: int, stop: int,
+             noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return _cluster_span(wl, spec, basis, start, stop, noise)
+
+
 def default_config() -> GeneratorConfig:
-    """The calibrated generator (``calibrated.yaml``'s ``generator``), or the hand-set one if none is shipped."""
-    if not CALIBRATED_PATH.exists():
-        return GeneratorConfig()
-    return GeneratorConfig.from_dict(yaml.safe_load(CALIBRATED_PATH.read_text())["generator"])
+    """The calibrated cluster generator (``calibrated.yaml``'s ``generator``), or the hand-set one if none is
+    shipped: the generator every caller gets unless it names another."""
+    return GeneratorConfig.calibrated()
 
 
 @dataclass(frozen=True)
@@ -153,13 +201,13 @@ class HeadSpec:
     profile: HeadProfile
 
 
-def _seed(*parts: int) -> int:
-    # tuples of ints hash deterministically across processes (no hash randomisation for ints)
+def seed_of(*parts: int) -> int:
+    """A generator seed from a tuple of ints: the same in every process (ints are not hash-randomised)."""
     return hash(tuple(int(p) for p in parts)) & 0x7FFF_FFFF_FFFF
 
 
 def head_types(wl: Workload, layer: int = 0, seed: int = 0,
-               config: GeneratorConfig | None = None) -> list[str]:
+               config: HeadTypesConfig | None = None) -> list[str]:
     """The type of every head of ``layer``: counts from the layer's mix, assigned to heads by ``seed``."""
     config = config or default_config()
     if not 0 <= layer < wl.layers:
@@ -173,12 +221,12 @@ def head_types(wl: Workload, layer: int = 0, seed: int = 0,
     for i in torch.argsort(share - counts, descending=True)[: wl.heads - int(counts.sum())]:
         counts[i] += 1
     types = [t for t, c in zip(HEAD_TYPES, counts.tolist(), strict=True) for _ in range(c)]
-    order = torch.randperm(wl.heads, generator=torch.Generator().manual_seed(_seed(seed, layer, 7)))
+    order = torch.randperm(wl.heads, generator=torch.Generator().manual_seed(seed_of(seed, layer, 7)))
     return [types[i] for i in order.tolist()]
 
 
 def head_specs(wl: Workload, heads: Sequence[int] | None = None, layer: int = 0, step: int = 0, seed: int = 0,
-               config: GeneratorConfig | None = None) -> list[HeadSpec]:
+               config: HeadTypesConfig | None = None) -> list[HeadSpec]:
     """The drawn type and sharpness of each of ``heads`` (default all) at ``layer`` and denoising ``step``."""
     config = config or default_config()
     heads = list(range(wl.heads)) if heads is None else list(heads)
@@ -192,15 +240,24 @@ def head_specs(wl: Workload, heads: Sequence[int] | None = None, layer: int = 0,
     specs = []
     for h in heads:
         profile = config.profiles[types[h]]
-        u = torch.rand((), generator=torch.Generator().manual_seed(_seed(seed, layer, h, 11))).item()
+        u = torch.rand((), generator=torch.Generator().manual_seed(seed_of(seed, layer, h, 11))).item()
         lo, hi = profile.sharpness
         sharp = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))
         specs.append(HeadSpec(h, types[h], sharp * config.sharpness_scale * step_gain, profile))
     return specs
 
 
+class HeadBasis:
+    """A head's fixed vectors, dataclass fields that are all tensors: a generator's ``basis`` returns one."""
+
+    def to(self, device: torch.device) -> Self:
+        """The same vectors on ``device``: moved once per head, not once per chunk (each copy to a GPU stops the
+        host until it is done)."""
+        return type(self)(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+
 @dataclass(frozen=True)
-class _HeadBasis:
+class _ClusterBasis(HeadBasis):
     """Per-head fixed vectors (on the CPU, float32), drawn from the head's seed."""
 
     positional: torch.Tensor  # (D,) shared by all tokens
@@ -213,67 +270,81 @@ class _HeadBasis:
     field_freqs: torch.Tensor  # (clusters, 3, 3) smooth cluster fields: 3 waves x (t, h, w)
     field_phases: torch.Tensor  # (clusters, 3)
 
-    def to(self, device: torch.device) -> _HeadBasis:
-        """The same vectors on ``device``: moved once per head, not once per chunk (each copy to a GPU stops the
-        host until it is done)."""
-        return _HeadBasis(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
 
-
-def _unit(x: torch.Tensor) -> torch.Tensor:
+def unit(x: torch.Tensor) -> torch.Tensor:
+    """``x`` scaled to unit norm along its last dimension."""
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
 
 
-def _basis(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: GeneratorConfig) -> _HeadBasis:
-    gen = torch.Generator().manual_seed(_seed(seed, layer, spec.head, 13))
-    d = wl.head_dim
-    axis, step = pair_angles(wl.rope, d)
+def head_generator(seed: int, layer: int, head: int) -> torch.Generator:
+    """The CPU generator a head's fixed vectors are drawn from."""
+    return torch.Generator().manual_seed(seed_of(seed, layer, head, 13))
+
+
+def content_pairs(wl: Workload, fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per channel pair, its RoPE axis (-1: unrotated) and whether it carries content: unrotated pairs and the
+    lowest-frequency ``fraction`` of each axis's pairs (at least one). Both (head_dim / 2,)."""
+    axis, step = pair_angles(wl.rope, wl.head_dim)
     content = axis < 0
     for a in range(3):
         idx = torch.nonzero(axis == a).flatten()
-        n_content = max(1, round(config.content_pair_fraction * len(idx)))
+        n_content = max(1, round(fraction * len(idx)))
         content[idx[torch.argsort(step[idx])[:n_content]]] = True
-    channel_content = content.repeat_interleave(2)
-    positional = torch.zeros(d)
+    return axis, content
+
+
+def positional_vector(wl: Workload, energies: Sequence[float], axis: torch.Tensor, content: torch.Tensor,
+                      gen: torch.Generator) -> torch.Tensor:
+    """The vector every token of a head shares on the non-content pairs of each axis, ``energies[a]`` on axis
+    a: equal amplitude on each pair, random phase, so after RoPE q_i.k_j = sum_c A_c^2 cos(w_c (p_i - p_j)) depends
+    on p_i - p_j only and decays with distance along the axes that have energy. (D,)"""
+    positional = torch.zeros(wl.head_dim)
     for a in range(3):
-        energy = spec.profile.positional[a]
+        energy = energies[a]
         pairs = torch.nonzero((axis == a) & ~content).flatten()
         if energy > 0 and len(pairs):
-            # equal amplitude on each pair, random phase: the score depends on p_i - p_j only
             phase = 2 * math.pi * torch.rand(len(pairs), generator=gen)
             amp = math.sqrt(energy / len(pairs))
             positional[2 * pairs] = amp * torch.cos(phase)
             positional[2 * pairs + 1] = amp * torch.sin(phase)
+    return positional
+
+
+def _cluster_basis(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: GeneratorConfig) -> _ClusterBasis:
+    gen = head_generator(seed, layer, spec.head)
+    d = wl.head_dim
+    axis, content = content_pairs(wl, config.content_pair_fraction)
+    channel_content = content.repeat_interleave(2)
+    positional = positional_vector(wl, spec.profile.positional, axis, content, gen)
     centroids = torch.randn(config.clusters, d, generator=gen) * channel_content
     sink = torch.randn(d, generator=gen) * channel_content
     # cluster fields vary over about a quarter of the frame in h and w and drift over ~16 latent frames
     scale = torch.tensor([2 * math.pi / 16, 2 * math.pi / max(wl.grid_height / 4, 1),
                           2 * math.pi / max(wl.grid_width / 4, 1)])
     freqs = (torch.rand(config.clusters, 3, 3, generator=gen) - 0.5) * 2 * scale
-    return _HeadBasis(positional=positional, centroids_qk=_unit(centroids),
-                      centroids_v=_unit(torch.randn(config.clusters, d, generator=gen)),
-                      mean_v=_unit(torch.randn(d, generator=gen)),
-                      smooth_q=_unit(torch.randn(config.clusters, d, generator=gen)),
-                      smooth_k=_unit(torch.randn(config.clusters, d, generator=gen)),
-                      sink=_unit(sink), field_freqs=freqs,
-                      field_phases=2 * math.pi * torch.rand(config.clusters, 3, generator=gen))
+    return _ClusterBasis(positional=positional, centroids_qk=unit(centroids),
+                         centroids_v=unit(torch.randn(config.clusters, d, generator=gen)),
+                         mean_v=unit(torch.randn(d, generator=gen)),
+                         smooth_q=unit(torch.randn(config.clusters, d, generator=gen)),
+                         smooth_k=unit(torch.randn(config.clusters, d, generator=gen)),
+                         sink=unit(sink), field_freqs=freqs,
+                         field_phases=2 * math.pi * torch.rand(config.clusters, 3, generator=gen))
 
 
-def cluster_fields(basis: _HeadBasis, pos: torch.Tensor) -> torch.Tensor:
+def cluster_fields(basis: _ClusterBasis, pos: torch.Tensor) -> torch.Tensor:
     """The smooth random field of each cluster at each token at ``pos`` (n, 3): (n, clusters)."""
     p = pos.to(torch.float32)
     waves = torch.einsum("nk,cwk->ncw", p, basis.field_freqs.to(p.device)) + basis.field_phases.to(p.device)
     return torch.sin(waves).sum(-1)
 
 
-def _rms_norm(x: torch.Tensor) -> torch.Tensor:
-    # the models' q/k RMSNorm (learned gain folded into the head's sharpness)
+def rms_norm(x: torch.Tensor) -> torch.Tensor:
+    """The models' q/k RMSNorm (the learned gain folded into the head's sharpness)."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
-def _head_span(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, stop: int,
-               noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Tokens ``start:stop`` of one head from its basis and their noise (3, stop - start, D), all on one device.
-    Every step is per token, so a span's tokens come out as they would one by one."""
+def _cluster_span(wl: Workload, spec: HeadSpec, basis: _ClusterBasis, start: int, stop: int,
+                  noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     pos = positions(wl, start, stop, noise.device)
     prof = spec.profile
     noise_energy = prof.noise
@@ -285,23 +356,27 @@ def _head_span(wl: Workload, spec: HeadSpec, basis: _HeadBasis, start: int, stop
     centroid = basis.centroids_qk[cid]
     shared = basis.positional + math.sqrt(prof.semantic) * centroid
     sink = math.sqrt(prof.sink) * basis.sink
-    smooth_q = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_q)
-    smooth_k = math.sqrt(f_smooth) * _unit(soft @ basis.smooth_k)
+    smooth_q = math.sqrt(f_smooth) * unit(soft @ basis.smooth_q)
+    smooth_k = math.sqrt(f_smooth) * unit(soft @ basis.smooth_k)
     x_q = shared + sink + smooth_q + math.sqrt(noise_energy) * noise[0]
-    first_frame = (pos[:, 0] == 0).unsqueeze(-1)
-    x_k = shared + torch.where(first_frame, sink, torch.zeros_like(sink)) + smooth_k + \
-        math.sqrt(noise_energy) * noise[1]
-    q = apply_rope(_rms_norm(x_q), pos, wl.rope) * spec.sharpness
-    k = apply_rope(_rms_norm(x_k), pos, wl.rope)
-    v = _rms_norm(0.5 * basis.mean_v + basis.centroids_v[cid] + noise[2])
+    x_k = shared + first_frame_only(sink, pos) + smooth_k + math.sqrt(noise_energy) * noise[1]
+    q = apply_rope(rms_norm(x_q), pos, wl.rope) * spec.sharpness
+    k = apply_rope(rms_norm(x_k), pos, wl.rope)
+    v = rms_norm(0.5 * basis.mean_v + basis.centroids_v[cid] + noise[2])
     return q, k, v
+
+
+def first_frame_only(sink: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """The sink direction on the keys of frame 0 only, zero elsewhere: (n, D) for tokens at ``pos``."""
+    return torch.where((pos[:, 0] == 0).unsqueeze(-1), sink, torch.zeros_like(sink))
 
 
 def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int = 0, step: int = 0, seed: int = 0,
                device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-               config: GeneratorConfig | None = None) -> Iterator[tuple[HeadSpec, torch.Tensor, torch.Tensor,
-                                                                         torch.Tensor]]:
-    """Yield ``(spec, q, k, v)`` one head at a time, each tensor (1, 1, seq_len, head_dim).
+               config: HeadTypesConfig | None = None) -> Iterator[tuple[HeadSpec, torch.Tensor, torch.Tensor,
+                                                                          torch.Tensor]]:
+    """Yield ``(spec, q, k, v)`` one head at a time, each tensor (1, 1, seq_len, head_dim), from the generator
+    ``config`` (default: the calibrated cluster generator; ``GENERATORS[name].calibrated()`` picks another).
 
     ``dtype`` defaults to bfloat16 on CUDA (as the models run) and float32 elsewhere.
     """
@@ -316,7 +391,7 @@ def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int =
 
 def synthetic(wl: Workload, heads: Sequence[int] | None = None, *, layer: int = 0, step: int = 0, seed: int = 0,
               device: str | torch.device = "cpu", dtype: torch.dtype | None = None,
-              config: GeneratorConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+              config: HeadTypesConfig | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Q, K, V of ``heads`` (default all) of ``layer`` at denoising ``step``, each (1, len(heads), N, D): the
     heads ``iter_heads`` yields, written in place into one allocation (no copy of the whole set at the end).
 
@@ -336,12 +411,12 @@ def _default_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def _fill_head(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: GeneratorConfig,
+def _fill_head(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: HeadTypesConfig,
                out: torch.Tensor) -> None:
     """Write one head's q, k, v into ``out`` (3, seq_len, head_dim): noise drawn per fixed chunk of tokens, the
-    rest computed over spans of ``SPAN_CHUNKS`` chunks (per 16K-token chunk, a GPU idled between ~60 small
-    launches)."""
-    basis = _basis(wl, spec, layer, seed, config).to(out.device)
+    rest computed by the generator over spans of ``SPAN_CHUNKS`` chunks (per 16K-token chunk, a GPU idled between
+    ~60 small launches)."""
+    basis = config.basis(wl, spec, layer, seed).to(out.device)
     d = wl.head_dim
     span_tokens = SPAN_CHUNKS.get(out.device.type, 1) * GEN_CHUNK_TOKENS
     for span in range(0, wl.seq_len, span_tokens):
@@ -350,8 +425,8 @@ def _fill_head(wl: Workload, spec: HeadSpec, layer: int, seed: int, config: Gene
         for start in range(span, stop, GEN_CHUNK_TOKENS):
             end = min(start + GEN_CHUNK_TOKENS, stop)
             gen = torch.Generator(device=out.device).manual_seed(
-                _seed(seed, layer, spec.head, start // GEN_CHUNK_TOKENS, 17))
+                seed_of(seed, layer, spec.head, start // GEN_CHUNK_TOKENS, 17))
             noise[:, start - span:end - span] = torch.randn(3, end - start, d, generator=gen, device=out.device)
         noise /= math.sqrt(d)
-        for i, t in enumerate(_head_span(wl, spec, basis, span, stop, noise)):
+        for i, t in enumerate(config.span(wl, spec, basis, span, stop, noise)):
             out[i, span:stop] = t.to(out.dtype)
