@@ -266,25 +266,28 @@ if triton is not None:
             tl.store(PARTIAL + h * s_ch + pid * CAND + c, tl.sum(tl.where(x >= cut, xd, 0.0), 0))
 
     @triton.jit
-    def _whole_mass_kernel(X, CUT, EDGE, WHOLE, L, s_xh, s_ph, BLOCK: tl.constexpr):
-        """Per chunk of head h's values: the mass (float64) of the *whole* ones, whose float bits exceed CUT[h], and
-        the largest of the others (-1 where there are none)."""
-        pid = tl.program_id(0)
-        h = tl.program_id(1).to(tl.int64)
+    def _whole_chunk(X, CUT, L, s_xh, pid, h, BLOCK: tl.constexpr):
+        """A chunk of head h's values: their offsets, which are in range, the values, and which are *whole* (their
+        float bits exceed CUT[h])."""
         offs = pid * BLOCK + tl.arange(0, BLOCK)
         live = offs < L
         x = tl.load(X + h * s_xh + offs, mask=live, other=0.0)
-        whole = (x.to(tl.int32, bitcast=True) > tl.load(CUT + h)) & live
+        return offs, live, x, (x.to(tl.int32, bitcast=True) > tl.load(CUT + h)) & live
+
+    @triton.jit
+    def _whole_mass_kernel(X, CUT, EDGE, WHOLE, L, s_xh, s_ph, BLOCK: tl.constexpr):
+        """Per chunk of head h's values: the mass (float64) of the whole ones and the largest of the others (-1 where
+        there are none)."""
+        pid = tl.program_id(0)
+        h = tl.program_id(1).to(tl.int64)
+        _, live, x, whole = _whole_chunk(X, CUT, L, s_xh, pid, h, BLOCK)
         tl.store(EDGE + h * s_ph + pid, tl.max(tl.where(whole | ~live, -1.0, x), 0))
         tl.store(WHOLE + h * s_ph + pid, tl.sum(tl.where(whole, x.to(tl.float64), 0.0), 0))
 
     @triton.jit
     def _edge_ties(X, CUT, EDGE, L, s_xh, pid, h, BLOCK: tl.constexpr):
-        """This chunk's values, which of them are whole, and which are ties of the edge value (not whole)."""
-        offs = pid * BLOCK + tl.arange(0, BLOCK)
-        live = offs < L
-        x = tl.load(X + h * s_xh + offs, mask=live, other=0.0)
-        whole = (x.to(tl.int32, bitcast=True) > tl.load(CUT + h)) & live
+        """This chunk's offsets, which are in range, which are whole, and which are ties of the edge value."""
+        offs, live, x, whole = _whole_chunk(X, CUT, L, s_xh, pid, h, BLOCK)
         return offs, live, whole, (x == tl.load(EDGE + h)) & live & ~whole
 
     @triton.jit
@@ -474,12 +477,12 @@ def keep_by_mass(values: torch.Tensor, fraction: float) -> torch.Tensor:
     programs = triton.cdiv(length, block)
     partial = torch.empty(h, programs * cand, dtype=torch.float64, device=values.device)
     prefix = torch.zeros(h, dtype=torch.int32, device=values.device)
+    grid, warps = (programs, h), 8 if values.is_cuda else 4
     budget = None
     # bits 30..0 of a non-negative float, four at a time from the top (the first pass decides bits 30..28)
     for shift in range(28, -1, -_CANDIDATE_BITS):
-        _candidate_mass_kernel[(programs, h)](values, prefix, partial, length, shift, values.stride(0),
-                                              prefix.stride(0), partial.stride(0), CAND=cand, BLOCK=block,
-                                              num_warps=8 if values.is_cuda else 4)
+        _candidate_mass_kernel[grid](values, prefix, partial, length, shift, values.stride(0), prefix.stride(0),
+                                     partial.stride(0), CAND=cand, BLOCK=block, num_warps=warps)
         mass = partial.view(h, programs, cand).sum(1)  # (H, CAND): the mass at or above each candidate
         if budget is None:  # the first pass: candidate 0 is t = 0, the whole mass
             budget = fraction * mass[:, :1]
@@ -488,24 +491,24 @@ def keep_by_mass(values: torch.Tensor, fraction: float) -> torch.Tensor:
             fails[:, 8:] = False
             fails_at_zero = fails[:, 0].clone()
         prefix = prefix | ((fails * torch.arange(cand, device=values.device)).amax(1).to(torch.int32) << shift)
-    cut = torch.where(fails_at_zero, prefix, torch.full_like(prefix, -1)).contiguous()
-    grid, warps = (programs, h), 8 if values.is_cuda else 4
+    cut = torch.where(fails_at_zero, prefix, torch.full_like(prefix, -1))
     # the tie group just below the whole values joins in index order while the budget allows: its value (the edge),
     # how many of it fit (count), and each chunk's ties before it (a scan over chunks, not over the values)
     edge_part = torch.empty(h, programs, device=values.device)
     whole_part = torch.empty(h, programs, dtype=torch.float64, device=values.device)
     _whole_mass_kernel[grid](values, cut, edge_part, whole_part, length, values.stride(0), edge_part.stride(0),
                              BLOCK=block, num_warps=warps)
-    edge = edge_part.amax(1).contiguous()
+    edge = edge_part.amax(1)
     room = budget[:, 0] - whole_part.sum(1)
-    count = torch.where(edge > 0, torch.floor(room / edge.double().clamp_min(1e-45)), float(length)).long()
+    # clamped while still a float: a count past the values means all of the ties, and never overflows the int64
+    count = torch.where(edge > 0, torch.floor(room / edge.double().clamp_min(1e-45)), float(length))
+    count = count.clamp_max(length).long()
     ties = torch.empty(h, programs, dtype=torch.int64, device=values.device)
     _tie_count_kernel[grid](values, cut, edge, ties, length, values.stride(0), ties.stride(0), BLOCK=block,
                             num_warps=warps)
-    before = (ties.cumsum(1) - ties).contiguous()
+    before = ties.cumsum(1) - ties
     out = torch.empty(h, length, dtype=torch.bool, device=values.device)
     view = out.view(torch.int8)
-    _keep_whole_and_ties_kernel[grid](values, cut, edge, count.clamp_max(length).contiguous(), before, view, length,
-                                      values.stride(0), before.stride(0), view.stride(0), BLOCK=block,
-                                      num_warps=warps)
+    _keep_whole_and_ties_kernel[grid](values, cut, edge, count, before, view, length, values.stride(0),
+                                      before.stride(0), view.stride(0), BLOCK=block, num_warps=warps)
     return out
