@@ -53,6 +53,7 @@ import random
 import shlex
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -64,16 +65,19 @@ import yaml
 from wavealign import hardware, kernels, sim, synthetic, workloads
 from wavealign.jobs._args import Parser
 from wavealign.jobs._head_masks import add_workload_arguments, device_for, head_masks
-from wavealign.jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
+from wavealign.jobs._paper import (
+    DENSITY_TOLERANCE_PTS,
+    L2_RATIO_TOLERANCE,
+    L2_TOLERANCE_PTS,
+    TABLE_I_DENSITY,
+    TABLE_I_L2_HIT_PCT,
+)
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._records import write_csv
 from wavealign.workloads import GENERATORS, HEAD_TYPES, HeadProfile, HeadTypesConfig
 
 EXTRAS = ("sim",)
 
-DENSITY_TOLERANCE_PTS = 3.0
-L2_TOLERANCE_PTS = 5.0
-L2_RATIO_TOLERANCE = 0.15  # relative: within +-15% of Table I's ratio to the random control
 L2_TARGETS = ("absolute", "relative")
 # sim-paper's row_jitter for two L2 partitions: dense FA4 on the H100 then predicts Table I's 46.5%
 # (benchmarks/results/sim-paper/README.md, the "2 | 0.00688 (fitted) | dense" row)
@@ -251,6 +255,22 @@ def _packed(mask: torch.Tensor) -> np.ndarray:
     return np.packbits(mask.cpu().numpy().reshape(-1))
 
 
+def _launches(mask_rows: Iterable[tuple[Any, str, torch.Tensor, float]], nb: int, sim_settings: SimSettings,
+              seed: int, pool: concurrent.futures.Executor,
+              primer: bool = False) -> dict[str, tuple[list[float], concurrent.futures.Future,
+                                                      concurrent.futures.Future]]:
+    """Per method, the densities of the masks ``mask_rows`` yields (as ``head_masks`` does) and the pool's futures of
+    ``launch_l2`` over them as one launch and of ``random_launch_l2`` at the same densities."""
+    masks: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
+    densities: dict[str, list[float]] = {m: [] for m in METHODS}
+    for _, method, mask, _ in mask_rows:
+        masks[method].append(_packed(mask))
+        densities[method].append(float(mask.float().mean()))
+    return {m: (densities[m], pool.submit(launch_l2, masks[m], (nb, nb), sim_settings, primer=primer),
+                pool.submit(random_launch_l2, densities[m], (nb, nb), sim_settings, seed, primer=primer))
+            for m in METHODS}
+
+
 def sample(wl: workloads.Workload, base: HeadTypesConfig, settings: list[dict[str, Any]], sharpness: list[float],
            noise: list[float], *, replicates: int, layers: list[int], steps: list[int], seed: int, block_size: int,
            device: torch.device, sim_settings: SimSettings, pool: concurrent.futures.Executor,
@@ -264,18 +284,11 @@ def sample(wl: workloads.Workload, base: HeadTypesConfig, settings: list[dict[st
     for setting, head_type, mult, nz in itertools.product(settings, HEAD_TYPES, sharpness, noise):
         cfg = candidate_config(replace(base, **setting), head_type, mult, nz)
         start = time.perf_counter()
-        masks: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
-        densities: dict[str, list[float]] = {m: [] for m in METHODS}
-        for layer, step, head in draws:
-            for _, method, mask, _ in head_masks(wl, [head], list(METHODS), layer=layer, step=step, seed=seed,
-                                                 block_size=block_size, device=device, config=cfg):
-                masks[method].append(_packed(mask))
-                densities[method].append(float(mask.float().mean()))
-        for method in METHODS:
-            pending.append(((json.dumps(setting, sort_keys=True), head_type, mult, nz, method, densities[method]),
-                            pool.submit(launch_l2, masks[method], (nb, nb), sim_settings, primer=True),
-                            pool.submit(random_launch_l2, densities[method], (nb, nb), sim_settings, seed,
-                                        primer=True)))
+        built = itertools.chain.from_iterable(
+            head_masks(wl, [head], list(METHODS), layer=layer, step=step, seed=seed, block_size=block_size,
+                       device=device, config=cfg) for layer, step, head in draws)
+        for method, (dens, counts, control) in _launches(built, nb, sim_settings, seed, pool, primer=True).items():
+            pending.append(((json.dumps(setting, sort_keys=True), head_type, mult, nz, method, dens), counts, control))
         log(f"  sampled {json.dumps(setting) if setting else ''} {head_type:9s} sharpness x{mult:<5g} noise "
             f"{nz:<5g} {replicates} heads in {time.perf_counter() - start:6.1f} s", flush=True)
     rows = []
@@ -392,16 +405,10 @@ def verify(wl: workloads.Workload, cfg: HeadTypesConfig, at: list[tuple[int, int
     pending = []
     for seed, layer, step in at:
         start = time.perf_counter()
-        masks: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
-        densities: dict[str, list[float]] = {m: [] for m in METHODS}
-        for _, method, mask, _ in head_masks(wl, None, list(METHODS), layer=layer, step=step, seed=seed,
-                                             block_size=block_size, device=device, config=cfg):
-            masks[method].append(_packed(mask))
-            densities[method].append(float(mask.float().mean()))
-        for method in METHODS:
-            pending.append(((seed, layer, step, method, densities[method]),
-                            pool.submit(launch_l2, masks[method], (nb, nb), sim_settings),
-                            pool.submit(random_launch_l2, densities[method], (nb, nb), sim_settings, seed)))
+        built = head_masks(wl, None, list(METHODS), layer=layer, step=step, seed=seed, block_size=block_size,
+                          device=device, config=cfg)
+        for method, (dens, counts, control) in _launches(built, nb, sim_settings, seed, pool).items():
+            pending.append(((seed, layer, step, method, dens), counts, control))
         log(f"  verified seed {seed} layer {layer} step {step}: {wl.heads} heads in "
             f"{time.perf_counter() - start:6.1f} s", flush=True)
     out = []
@@ -453,8 +460,9 @@ def markdown(found: dict[str, dict[str, Any]], command: str, l2_target: str, fit
     """The verified figures against Table I (which L2 figure the fit targeted is said), the spread over layers when
     there are several, and the fit's choice."""
     lines = [f"`{command}`", "", f"L2 target of the fit: {l2_target}.", "",
-             "| method | density | Table I | error (pts, goal +-3) | L2 hit (sim) | Table I | error (pts, goal +-5) | "
-             "L2 / iid control | Table I | error (goal +-15%) |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"| method | density | Table I | error (pts, goal +-{DENSITY_TOLERANCE_PTS:g}) | L2 hit (sim) | Table I | "
+             f"error (pts, goal +-{L2_TOLERANCE_PTS:g}) | L2 / iid control | Table I | error (goal "
+             f"+-{100 * L2_RATIO_TOLERANCE:g}%) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for method, r in found.items():
         control = method == "random"
         target_d = "set" if control else f"{100 * TABLE_I_DENSITY[method]:.1f}%"
@@ -468,8 +476,8 @@ def markdown(found: dict[str, dict[str, Any]], command: str, l2_target: str, fit
     layers = found[METHODS[0]]["layers"]
     if layers > 1:
         lines += ["", f"Spread over the {layers} verified layers (seeds x (layer, step)):", "",
-                  "| method | density min | max | max - min (pts) | layers within +-3 of Table I | L2 / iid control "
-                  "min | max |", "|---|---|---|---|---|---|---|"]
+                  f"| method | density min | max | max - min (pts) | layers within +-{DENSITY_TOLERANCE_PTS:g} of "
+                  "Table I | L2 / iid control min | max |", "|---|---|---|---|---|---|---|"]
         for method in METHODS:
             r = found[method]
             lines.append(f"| {method} | {r['density_min_pct']:.1f}% | {r['density_max_pct']:.1f}% | "

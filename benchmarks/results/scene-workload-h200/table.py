@@ -22,7 +22,13 @@ import torch
 from wavealign import sim
 from wavealign.analysis.load import load
 from wavealign.analysis.tables import distance_to_paper, table1_against_paper
-from wavealign.jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
+from wavealign.jobs._paper import (
+    DENSITY_TOLERANCE_PTS,
+    L2_RATIO_TOLERANCE,
+    L2_TOLERANCE_PTS,
+    TABLE_I_DENSITY,
+    TABLE_I_L2_HIT_PCT,
+)
 from wavealign.jobs.calibrate_workload import SIM_PAPER_ROW_JITTER, l2_target_for
 
 HEADS, BLOCKS = 40, 2841  # Wan2.1-14B at 363,600 tokens in blocks of 128
@@ -81,8 +87,10 @@ def table(run_roots: list[str], l2_target: str) -> int:
     print(markdown(found))
     print()
     distances = distance_to_paper(found, l2_target)
-    tolerance = "5 pts" if l2_target == "absolute" else "15% of the ratio to the iid control"
-    print(f"Distance to Table I (sum over the four methods of |density error| / 3 pts + |L2 error| / {tolerance}): "
+    tolerance = f"{L2_TOLERANCE_PTS:g} pts" if l2_target == "absolute" else \
+        f"{100 * L2_RATIO_TOLERANCE:g}% of the ratio to the iid control"
+    print(f"Distance to Table I (sum over the four methods of |density error| / {DENSITY_TOLERANCE_PTS:g} pts + "
+          f"|L2 error| / {tolerance}): "
           + ", ".join(f"{w} {d:.2f}" for w, d in sorted(distances.items(), key=lambda kv: kv[1])))
     return 0
 
