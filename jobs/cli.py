@@ -62,10 +62,7 @@ def declared_extras(name: str) -> tuple[str, ...]:
 def extra_requirements(extra: str) -> list[str]:
     """The distributions ``pip install 'wavealign[extra]'`` brings, its nested extras expanded: from the checkout's
     ``pyproject.toml`` when this is a checkout (the installed metadata may be older), else the installed metadata."""
-    import wavealign
-
-    if wavealign.CHECKOUT is not None:
-        extras = tomllib.loads((wavealign.CHECKOUT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    if (extras := _checkout_extras()) is not None:
         declared = extras.get(extra, [])
     else:
         marker = re.compile(rf"""extra\s*==\s*["']{re.escape(extra)}["']""")
@@ -198,12 +195,18 @@ def _extra_of(module: str) -> str | None:
 
 def extra_names() -> list[str]:
     """The extras ``pyproject.toml`` declares (a checkout's, else the installed metadata's)."""
+    if (extras := _checkout_extras()) is not None:
+        return list(extras)
+    return importlib.metadata.metadata("wavealign").get_all("Provides-Extra") or []
+
+
+def _checkout_extras() -> dict[str, list[str]] | None:
+    """The checkout's ``pyproject.toml`` extras (the installed metadata may be older), or None outside a checkout."""
     import wavealign
 
-    if wavealign.CHECKOUT is not None:
-        return list(tomllib.loads((wavealign.CHECKOUT / "pyproject.toml").read_text())["project"]
-                    ["optional-dependencies"])
-    return importlib.metadata.metadata("wavealign").get_all("Provides-Extra") or []
+    if wavealign.CHECKOUT is None:
+        return None
+    return tomllib.loads((wavealign.CHECKOUT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
 
 if __name__ == "__main__":
