@@ -7,7 +7,8 @@ fails on ("table trace_info already exists"), and two drivers making one store a
 ("duplicate column name"). So ``prepare`` builds a missing store under a temporary name and links it into place
 only once whole (``os.link`` refuses to replace one another process linked first: the loser uses the winner's), and
 checks an existing one (``problem``) before MLflow touches it: a store not at this MLflow's schema is
-``StoreUnusable``, named, and ``sync-mlflow`` sets it aside and rebuilds it from Parquet (``set_aside``).
+``StoreUnusable``, named, and ``sync-mlflow`` sets it aside and rebuilds it from Parquet (``set_aside``); one a
+driver was killed writing to is sound, its unfinished transaction rolled back by that check (SQLite's own recovery).
 
 MLflow stores absolute artifact locations (``file:///old/root/mlartifacts/...``) and our dataset inputs name the
 results folder absolutely; a run root's own store is rewritten to its current place on opening (``relocate``), so
@@ -87,11 +88,16 @@ def create(path: Path, artifact_root: Path) -> None:
 
 def problem(path: Path) -> str | None:
     """Why MLflow cannot use the sqlite store at ``path``, or None: not an SQLite database, or its schema is not at
-    this MLflow's latest revision (what MLflow's own check requires: ``mlflow.store.db.utils._verify_schema``)."""
+    this MLflow's latest revision (what MLflow's own check requires: ``mlflow.store.db.utils._verify_schema``).
+
+    Opened for writing, though it only reads: a driver killed inside a commit leaves its half-written transaction
+    in the file and the journal that undoes it beside it (a "hot journal"), and SQLite rolls that back on the next
+    read, but only on a connection that may write; a read-only one fails ("attempt to write a readonly database"),
+    which would call a sound store unusable (https://www.sqlite.org/atomiccommit.html#hot_journals)."""
     from mlflow.store.db.utils import _get_latest_schema_revision
 
     try:
-        with sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True) as db:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True)) as db:
             tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             revision = (db.execute("SELECT version_num FROM alembic_version").fetchone() or [None])[0] \
                 if "alembic_version" in tables else None

@@ -223,6 +223,36 @@ def test_sync_mlflow_sets_a_half_built_store_aside_and_rebuilds_it_from_parquet(
     assert sqlite_store.problem(kept) is not None and sqlite_store.problem(store) is None
 
 
+# SQLite's rollback journal once synced: a transaction a killed process left half-written in the database file
+_HOT_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
+
+
+def _killed_mid_commit(store: Path) -> None:
+    """A store as a driver SIGKILLed inside one of MLflow's commits leaves it (a loaded disk makes the commit's
+    syncs long, so a kill lands there): pages of its transaction in the file, the journal to undo them beside it."""
+    code = ("import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\ndb.execute('PRAGMA cache_size = 1')\n"
+            "db.execute('BEGIN')\ndb.execute('CREATE TABLE half_done (x)')\n"
+            "db.executemany('INSERT INTO half_done VALUES (zeroblob(4000))', [()] * 200)\n"
+            "print('written', flush=True)\nsys.stdin.read()\n")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert writer.stdout.readline() == "written\n"
+    writer.kill()
+    writer.wait()
+    assert (store.parent / f"{store.name}-journal").read_bytes()[:8] == _HOT_JOURNAL_MAGIC
+
+
+def test_a_store_a_driver_was_killed_writing_to_is_rolled_back_and_logs_every_row(tmp_path):
+    dataset.write(tmp_path, _rows(2))
+    uri = tracking.default_tracking_uri(tmp_path)
+    tracking.Tracker(uri, "wavealign", run_root=tmp_path)  # the killed driver's store, made whole
+    _killed_mid_commit(tmp_path / "mlflow.db")
+    tracker = tracking.Tracker(uri, "wavealign", run_root=tmp_path)  # the resumed driver's
+    assert tracker.available, tracker.down_reason
+    assert record.sync(tmp_path, tracker) == {SWEEP: 2}
+    assert tracker.logged_result_ids(SWEEP) == {r["result_id"] for r in dataset.read(tmp_path).to_pylist()}
+
+
 def test_a_store_interrupted_while_it_is_made_leaves_no_store_behind(tmp_path, monkeypatch):
     import mlflow.store.db.utils as db_utils
 
