@@ -48,6 +48,7 @@ import dataclasses
 import datetime
 import itertools
 import json
+import math
 import multiprocessing
 import random
 import shlex
@@ -255,17 +256,20 @@ def _packed(mask: torch.Tensor) -> np.ndarray:
     return np.packbits(mask.cpu().numpy().reshape(-1))
 
 
-def _launches(mask_rows: Iterable[tuple[Any, str, torch.Tensor, float]], nb: int, sim_settings: SimSettings,
+def _launches(mask_rows: Iterable[tuple[Any, str, torch.Tensor, float]], nb: int, sim_settings: SimSettings | None,
               seed: int, pool: concurrent.futures.Executor,
-              primer: bool = False) -> dict[str, tuple[list[float], concurrent.futures.Future,
-                                                      concurrent.futures.Future]]:
+              primer: bool = False) -> dict[str, tuple[list[float], concurrent.futures.Future | None,
+                                                      concurrent.futures.Future | None]]:
     """Per method, the densities of the masks ``mask_rows`` yields (as ``head_masks`` does) and the pool's futures of
-    ``launch_l2`` over them as one launch and of ``random_launch_l2`` at the same densities."""
+    ``launch_l2`` over them as one launch and of ``random_launch_l2`` at the same densities (None, None when
+    ``sim_settings`` is None: nothing simulated)."""
     masks: dict[str, list[np.ndarray]] = {m: [] for m in METHODS}
     densities: dict[str, list[float]] = {m: [] for m in METHODS}
     for _, method, mask, _ in mask_rows:
         masks[method].append(_packed(mask))
         densities[method].append(float(mask.float().mean()))
+    if sim_settings is None:
+        return {m: (densities[m], None, None) for m in METHODS}
     return {m: (densities[m], pool.submit(launch_l2, masks[m], (nb, nb), sim_settings, primer=primer),
                 pool.submit(random_launch_l2, densities[m], (nb, nb), sim_settings, seed, primer=primer))
             for m in METHODS}
@@ -396,12 +400,14 @@ def _fit_setting(rows: list[SampleRow], setting: dict[str, Any], *, mix_step: fl
 
 
 def verify(wl: workloads.Workload, cfg: HeadTypesConfig, at: list[tuple[int, int, int]], *, block_size: int,
-           device: torch.device, sim_settings: SimSettings, random_density: float, random_seed: int,
+           device: torch.device, sim_settings: SimSettings | None, random_density: float, random_seed: int,
            pool: concurrent.futures.Executor, log=print) -> list[VerifyRow]:
     """Phase 3: every method over whole layers of ``cfg`` at each (seed, layer, step) of ``at``, each layer's heads
-    one launch, beside the iid control at the same densities; and Table I's random control."""
+    one launch, beside the iid control at the same densities; and Table I's random control. ``sim_settings`` None:
+    densities alone, the L2 figures NaN (a robustness check over many scenes, minutes of simulation spared)."""
     nb = wl.num_blocks(block_size)
-    table_random = pool.submit(random_launch_l2, [random_density] * wl.heads, (nb, nb), sim_settings, random_seed)
+    table_random = None if sim_settings is None else \
+        pool.submit(random_launch_l2, [random_density] * wl.heads, (nb, nb), sim_settings, random_seed)
     pending = []
     for seed, layer, step in at:
         start = time.perf_counter()
@@ -413,17 +419,20 @@ def verify(wl: workloads.Workload, cfg: HeadTypesConfig, at: list[tuple[int, int
             f"{time.perf_counter() - start:6.1f} s", flush=True)
     out = []
     for (seed, layer, step, method, dens), counts, control in pending:
-        hit = _pct(counts.result())
-        control_hit = _pct(control.result())
+        hit, control_hit = _pct(counts), _pct(control)
         out.append(VerifyRow(seed, layer, step, method, wl.heads, float(np.mean(dens)), TABLE_I_DENSITY[method], hit,
                              TABLE_I_L2_HIT_PCT[method], control_hit, hit / control_hit, table_i_l2_ratio(method)))
-    hit = _pct(table_random.result())
+    hit = _pct(table_random)
     out.append(VerifyRow(random_seed, -1, -1, "random", wl.heads, random_density, random_density, hit,
                          TABLE_I_L2_HIT_PCT["random"], hit, 1.0, 1.0))
     return out
 
 
-def _pct(per_head: np.ndarray) -> float:
+def _pct(launch: concurrent.futures.Future | None) -> float:
+    """A launch's L2 hit rate in percent from its future's per-head counts; NaN for a launch not simulated."""
+    if launch is None:
+        return math.nan
+    per_head = launch.result()
     return float(100 * per_head[:, 0].sum() / per_head[:, 1].sum())
 
 
@@ -436,19 +445,23 @@ def residuals(rows: list[VerifyRow]) -> dict[str, dict[str, Any]]:
         mine = [r for r in rows if r.method == method]
         densities = [100 * r.density for r in mine]
         target = 100 * mine[0].target_density
-        ratio = float(np.mean([r.l2_ratio for r in mine]))
-        l2 = float(np.mean([r.l2_hit_pct for r in mine]))
         out[method] = {
             "layers": len(mine),
             "density_pct": round(float(np.mean(densities)), 2),
             "density_error_pts": round(float(np.mean(densities)) - target, 2),
             "density_min_pct": round(min(densities), 2), "density_max_pct": round(max(densities), 2),
             "layers_within_tolerance": sum(abs(d - target) <= DENSITY_TOLERANCE_PTS for d in densities),
-            "l2_hit_pct": round(l2, 2), "l2_error_pts": round(l2 - mine[0].target_l2_hit_pct, 2),
-            "l2_ratio": round(ratio, 3), "l2_ratio_error_pct": round(100 * (ratio / mine[0].target_l2_ratio - 1), 1),
-            "l2_ratio_min": round(min(r.l2_ratio for r in mine), 3),
-            "l2_ratio_max": round(max(r.l2_ratio for r in mine), 3),
         }
+        if not math.isnan(mine[0].l2_hit_pct):  # simulated (not --density-only)
+            ratio = float(np.mean([r.l2_ratio for r in mine]))
+            l2 = float(np.mean([r.l2_hit_pct for r in mine]))
+            out[method] |= {
+                "l2_hit_pct": round(l2, 2), "l2_error_pts": round(l2 - mine[0].target_l2_hit_pct, 2),
+                "l2_ratio": round(ratio, 3),
+                "l2_ratio_error_pct": round(100 * (ratio / mine[0].target_l2_ratio - 1), 1),
+                "l2_ratio_min": round(min(r.l2_ratio for r in mine), 3),
+                "l2_ratio_max": round(max(r.l2_ratio for r in mine), 3),
+            }
     return out
 
 
@@ -457,8 +470,8 @@ def _mark(ok: bool) -> str:
 
 
 def markdown(found: dict[str, dict[str, Any]], command: str, l2_target: str, fitted: Fit | None = None) -> str:
-    """The verified figures against Table I (which L2 figure the fit targeted is said), the spread over layers when
-    there are several, and the fit's choice."""
+    """The verified figures against Table I (which L2 figure the fit targeted is said; '-' where not simulated), the
+    spread over layers when there are several, and the fit's choice."""
     lines = [f"`{command}`", "", f"L2 target of the fit: {l2_target}.", "",
              f"| method | density | Table I | error (pts, goal +-{DENSITY_TOLERANCE_PTS:g}) | L2 hit (sim) | Table I | "
              f"error (pts, goal +-{L2_TOLERANCE_PTS:g}) | L2 / iid control | Table I | error (goal "
@@ -467,12 +480,14 @@ def markdown(found: dict[str, dict[str, Any]], command: str, l2_target: str, fit
         control = method == "random"
         target_d = "set" if control else f"{100 * TABLE_I_DENSITY[method]:.1f}%"
         ok_d = "" if control else _mark(abs(r["density_error_pts"]) <= DENSITY_TOLERANCE_PTS)
-        ok_l = _mark(abs(r["l2_error_pts"]) <= L2_TOLERANCE_PTS)
-        ratio = "-" if control else f"{r['l2_ratio']:.2f}x | {table_i_l2_ratio(method):.2f}x | " \
-            f"{r['l2_ratio_error_pct']:+.0f}%{_mark(abs(r['l2_ratio_error_pct']) <= 100 * L2_RATIO_TOLERANCE)}"
+        l2 = "- | - | -" if "l2_hit_pct" not in r else \
+            f"{r['l2_hit_pct']:.1f}% | {TABLE_I_L2_HIT_PCT[method]:.1f}% | {r['l2_error_pts']:+.1f}" \
+            f"{_mark(abs(r['l2_error_pts']) <= L2_TOLERANCE_PTS)}"
+        ratio = "- | - | -" if control or "l2_ratio" not in r else \
+            f"{r['l2_ratio']:.2f}x | {table_i_l2_ratio(method):.2f}x | {r['l2_ratio_error_pct']:+.0f}%" \
+            f"{_mark(abs(r['l2_ratio_error_pct']) <= 100 * L2_RATIO_TOLERANCE)}"
         lines.append(f"| {method} | {r['density_pct']:.1f}% | {target_d} | {r['density_error_pts']:+.1f}{ok_d} | "
-                     f"{r['l2_hit_pct']:.1f}% | {TABLE_I_L2_HIT_PCT[method]:.1f}% | {r['l2_error_pts']:+.1f}{ok_l} | "
-                     f"{ratio if not control else '- | - | -'} |")
+                     f"{l2} | {ratio} |")
     layers = found[METHODS[0]]["layers"]
     if layers > 1:
         lines += ["", f"Spread over the {layers} verified layers (seeds x (layer, step)):", "",
@@ -480,9 +495,10 @@ def markdown(found: dict[str, dict[str, Any]], command: str, l2_target: str, fit
                   "Table I | L2 / iid control min | max |", "|---|---|---|---|---|---|---|"]
         for method in METHODS:
             r = found[method]
+            ratios = f"{r['l2_ratio_min']:.2f}x | {r['l2_ratio_max']:.2f}x" if "l2_ratio" in r else "- | -"
             lines.append(f"| {method} | {r['density_min_pct']:.1f}% | {r['density_max_pct']:.1f}% | "
                          f"{r['density_max_pct'] - r['density_min_pct']:.1f} | {r['layers_within_tolerance']}/"
-                         f"{layers} | {r['l2_ratio_min']:.2f}x | {r['l2_ratio_max']:.2f}x |")
+                         f"{layers} | {ratios} |")
     if fitted is not None:
         lines += ["", f"Fitted setting {json.dumps(fitted.setting)}; head-type mix (every layer) and per-type "
                   "(sharpness multiplier, noise): " +
@@ -533,6 +549,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--verify-seeds", default=None, help="seeds (scenes) verified at each pair (default: --seed)")
     parser.add_argument("--verify-config", default=None, metavar="YAML",
                         help="verify this generator YAML instead of fitting one (no sampling, no fit)")
+    parser.add_argument("--density-only", action="store_true",
+                        help="with --verify-config: densities alone, no simulated L2 (minutes less per layer)")
     parser.add_argument("--mix-step", type=float, default=0.05, help="grid step of the head-type mix")
     parser.add_argument("--restarts", type=int, default=64)
     parser.add_argument("--l2-target", default="absolute", choices=L2_TARGETS,
@@ -560,6 +578,8 @@ def main(argv: list[str]) -> int:
     settings = search_settings(args.search, base)
     if args.install and args.verify_config:
         raise ValueError("--install with --verify-config: expected one of them (a verified YAML is installed already)")
+    if args.density_only and not args.verify_config:
+        raise ValueError("--density-only without --verify-config: expected a YAML to verify (a fit needs the L2)")
     device = device_for(args.device)
     if args.hardware not in hardware.names() or not kernels.get(args.kernel).supports(args.hardware):
         raise ValueError(f"--kernel {args.kernel} on --hardware {args.hardware}: expected a GPU of "
@@ -592,7 +612,8 @@ def main(argv: list[str]) -> int:
             print(f"fit: loss {fitted.loss:.3f}, setting {fitted.setting}, mix {fitted.mix}, candidates "
                   f"{fitted.choice}", flush=True)
             cfg = fitted_config(base, fitted.choice, fitted.mix, fitted.setting)
-        checked = verify(wl, cfg, at, block_size=args.block_size, device=device, sim_settings=sim_settings,
+        checked = verify(wl, cfg, at, block_size=args.block_size, device=device,
+                         sim_settings=None if args.density_only else sim_settings,
                          random_density=args.random_density, random_seed=args.seed, pool=pool)
     write_csv(out / "verify.csv", VerifyRow, checked)
     found = residuals(checked)
@@ -601,7 +622,8 @@ def main(argv: list[str]) -> int:
                   "workload": f"{args.model} {args.frames} frames {args.resolution}, {wl.seq_len} tokens",
                   "generator": args.generator,
                   "targets": f"WaveAlign paper Table I (densities; original-order L2 hit, H100, FA4: {args.l2_target})",
-                  "simulated": f"{args.kernel} on {args.hardware}, row_jitter {args.row_jitter}",
+                  "simulated": "nothing (--density-only)" if args.density_only else
+                  f"{args.kernel} on {args.hardware}, row_jitter {args.row_jitter}",
                   "verified_at": [list(p) for p in at], "residuals": found,
                   "wall_s": round(time.perf_counter() - started, 1)}
     table = markdown(found, command, args.l2_target, fitted)

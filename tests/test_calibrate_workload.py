@@ -190,6 +190,25 @@ def test_the_cli_verifies_a_given_generator_yaml_without_fitting(tmp_path):
     assert provenance["verified_config"] == str(config_path)
 
 
+def test_a_density_only_verification_reports_densities_and_leaves_the_l2_unsimulated(tmp_path, capsys):
+    config_path = tmp_path / "given.yaml"
+    config_path.write_text(yaml.safe_dump({"generator": workloads.SceneConfig(objects=3).to_dict()}))
+    argv = ["--out", str(tmp_path / "out"), *TINY, "--generator", "scene", "--verify-config", str(config_path),
+            "--verify-at", "0:0,3:10", "--density-only"]
+    assert cal.main(argv) == 0
+    found = json.loads((tmp_path / "out" / "verify.json").read_text())["provenance"]["residuals"]
+    assert found["xattention"]["layers"] == 2 and 0 < found["xattention"]["density_pct"] <= 100
+    assert not any(key.startswith("l2") for key in found["xattention"])
+    assert "| xattention |" in capsys.readouterr().out and "- | - | - | - | - | - |" in \
+        (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_the_cli_refuses_density_only_for_a_fit(tmp_path):
+    with pytest.raises(ValueError, match=r"--density-only without --verify-config"):
+        cal.main(["--out", str(tmp_path / "out"), *TINY, "--layers", "0", "--verify-at", "0:0", "--density-only"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_cli_refuses_a_yaml_of_another_generator_to_verify(tmp_path):
     config_path = tmp_path / "clusters.yaml"
     config_path.write_text(yaml.safe_dump({"generator": GeneratorConfig().to_dict()}))

@@ -14,16 +14,19 @@
 #   calibrate  CAL_FLAGS='...' : calibrate-workload --generator scene, fitted and verified at seed 0: 240
 #              sampled heads (2 settings x 5 types x 12 candidates x 2) + 3 x 40 verified, ~0.55 s each    ~4 min
 #              then commit OUT/calibrate/scene.yaml as wavealign/workloads/scene.yaml (the steps below need it)
-#   robust     the fitted scene.yaml verified over seeds 1-4 x the same 3 (layer, step) pairs (480 heads) ~5 min
+#   robust     the fitted scene.yaml's densities over seeds 1-4 x the same 3 (layer, step) pairs (480 heads;
+#              --density-only: the simulated L2 of 96 launches took over 4 minutes, and the spread asked is density's)
+#              ~1.5 min
 #   scene-a    Table I sweep on the scene workload: MInference, FlexPrefill, timed + NCU                 ~4 min
 #   scene-b    the same for XAttention, SpargeAttn                                                         ~4 min
-#   clusters   the cluster generator's four methods in the same session, timed (MEASURE=ncu: +NCU, ~8 min;
-#              split with METHODS=... as scene-a/b)                                                       ~3 min
+#   clusters   the cluster generator's four methods and the iid random control in the same session, timed
+#              (MEASURE=ncu: +NCU, ~8 min; split with METHODS=... as scene-a/b)                          ~3 min
 # and the committed table, on the CPU: python benchmarks/results/scene-workload-h200/table.py table OUT/controls
 #   OUT/scene-a OUT/scene-b OUT/clusters --l2-target <the settings step's> > .../table.md
 #
 # Each step writes OUT/<step>/: gpu.txt (nvidia-smi), <step>.log, and the sweep's results/ and sweeps/ (Parquet, one
-# row per cell) or calibrate-workload's files (samples.csv, verify.csv, fit.json, scene.yaml, summary.md, verify.json).
+# row per cell) as runroot.tar (the device's transfer refuses the Parquet folders' names, hardware=h200; extract
+# it into OUT/<step>/ for table.py) or calibrate-workload's files (samples.csv, verify.csv, fit.json, scene.yaml, summary.md, verify.json).
 # Sizing knobs (calibrate): SEARCH (--search items), SHARPNESS, NOISE, REPLICATES; robust: SEEDS.
 set -u
 step=${1:-}
@@ -43,7 +46,7 @@ sweep() {  # run root name, then overrides of sweep=table1_fa4
     > "$OUT/$step/$step.log" 2>&1
   echo "sweep rc=$?"
   tail -n 16 "$OUT/$step/$step.log"
-  cp -r "$root/results" "$root/sweeps" "$OUT/$step/" 2>/dev/null
+  tar -C "$root" -cf "$OUT/$step/runroot.tar" results sweeps
 }
 
 need_scene_yaml() {  # the scene steps measure the fitted generator, never its hand-set values
@@ -74,7 +77,7 @@ case "$step" in
     # shellcheck disable=SC2086
     timeout 530 "${cli[@]}" calibrate-workload --generator scene --device cuda --out "$OUT/robust" \
       --verify-config wavealign/workloads/scene.yaml --verify-seeds "${SEEDS:-1,2,3,4}" --verify-at "$VERIFY_AT" \
-      ${CAL_FLAGS:-} > "$OUT/$step/$step.log" 2>&1
+      --density-only > "$OUT/$step/$step.log" 2>&1
     echo "calibrate-workload rc=$?"
     tail -n 24 "$OUT/$step/$step.log" ;;
   scene-a|scene-b)
@@ -84,7 +87,7 @@ case "$step" in
     sweep "$step" '~extra_grids.dense' "grid.method=[$methods]" 'grid.workload=[wan14b-720p-scene]' \
       'grid.measure=[ncu]' ;;
   clusters)
-    sweep clusters '~extra_grids.dense' "grid.method=[${METHODS:-minference,flexprefill,xattention,spargeattn}]" \
+    sweep clusters '~extra_grids.dense' "grid.method=[${METHODS:-random,minference,flexprefill,xattention,spargeattn}]" \
       'grid.workload=[wan14b-720p]' "grid.measure=[${MEASURE:-timed}]" ;;
   *)
     echo "run.sh: step '$step'; expected one of controls, calibrate, robust, scene-a, scene-b, clusters" >&2
