@@ -28,6 +28,9 @@ from pathlib import Path
 from wavealign.orchestrator import files
 
 STORE_NAME = "mlflow.db"
+# what SQLite keeps beside a database, named after it: the rollback journal, the write-ahead log and its index
+# (https://www.sqlite.org/tempfiles.html)
+SIDE_FILES = ("-journal", "-wal", "-shm")
 # (table, column) of MLflow's schema that hold file URIs under a run root: artifact locations and dataset sources
 _URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("datasets", "dataset_source"),
                 ("logged_models", "artifact_location"), ("model_versions", "source"),
@@ -111,9 +114,15 @@ def problem(path: Path) -> str | None:
 
 
 def set_aside(path: Path) -> Path:
-    """Move an unusable store out of the way (kept, with the time in its name); returns where it went."""
+    """Move an unusable store out of the way (kept, with the time in its name) with the files SQLite keeps beside it
+    (``SIDE_FILES``), under the matching names; returns where it went. SQLite finds a journal or write-ahead log by
+    its database's name: one left behind would be rolled into the store rebuilt in its place, and the store set
+    aside would lose the transactions it holds."""
     target = path.with_name(f"{path.name}.unusable-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
     try:
+        for suffix in SIDE_FILES:  # before the database: a store rebuilt at ``path`` never meets its old journal
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(path.with_name(path.name + suffix), target.with_name(target.name + suffix))
         os.replace(path, target)
     except OSError as exc:
         raise files.storage_error(path, exc, "move aside") from None

@@ -5,6 +5,7 @@ one line; ids read from files never name a path outside the run root."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -227,10 +228,13 @@ def test_sync_mlflow_sets_a_half_built_store_aside_and_rebuilds_it_from_parquet(
 _HOT_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 
 
-def _killed_mid_commit(store: Path) -> None:
+def _killed_mid_commit(store: Path, journal_mode: str = "delete") -> None:
     """A store as a driver SIGKILLed inside one of MLflow's commits leaves it (a loaded disk makes the commit's
-    syncs long, so a kill lands there): pages of its transaction in the file, the journal to undo them beside it."""
-    code = ("import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1])\ndb.execute('PRAGMA cache_size = 1')\n"
+    syncs long, so a kill lands there): pages of its transaction in the file, the journal to undo them beside it; or,
+    in write-ahead-log mode, a committed table (``committed``) that lives only in the log beside the file."""
+    code = ("import sqlite3, sys\ndb = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            f"db.execute('PRAGMA journal_mode = {journal_mode}')\ndb.execute('PRAGMA cache_size = 1')\n"
+            "db.execute('CREATE TABLE committed (x)')\n"
             "db.execute('BEGIN')\ndb.execute('CREATE TABLE half_done (x)')\n"
             "db.executemany('INSERT INTO half_done VALUES (zeroblob(4000))', [()] * 200)\n"
             "print('written', flush=True)\nsys.stdin.read()\n")
@@ -239,7 +243,10 @@ def _killed_mid_commit(store: Path) -> None:
     assert writer.stdout.readline() == "written\n"
     writer.kill()
     writer.wait()
-    assert (store.parent / f"{store.name}-journal").read_bytes()[:8] == _HOT_JOURNAL_MAGIC
+    if journal_mode == "wal":
+        assert (store.parent / f"{store.name}-wal").stat().st_size > 0
+    else:
+        assert (store.parent / f"{store.name}-journal").read_bytes()[:8] == _HOT_JOURNAL_MAGIC
 
 
 def test_a_store_a_driver_was_killed_writing_to_is_rolled_back_and_logs_every_row(tmp_path):
@@ -251,6 +258,22 @@ def test_a_store_a_driver_was_killed_writing_to_is_rolled_back_and_logs_every_ro
     assert tracker.available, tracker.down_reason
     assert record.sync(tmp_path, tracker) == {SWEEP: 2}
     assert tracker.logged_result_ids(SWEEP) == {r["result_id"] for r in dataset.read(tmp_path).to_pylist()}
+
+
+@pytest.mark.parametrize("journal_mode", ["delete", "wal"])
+def test_a_store_set_aside_takes_its_journal_so_the_rebuilt_one_never_rolls_it_in(tmp_path, journal_mode):
+    store = tmp_path / "mlflow.db"
+    sqlite_store.prepare(f"sqlite:///{store}")
+    _killed_mid_commit(store, journal_mode)
+    side = {p.name.removeprefix(store.name): p.read_bytes() for p in tmp_path.glob(f"{store.name}-*")}
+    kept = sqlite_store.set_aside(store)
+    assert {p.name.removeprefix(kept.name): p.read_bytes() for p in tmp_path.glob(f"{kept.name}-*")} == side
+    assert not list(tmp_path.glob(f"{store.name}-*"))
+    sqlite_store.prepare(f"sqlite:///{store}")  # rebuilt in its place, as sync-mlflow does
+    assert sqlite_store.problem(store) is None and sqlite_store.problem(kept) is None
+    with contextlib.closing(sqlite3.connect(kept)) as db:  # the store set aside as its last commit left it
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "committed" in tables and "half_done" not in tables
 
 
 def test_a_store_interrupted_while_it_is_made_leaves_no_store_behind(tmp_path, monkeypatch):
