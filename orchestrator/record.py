@@ -41,7 +41,10 @@ class SweepOutcome:
     rows: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
     terminated_by: str | None = None  # "SIGTERM" when a signal, not Ctrl-C, stopped the sweep
+    # why MLflow was unavailable at the sweep's end (None: it was not, or the end caught it up), and how many of the
+    # sweep's Parquet rows it lacked then (``sync-mlflow`` logs them)
     mlflow_down_reason: str | None = None
+    mlflow_missing_rows: int = 0
     skipped_done: int = 0
     workers: int = 0
     # wall seconds: starting Ray and the workers (imports, actor start), then dispatching and recording
@@ -208,8 +211,10 @@ def end_parent_run(tracker: tracking.Tracker, parent_run_id: str | None, run_roo
     tracker.finish(parent_run_id, ended_status(record), tracking.sweep_metrics(sweep_rows, record))
 
 
-def sync(run_root: str | Path, tracker: tracking.Tracker) -> dict[str, int]:
-    """Log every dataset row MLflow lacks, per sweep; returns rows logged per sweep id.
+def sync(run_root: str | Path, tracker: tracking.Tracker,
+         abandon: Callable[[], bool] = lambda: False) -> dict[str, int]:
+    """Log every dataset row MLflow lacks, per sweep; returns rows logged per sweep id. ``abandon()`` turning true
+    (checked before each row) stops it after the row it is logging; the next sync logs the rest.
 
     Each sweep's parent run also gets the dataset input (``Tracker.log_dataset``, which ``report --experiment``
     follows to the rows) when rows were logged to it or it has none, and is left ended: one still RUNNING (MLflow
@@ -229,7 +234,9 @@ def sync(run_root: str | Path, tracker: tracking.Tracker) -> dict[str, int]:
         if parent is None or have is None:
             break
         missing = [r for r in sweep_rows if r["result_id"] not in have]
-        logged[sweep_id] = tracker.log_rows(parent, missing)
+        logged[sweep_id] = tracker.log_rows(parent, missing, abandon)
+        if abandon():
+            break
         run = tracker.get_run(parent)
         if run is None:
             break

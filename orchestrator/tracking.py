@@ -84,13 +84,17 @@ def experiment_address(server: str, experiment_id: str | None) -> str:
 
 
 class Tracker:
-    """An MLflow client that turns itself off, with a reason, at the first failure: the sweep goes on."""
+    """An MLflow client that turns itself off, with a reason, at the first failure: the sweep goes on. ``warn``: say
+    so at once, as a warning (False for a caller that reports ``down_reason`` itself)."""
 
-    def __init__(self, tracking_uri: str, experiment: str, run_root: Path | None = None) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, run_root: Path | None = None, warn: bool = True) -> None:
         self.tracking_uri = tracking_uri
+        self.warn = warn
         self.experiment_name = experiment
         self.down_reason: str | None = None
         self.client: MlflowClient | None = None
+        # result ids of the complete child runs this client found or logged: what it knows MLflow holds once it fails
+        self.logged: set[str] = set()
         self.experiment_id = self._guard(lambda: self._connect(run_root))
 
     @property
@@ -106,8 +110,8 @@ class Tracker:
             self.down_reason = self._cause(exc)
             # Parquet keeps every row either way: one line on the console, the traceback at debug level (it tells
             # an outage from a bug in our logging)
-            _log.warning("MLflow logging stopped for this sweep (%s); sync-mlflow can catch up later",
-                         self.down_reason)
+            _log.log(logging.WARNING if self.warn else logging.DEBUG,
+                     "MLflow logging stopped for this sweep (%s); sync-mlflow can catch up later", self.down_reason)
             _log.debug("MLflow failure", exc_info=True)
             return None
 
@@ -204,14 +208,17 @@ class Tracker:
                         self.client.delete_run(run.info.run_id)
                 token = page.token
                 if not token:
+                    self.logged |= found
                     return found
         return self._guard(collect)
 
-    def log_rows(self, parent_run_id: str | None, rows: Iterable[dict[str, Any]]) -> int:
-        """One child run per row: create it, then one ``log_batch`` of params, metrics and tags."""
+    def log_rows(self, parent_run_id: str | None, rows: Iterable[dict[str, Any]],
+                 abandon: Callable[[], bool] = lambda: False) -> int:
+        """One child run per row: create it, then one ``log_batch`` of params, metrics and tags; ``abandon()``
+        turning true (checked before each row) stops it there. Returns the rows logged."""
         def log() -> int:
             count = 0
-            for row in rows:
+            for row in itertools.takewhile(lambda _: not abandon(), rows):
                 self._log_row(parent_run_id, row)
                 count += 1
             return count
@@ -233,6 +240,7 @@ class Tracker:
         tags = [RunTag(f"{TAG}{k}", _text(row[k])) for k in TAG_COLUMNS if row.get(k) is not None]
         tags.append(RunTag(f"{TAG}logged", "1"))
         self.client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
+        self.logged.add(row["result_id"])
         finished = row.get("finished_at")
         self.client.set_terminated(run.info.run_id, "FINISHED" if row["status"] == "done" else "FAILED",
                                    end_time=int(_epoch_s(finished) * 1000) if finished is not None else None)
@@ -278,8 +286,7 @@ class BackgroundLogger:
     def _drain(self) -> None:
         while (paths := self._queue.get()) is not None:
             rows = dataset.read_files(self.run_root, paths).to_pylist()
-            self.tracker.log_rows(self.parent_run_id, itertools.takewhile(lambda _: not self._abandoned.is_set(),
-                                                                          rows))
+            self.tracker.log_rows(self.parent_run_id, rows, self._abandoned.is_set)
 
     def close(self, abandon: Callable[[], bool] = lambda: False) -> bool:
         """Wait until everything submitted is logged, or until ``abandon()`` turns true (checked every 0.2 s):
