@@ -80,7 +80,7 @@ def _main(argv: list[str]) -> int:
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
     overrides, show_cfg = _options(argv)
-    from wavealign.orchestrator import config, files, netns, plan, sweep
+    from wavealign.orchestrator import config, files, netns, plan, summary, sweep
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -107,6 +107,10 @@ def _main(argv: list[str]) -> int:
     if outcome.storage_error is not None:
         print(f"wavealign sweep: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
               "runs them)", file=sys.stderr)
+    if outcome.mlflow_down_reason is not None:  # MLflow is a view of Parquet: the exit status does not change
+        print(f"wavealign sweep: MLflow lacks {outcome.mlflow_missing_rows} of the sweep's rows "
+              f"({outcome.mlflow_down_reason}); they are in Parquet, to log later: {summary.sync_command(cfg)}",
+              file=sys.stderr)
     return exit_code(outcome)
 
 

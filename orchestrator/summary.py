@@ -17,9 +17,11 @@ from rich.console import Console
 from rich.text import Text
 
 from wavealign.orchestrator import dataset, files, tracking
+from wavealign.orchestrator.config import MlflowConfig
 from wavealign.orchestrator.plan import SweepPlan
 from wavealign.orchestrator.progress import summary_table
 from wavealign.orchestrator.record import SweepOutcome
+from wavealign.orchestrator.redact import redact
 
 
 def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path) -> None:
@@ -49,9 +51,6 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
             "tables, one HTML page)")
     if outcome.tracking_uri:
         say(f"MLflow:  {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id, runnable('mlflow'))}")
-    if outcome.mlflow_down_reason:
-        say(f"MLflow went unreachable ({outcome.mlflow_down_reason}); the rows are in Parquet. Log them later: "
-            f"{runnable('wavealign')} sync-mlflow run_root={shlex.quote(str(cfg.run_root))}", style="yellow")
     if outcome.interrupted:
         console.print("[yellow]interrupted: finished cells are recorded; run the same command again to resume "
                       "(resume=true skips them)[/yellow]")
@@ -65,6 +64,18 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
 
 
 MAX_REASONS = 5  # the reasons a summary prints, most cells first
+
+
+def sync_command(cfg: DictConfig) -> str:
+    """The ``sync-mlflow`` command that logs the rows the sweep's MLflow store lacks, as printed (``runnable``): the
+    run root, and the tracking URI (``redact``ed: the password goes through MLflow's environment variables) and
+    experiment where the sweep did not use the defaults."""
+    args = [f"run_root={cfg.run_root}"]
+    if cfg.mlflow.tracking_uri is not None:
+        args.append(f"mlflow.tracking_uri={redact(cfg.mlflow.tracking_uri)}")
+    if cfg.mlflow.experiment != MlflowConfig.experiment:
+        args.append(f"mlflow.experiment={cfg.mlflow.experiment}")
+    return f"{runnable('wavealign')} sync-mlflow {shlex.join(args)}"
 
 
 def runnable(tool: str) -> str:

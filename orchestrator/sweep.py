@@ -16,10 +16,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pyarrow.dataset as ds
 from omegaconf import DictConfig
 from rich.console import Console
 
-from wavealign.orchestrator import config, dispatch, files, lock, netns, stop, tracking, watchdog
+from wavealign.orchestrator import config, dataset, dispatch, files, lock, netns, stop, tracking, watchdog
 from wavealign.orchestrator.plan import SweepPlan, make_plan
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder, SweepOutcome, end_parent_run, sweep_folder, sync, write_run_record
@@ -167,7 +168,7 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
          tracker: tracking.Tracker | None, parent: str | None, folder: Path, console: Console) -> None:
     """How every run of a sweep ends, with signals only noted (``stop.deferred``): the buffered rows written, MLflow's
     logging waited for (until a further signal), the sweep's files merged, the run record, the summary, the parent
-    run ended."""
+    run ended; and, if MLflow failed on the way, one try to catch it up (``_catch_up_mlflow``)."""
     started, signals = time.monotonic(), stop.count
     if not recorder.close(abandon=lambda: stop.count > signals):
         console.print("[yellow]stopped waiting for MLflow's logging; the rest of the rows are in Parquet: wavealign "
@@ -179,8 +180,6 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
     outcome.rows = recorder.recorded_rows()
     outcome.counts = Counter(r["status"] for r in outcome.rows)
     outcome.storage_error = recorder.storage_error
-    if tracker is not None:
-        outcome.mlflow_down_reason = tracker.down_reason
     summary_path = folder / "summary.txt"
     for step in (lambda: write_run_record(folder, outcome, workers),
                  lambda: print_summary(cfg, plan, outcome, console, summary_path)):
@@ -197,3 +196,31 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
             tracker.finish(parent, "FAILED")  # its run record may be missing: say so rather than FINISHED
         else:
             end_parent_run(tracker, parent, Path(cfg.run_root), plan.sweep_id)
+        if not tracker.available:
+            _catch_up_mlflow(cfg, plan.sweep_id, outcome, tracker, parent, lambda: stop.count > signals, console)
+
+
+def _catch_up_mlflow(cfg: DictConfig, sweep_id: str, outcome: SweepOutcome, tracker: tracking.Tracker,
+                     parent: str | None, abandon: Callable[[], bool], console: Console) -> None:
+    """MLflow failed during the sweep (``tracker`` stops at its first failure; an sqlite store busy past its timeout,
+    a server that missed one request): one more try, with a fresh client, as ``sync-mlflow`` would do it. ``sync``
+    logs the rows MLflow lacks and ends the parent run from the run record just written; a further signal
+    (``abandon``) cuts it short. Not after a stop request (the user wants out) nor a storage error (the parent run
+    stays as that left it). If MLflow is still not whole, ``outcome`` says why and how many of the sweep's rows it
+    lacks (counted against what the clients saw MLflow hold: it cannot be asked)."""
+    clients, logged = [tracker], {}
+    if not outcome.interrupted and outcome.storage_error is None:
+        clients.append(tracking.Tracker(tracker.tracking_uri, tracker.experiment_name, run_root=Path(cfg.run_root),
+                                        warn=False))  # a failure again is said once, by the sweep's caller
+        logged = sync(cfg.run_root, clients[-1], abandon)
+        if outcome.cluster is not None:
+            clients[-1].log_cluster(parent, outcome.cluster)
+    held = set().union(*(c.logged for c in clients))
+    rows = dataset.read(cfg.run_root, columns=["result_id"], filter=ds.field("sweep_id") == sweep_id)
+    outcome.mlflow_missing_rows = sum(result_id not in held for result_id in rows.column("result_id").to_pylist())
+    if clients[-1].available and not outcome.mlflow_missing_rows:
+        caught_up = sum(logged.values())
+        console.print(f"mlflow: caught up after a failure during the sweep ({tracker.down_reason}): logged "
+                      f"{caught_up} missing row{'s' * (caught_up != 1)}", markup=False, highlight=False)
+        return
+    outcome.mlflow_down_reason = clients[-1].down_reason or f"{stop.requested} stopped the catch-up"

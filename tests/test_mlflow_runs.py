@@ -1,18 +1,24 @@
 """A sweep's MLflow parent run against a real sqlite store: it ends with the sweep (FINISHED, KILLED, FAILED), is
 reopened on resume, carries the grid as params and the outcome as metrics; `sync-mlflow` attaches the dataset and
-ends what it touches; the printed UI address opens the runs table."""
+ends what it touches; the printed UI address opens the runs table; MLflow failing mid-sweep is caught up at the
+end, or said in one line with what to run."""
 
 from __future__ import annotations
 
 import io
+import itertools
+import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 from mlflow.tracking import MlflowClient
 from rich.console import Console
 
 from wavealign import analysis
-from wavealign.jobs import sync_mlflow
+from wavealign.jobs import cli, sync_mlflow
 from wavealign.orchestrator import config, dataset, record, sweep, tracking
 from wavealign.orchestrator.summary import runnable
 
@@ -185,3 +191,60 @@ def test_sync_leaves_the_parent_run_it_created_ended_with_the_grid_and_metrics(s
     run = parent_run(uri, outcome.sweep_id, "synced")
     assert run.info.status == "FINISHED" and run.info.end_time is not None
     assert run.data.params["grid.backend"] == '["reference"]' and run.data.metrics["cells_done"] == 2
+
+
+# --- MLflow failing mid-sweep ---
+
+def child_result_ids(uri: str, sweep_id: str) -> list[str]:
+    """The result id of each of the sweep's child runs in MLflow, sorted (a result logged twice shows twice)."""
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("wavealign").experiment_id],
+                              f"tags.`wavealign.sweep_id` = '{sweep_id}' and tags.`wavealign.kind` = 'cell'")
+    return sorted(r.data.tags["wavealign.result_id"] for r in runs)
+
+
+def fail_child_logs(monkeypatch, fails: Callable[[int], bool]) -> list[int]:
+    """``MlflowClient.log_batch`` raising for the child runs ``fails(n)`` picks (n: 1 for the first child logged,
+    counting the attempts again), as MLflow raises for an sqlite store busy past its timeout; every other call of the
+    real store is made. Returns the n that failed."""
+    real, children, failed = MlflowClient.log_batch, itertools.count(1), []
+
+    def log_batch(self, run_id, *args, tags=(), **kwargs):
+        if any(t.key == f"{tracking.TAG}logged" for t in tags) and fails(n := next(children)):
+            failed.append(n)
+            raise MlflowException("(sqlite3.OperationalError) database is locked",
+                                  error_code=TEMPORARILY_UNAVAILABLE)
+        return real(self, run_id, *args, tags=tags, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", log_batch)
+    return failed
+
+
+def test_mlflow_failing_once_mid_sweep_is_caught_up_at_the_end_so_every_row_is_a_child_run(tmp_path, monkeypatch):
+    failed = fail_child_logs(monkeypatch, lambda n: n == 2)  # the first row logged, then the store busy once
+    outcome = run_sweep(tmp_path)
+    uri = tracking.default_tracking_uri(tmp_path)
+    assert failed == [2] and outcome.counts == {"done": 2}
+    assert outcome.mlflow_down_reason is None and outcome.mlflow_missing_rows == 0
+    assert child_result_ids(uri, outcome.sweep_id) == sorted(r["result_id"] for r in dataset.read(tmp_path).to_pylist())
+    run = parent_run(uri, outcome.sweep_id)
+    assert run.info.status == "FINISHED" and run.data.metrics["cells_done"] == 2
+
+
+def test_mlflow_still_down_at_the_end_is_one_stderr_line_with_the_missing_rows_and_the_command_that_logs_them(
+        tmp_path, monkeypatch, capsys):
+    fail_child_logs(monkeypatch, lambda n: n >= 2)  # the first row logged, then the store busy for good
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    code = cli.main(["sweep", *TINY, f"run_root={tmp_path}"])
+    (line,) = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("wavealign")]
+    rows = dataset.read(tmp_path).to_pylist()
+    assert code == 0 and len(rows) == 2 and {r["status"] for r in rows} == {"done"}
+    assert line.startswith("wavealign sweep: MLflow lacks 1 of the sweep's rows (MlflowException: (sqlite3.Operational"
+                           "Error) database is locked); they are in Parquet")
+    command = f"{runnable('wavealign')} sync-mlflow run_root={tmp_path}"
+    assert line.endswith(f": {command}")
+
+    monkeypatch.undo()  # MLflow back
+    assert sync_mlflow.main(shlex.split(command.removeprefix(f"{runnable('wavealign')} sync-mlflow "))) == 0
+    (sweep_id,) = {r["sweep_id"] for r in rows}
+    assert child_result_ids(tracking.default_tracking_uri(tmp_path), sweep_id) == sorted(r["result_id"] for r in rows)
