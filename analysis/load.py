@@ -22,6 +22,8 @@ from wavealign.records import Cell
 DEFAULT_RUN_ROOT = Path("wavealign-runs")
 SWEEP_KIND_TAG = "wavealign.kind"
 SWEEP_ID_TAG = "wavealign.sweep_id"
+# what drew a model preset's Q/K/V in rows written before cells named their generator
+_GENERATOR_BEFORE_NAMED = next(f.default for f in fields(Cell) if f.name == "generator")
 
 
 def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
@@ -98,9 +100,13 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
 
 def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Fill ``seq_k`` (the requested thousands of tokens) from the length run for rows written before cells
-    recorded it (dataset schema v1)."""
+    recorded it (dataset schema v1), and ``generator`` for model-preset rows written before cells named it: the
+    cluster generator drew those (``Cell.generator``'s default), whatever the library's default is today."""
     frame = frame.copy()
     if "seq_len_tokens" in frame:
         derived = frame["seq_len_tokens"] / 1000.0
         frame["seq_k"] = frame["seq_k"].fillna(derived) if "seq_k" in frame else derived
+    if {"generator", "model", "captured"} <= set(frame.columns):
+        unnamed = frame["generator"].isna() & frame["model"].notna() & frame["captured"].isna()
+        frame.loc[unnamed, "generator"] = _GENERATOR_BEFORE_NAMED
     return frame

@@ -108,7 +108,7 @@ def calibrated_mask(config: str, frames: int, resolution: str, method: str, path
                 variant="original", stages="none", skip_mode="force", workload=f"{MODELS[config]}-{resolution}",
                 seq_len_tokens=wl.seq_len, num_heads=wl.heads, head_dim=wl.head_dim, block_size=128, wave_size=132,
                 model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
-                layer=wl.layers // 2, step=25)
+                layer=wl.layers // 2, step=25, generator=workloads.DEFAULT_GENERATOR)
     mask, _ = inputs.build(cell, torch.device(device))
     mask_file.save(path, mask.cpu())
     return float(mask.float().mean())

@@ -13,7 +13,7 @@ from rich.console import Console
 from wavealign import analysis
 from wavealign.analysis import figures
 from wavealign.analysis import report as analysis_report
-from wavealign.analysis.load import latest_per_configuration
+from wavealign.analysis.load import latest_per_configuration, with_derived_columns
 from wavealign.analysis.plotting import SIMULATED_LABEL
 from wavealign.jobs import report
 from wavealign.orchestrator import config, sweep
@@ -69,6 +69,12 @@ def written_report(run_root, tmp_path_factory):
 def _texts(fig) -> str:
     return " ".join(t.get_text() for ax in fig.axes for t in ax.texts) + " " + " ".join(
         t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts())
+
+
+def test_preset_rows_written_before_cells_named_their_generator_read_as_the_cluster_generators():
+    frame = pd.DataFrame({"model": ["wan2.1-14b", "wan2.1-14b", "wan2.1-14b", None],
+                          "captured": [None, None, "qkv.npz", None], "generator": [None, "scene", None, None]})
+    assert with_derived_columns(frame)["generator"].fillna("none").tolist() == ["clusters", "scene", "none", "none"]
 
 
 def test_load_returns_one_row_per_cell_of_the_sweep(run_root):

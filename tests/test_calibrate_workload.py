@@ -145,8 +145,9 @@ def test_a_primed_head_hits_as_a_later_head_of_a_launch_and_the_primer_is_not_co
 
 
 def test_the_cli_writes_a_loadable_generator_with_provenance_and_residuals(tmp_path, capsys):
-    argv = ["--out", str(tmp_path), *TINY, "--sharpness", "0.7,1.4", "--noise", "0.1", "--replicates", "1",
-            "--layers", "0", "--steps", "0", "--verify-at", "0:0", "--mix-step", "0.25", "--restarts", "2"]
+    argv = ["--out", str(tmp_path), *TINY, "--generator", "clusters", "--sharpness", "0.7,1.4", "--noise", "0.1",
+            "--replicates", "1", "--layers", "0", "--steps", "0", "--verify-at", "0:0", "--mix-step", "0.25",
+            "--restarts", "2"]
     assert cal.main(argv) == 0
     doc = yaml.safe_load((tmp_path / "calibrated.yaml").read_text())
     cfg = GeneratorConfig.from_dict(doc["generator"])

@@ -88,6 +88,17 @@ def test_the_scene_moves_between_frames_a_little_at_a_time():
     assert (labels[-1] != labels[0]).float().mean() > step  # it keeps moving, not back and forth
 
 
+def test_ground_queries_take_the_ground_sharpness_times_the_heads_and_other_queries_the_heads():
+    wl = workloads.preset(*SMALL)
+    cfg = SceneConfig(ground_sharpness=0.25)
+    (spec, q, k, _), = workloads.iter_heads(wl, [2], config=cfg)
+    ground = labels_by_frame(wl, 0, cfg).reshape(-1) == cfg.background_regions
+    scale = q.view(-1, wl.head_dim).pow(2).mean(-1).sqrt()
+    assert torch.allclose(k.pow(2).mean(-1), torch.ones(()), atol=1e-3)
+    assert torch.allclose(scale[ground], torch.tensor(0.25 * spec.sharpness), rtol=1e-3)
+    assert torch.allclose(scale[~ground], torch.tensor(spec.sharpness), rtol=1e-3)
+
+
 def test_objects_reflect_at_the_frame_edges_and_stay_above_the_ground():
     wl = workloads.preset(*LONG)
     cfg = SceneConfig(objects=12, object_speed=3.0)
@@ -171,11 +182,11 @@ def test_a_scene_config_out_of_range_names_the_field(field, value):
         SceneConfig(**{field: value})
 
 
-def test_generators_are_chosen_by_name_and_the_cluster_one_is_the_default():
+def test_generators_are_chosen_by_name_and_the_fitted_scene_one_is_the_default():
     assert workloads.generator_names() == ["clusters", "scene"]
-    assert workloads.DEFAULT_GENERATOR == "clusters"
-    assert workloads.generator("clusters") == workloads.default_config()
-    assert isinstance(workloads.generator("scene"), SceneConfig)
+    assert workloads.DEFAULT_GENERATOR == "scene"
+    assert workloads.default_config() == workloads.generator("scene") == SceneConfig.calibrated() != SceneConfig()
+    assert isinstance(workloads.generator("clusters"), workloads.GeneratorConfig)
     with pytest.raises(ValueError, match=r"generator must be one of \['clusters', 'scene'\], got 'nope'"):
         workloads.generator("nope")
 

@@ -23,12 +23,12 @@ def ncu_run_root(tmp_path: Path) -> Path:
 def test_the_table_of_the_committed_table1_run_states_each_method_and_its_misses(tmp_path, capsys):
     assert script()["main"](["table", str(ncu_run_root(tmp_path))]) == 0
     out = capsys.readouterr().out
-    minference = next(line for line in out.splitlines() if line.startswith("| wan14b-720p | minference |"))
+    minference = next(line for line in out.splitlines() if line.startswith("| wan14b-720p | clusters | minference |"))
     # 33.0% against 18.3%; NCU 42.36% original, 94.2% after S1+S2; 42.36 / 15.77 (the iid control) = 2.69x
     assert "| 33.0% | 18.3% | 1484.4 | 1368.2 | 8.28 | 1.085 |" in minference
     assert "| 42.4% | 94.2% | 21.7% | 2.69x | 2.05x |" in minference
     assert "+14.7 pts density; +20.7 pts L2 hit; +31.2% L2 / random" in minference
-    assert "| wan14b-720p | random |" in out
+    assert "| wan14b-720p | clusters | random |" in out
     assert "Distance to Table I" in out and "wan14b-720p " in out.splitlines()[-1]
 
 

@@ -116,7 +116,7 @@ def test_a_head_computed_in_spans_of_chunks_equals_it_computed_chunk_by_chunk(de
 
 def test_keys_are_rms_normalised_and_queries_scaled_by_the_head_sharpness():
     wl = workloads.preset(*SMALL)
-    (spec, q, k, _), = workloads.iter_heads(wl, [2])
+    (spec, q, k, _), = workloads.iter_heads(wl, [2], config=workloads.generator("clusters"))
     assert torch.allclose(k.pow(2).mean(-1), torch.ones(()), atol=1e-3)
     assert torch.allclose(q.pow(2).mean(-1).sqrt(), torch.tensor(spec.sharpness), rtol=1e-3)
 

@@ -1,13 +1,19 @@
 """Video-DiT attention inputs: shape presets of the paper's models, synthetic Q/K/V generators with their
-structure (by name: ``clusters``, the default, and ``scene``), and a loader for Q/K/V captured from a real model.
+structure (by name: ``scene``, the default, and ``clusters``), and a loader for Q/K/V captured from a real model.
 
     wl = preset("wan2.1-14b", frames=401, resolution="720p")   # seq_len 363600, 40 heads x 128
     q, k, v = synthetic(wl, heads=[0, 1], seed=0)               # each (1, 2, seq_len, 128)
-    q, k, v = synthetic(wl, heads=[0, 1], config=generator("scene"))
+    q, k, v = synthetic(wl, heads=[0, 1], config=generator("clusters"))
 """
 
 from wavealign.workloads.captured import FORMAT, CapturedHeader, CapturedQKV, load_captured, read_header, save_captured
-from wavealign.workloads.generators import DEFAULT_GENERATOR, GENERATORS, generator, generator_names
+from wavealign.workloads.generators import (
+    DEFAULT_GENERATOR,
+    GENERATORS,
+    default_config,
+    generator,
+    generator_names,
+)
 from wavealign.workloads.presets import MODELS, ModelSpec, RopeAxes, Workload, models, preset
 from wavealign.workloads.rope import apply_rope, positions
 from wavealign.workloads.scene import SceneConfig
@@ -17,7 +23,6 @@ from wavealign.workloads.synthetic import (
     HeadProfile,
     HeadSpec,
     HeadTypesConfig,
-    default_config,
     head_specs,
     head_types,
     iter_heads,

@@ -26,9 +26,10 @@ This is the *cluster* generator (``GeneratorConfig``, named ``clusters``); the h
 generator (``scene.py``), which replaces the per-head clusters by one moving scene per video. ``iter_heads`` and
 ``synthetic`` run either: the config's ``basis`` and ``span`` are its content.
 
-``default_config()`` is the generator ``wavealign calibrate-workload`` fitted so the paper's four methods
-give their Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance);
-``GeneratorConfig()`` is the hand-set starting point the fit begins from. Everything is a
+``GeneratorConfig.calibrated()`` is the cluster generator ``wavealign calibrate-workload`` fitted to the paper's
+Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance);
+``GeneratorConfig()`` is the hand-set starting point the fit begins from. A caller that names no config gets
+the default generator's (``generators.default_config``: the scene generator). Everything is a
 function of (seed, layer, head) and the token positions, generated in fixed chunks of tokens, so a head
 at 364K tokens needs only its own q/k/v in memory and a seed gives the same tensors for the same device.
 """
@@ -185,10 +186,11 @@ class GeneratorConfig(HeadTypesConfig):
         return _cluster_span(wl, spec, basis, start, stop, noise)
 
 
-def default_config() -> GeneratorConfig:
-    """The calibrated cluster generator (``calibrated.yaml``'s ``generator``), or the hand-set one if none is
-    shipped: the generator every caller gets unless it names another."""
-    return GeneratorConfig.calibrated()
+def _default_config() -> HeadTypesConfig:
+    """``generators.default_config()``, imported when first called: that module imports this one."""
+    from wavealign.workloads.generators import default_config
+
+    return default_config()
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,7 @@ def seed_of(*parts: int) -> int:
 def head_types(wl: Workload, layer: int = 0, seed: int = 0,
                config: HeadTypesConfig | None = None) -> list[str]:
     """The type of every head of ``layer``: counts from the layer's mix, assigned to heads by ``seed``."""
-    config = config or default_config()
+    config = config or _default_config()
     if not 0 <= layer < wl.layers:
         raise ValueError(f"layer must be in [0, {wl.layers}), got {layer}")
     depth = layer / max(wl.layers - 1, 1)
@@ -228,7 +230,7 @@ def head_types(wl: Workload, layer: int = 0, seed: int = 0,
 def head_specs(wl: Workload, heads: Sequence[int] | None = None, layer: int = 0, step: int = 0, seed: int = 0,
                config: HeadTypesConfig | None = None) -> list[HeadSpec]:
     """The drawn type and sharpness of each of ``heads`` (default all) at ``layer`` and denoising ``step``."""
-    config = config or default_config()
+    config = config or _default_config()
     heads = list(range(wl.heads)) if heads is None else list(heads)
     for h in heads:
         if not 0 <= h < wl.heads:
@@ -381,7 +383,7 @@ def iter_heads(wl: Workload, heads: Sequence[int] | None = None, *, layer: int =
     ``dtype`` defaults to bfloat16 on CUDA (as the models run) and float32 elsewhere.
     """
     device = torch.device(device)
-    config = config or default_config()
+    config = config or _default_config()
     for spec in head_specs(wl, heads, layer, step, seed, config):
         out = torch.empty(3, wl.seq_len, wl.head_dim, dtype=dtype or _default_dtype(device), device=device)
         _fill_head(wl, spec, layer, seed, config, out)
@@ -398,7 +400,7 @@ def synthetic(wl: Workload, heads: Sequence[int] | None = None, *, layer: int = 
     For long sequences and many heads prefer ``iter_heads``, which holds one head at a time.
     """
     device = torch.device(device)
-    config = config or default_config()
+    config = config or _default_config()
     specs = head_specs(wl, heads, layer, step, seed, config)
     out = torch.empty(3, 1, len(specs), wl.seq_len, wl.head_dim, dtype=dtype or _default_dtype(device),
                       device=device)

@@ -12,7 +12,8 @@
 #              then here, on the CPU (~4 min): python benchmarks/results/scene-workload-h200/table.py settings
 #              OUT/controls  -> the CAL_FLAGS line (L2 target, simulated GPU and row jitter) for the next step
 #   calibrate  CAL_FLAGS='...' : calibrate-workload --generator scene, fitted and verified at seed 0: 240
-#              sampled heads (2 settings x 5 types x 12 candidates x 2) + 3 x 40 verified, ~0.55 s each    ~4 min
+#              sampled heads (2 settings x 5 types x 12 candidates x 2) + 3 x 40 verified, their L2
+#              simulated                                                                        ~7 min (417 s)
 #              then commit OUT/calibrate/scene.yaml as wavealign/workloads/scene.yaml (the steps below need it)
 #   robust     the fitted scene.yaml's densities over seeds 1-4 x the same 3 (layer, step) pairs (480 heads;
 #              --density-only: the simulated L2 of 96 launches took over 4 minutes, and the spread asked is density's)
@@ -84,11 +85,11 @@ case "$step" in
     need_scene_yaml
     methods=minference,flexprefill
     [ "$step" = scene-b ] && methods=xattention,spargeattn
-    sweep "$step" '~extra_grids.dense' "grid.method=[$methods]" 'grid.workload=[wan14b-720p-scene]' \
+    sweep "$step" '~extra_grids.dense' "grid.method=[$methods]" 'grid.workload=[wan14b-720p]' \
       'grid.measure=[ncu]' ;;
   clusters)
     sweep clusters '~extra_grids.dense' "grid.method=[${METHODS:-random,minference,flexprefill,xattention,spargeattn}]" \
-      'grid.workload=[wan14b-720p]' "grid.measure=[${MEASURE:-timed}]" ;;
+      'grid.workload=[wan14b-720p-clusters]' "grid.measure=[${MEASURE:-timed}]" ;;
   *)
     echo "run.sh: step '$step'; expected one of controls, calibrate, robust, scene-a, scene-b, clusters" >&2
     exit 2 ;;

@@ -33,7 +33,8 @@ from wavealign.jobs.calibrate_workload import SIM_PAPER_ROW_JITTER, l2_target_fo
 
 HEADS, BLOCKS = 40, 2841  # Wan2.1-14B at 363,600 tokens in blocks of 128
 COLUMNS = {  # table column -> (heading, format)
-    "workload": ("workload", "{}"), "method": ("method", "{}"), "density_pct": ("density", "{:.1f}%"),
+    "workload": ("workload", "{}"), "generator": ("generator", "{}"), "method": ("method", "{}"),
+    "density_pct": ("density", "{:.1f}%"),
     "paper_density_pct": ("Table I", "{:.1f}%"), "original_kernel_ms": ("FA4 original ms", "{:.1f}"),
     "wavealign_kernel_ms": ("WaveAlign ms", "{:.1f}"), "reorder_ms": ("reorder ms", "{:.2f}"),
     "kernel_speedup": ("kernel speedup", "{:.3f}"), "net_speedup": ("net speedup", "{:.3f}"),
