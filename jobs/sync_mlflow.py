@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
             if store is not None and store.exists() and (reason := sqlite_store.problem(store)) is not None:
                 moved = sqlite_store.set_aside(store)  # kept, not deleted: its runs may hold more than Parquet
                 print(f"the store {store} {reason}; moved it to {moved} and rebuilding it from Parquet")
-            tracker = tracking.Tracker(uri, cfg.mlflow.experiment, run_root=Path(cfg.run_root))
+            tracker = tracking.Tracker(uri, cfg.mlflow.experiment, run_root=Path(cfg.run_root), warn=False)
             logged = record.sync(cfg.run_root, tracker)
     except files.StorageError as exc:
         print(f"wavealign sync-mlflow: {exc}", file=sys.stderr)

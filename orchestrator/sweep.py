@@ -19,12 +19,13 @@ from typing import Any
 import pyarrow.dataset as ds
 from omegaconf import DictConfig
 from rich.console import Console
+from rich.markup import escape
 
 from wavealign.orchestrator import config, dataset, dispatch, files, lock, netns, stop, tracking, watchdog
 from wavealign.orchestrator.plan import SweepPlan, make_plan
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder, SweepOutcome, end_parent_run, sweep_folder, sync, write_run_record
-from wavealign.orchestrator.summary import print_summary
+from wavealign.orchestrator.summary import print_summary, sync_command
 
 
 def run(cfg: DictConfig, console: Console | None = None,
@@ -89,8 +90,8 @@ def _run(cfg: DictConfig, console: Console | None,
             if stop.requested:
                 raise KeyboardInterrupt
             if not tracker.available:
-                console.print(f"[yellow]mlflow unreachable ({tracker.down_reason}); recording to Parquet only. "
-                              f"Later: wavealign sync-mlflow run_root={cfg.run_root}[/yellow]")
+                console.print(f"[yellow]mlflow unreachable ({escape(str(tracker.down_reason))}); recording to Parquet "
+                              f"only. Later: {escape(sync_command(cfg))}[/yellow]")
         recorder = Recorder(cfg, plan, tracker, parent)
         console.print(f"sweep {cfg.name} ({plan.sweep_id}): {len(plan.grid.cells)} cells, {plan.done_before} done "
                       f"earlier, {len(plan.pending)} to run; {sum(plan.grid.filtered.values())} combinations "
@@ -171,8 +172,8 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
     run ended; and, if MLflow failed on the way, one try to catch it up (``_catch_up_mlflow``)."""
     started, signals = time.monotonic(), stop.count
     if not recorder.close(abandon=lambda: stop.count > signals):
-        console.print("[yellow]stopped waiting for MLflow's logging; the rest of the rows are in Parquet: wavealign "
-                      f"sync-mlflow run_root={cfg.run_root} logs them[/yellow]")
+        console.print("[yellow]stopped waiting for MLflow's logging; the rest of the rows are in Parquet: "
+                      f"{escape(sync_command(cfg))} logs them[/yellow]")
     outcome.mlflow_drain_s = time.monotonic() - started
     recorder.compact()
     if stop.requested:  # also when the KeyboardInterrupt itself was swallowed on its way (``stop``)

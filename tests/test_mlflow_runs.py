@@ -248,3 +248,16 @@ def test_mlflow_still_down_at_the_end_is_one_stderr_line_with_the_missing_rows_a
     assert sync_mlflow.main(shlex.split(command.removeprefix(f"{runnable('wavealign')} sync-mlflow "))) == 0
     (sweep_id,) = {r["sweep_id"] for r in rows}
     assert child_result_ids(tracking.default_tracking_uri(tmp_path), sweep_id) == sorted(r["result_id"] for r in rows)
+
+
+def test_mlflow_unreachable_from_the_start_says_at_once_the_sync_command_with_its_uri_and_experiment(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # a refused connection fails at once
+    out = io.StringIO()
+    uri = "http://127.0.0.1:9"  # the discard port: nothing listens
+    outcome = run_sweep(tmp_path, f"mlflow.tracking_uri={uri}", "mlflow.experiment=mine",
+                        console=Console(file=out, width=4000))
+    (line,) = [ln for ln in out.getvalue().splitlines() if ln.startswith("mlflow unreachable")]
+    assert line.endswith(f"Later: {runnable('wavealign')} sync-mlflow run_root={tmp_path} "
+                         f"mlflow.tracking_uri={uri} mlflow.experiment=mine")
+    assert outcome.counts == {"done": 2} and outcome.mlflow_missing_rows == 2
