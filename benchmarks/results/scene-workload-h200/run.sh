@@ -22,6 +22,11 @@
 #   scene-b    the same for XAttention, SpargeAttn                                                         ~4 min
 #   clusters   the cluster generator's four methods and the iid random control in the same session, timed
 #              (MEASURE=ncu: +NCU, ~8 min; split with METHODS=... as scene-a/b)                          ~3 min
+#   profile    the skip profile's method-mask half (sweep=h200_profile_methods, 50 cells) on today's default
+#              workload; its other half (sweep=h200_profile: planted and random masks, no generator) is in
+#              ../skip-profile-h200-refresh/results. Then, on the CPU, one run root with both and
+#              `wavealign refresh-profiles hardware=h200 run_root=<it>`: its evaluation gives the refit's accuracy
+#              and regret, and the installed profile's regret on the same cells                           ~1.5 min
 # and the committed table, on the CPU: python benchmarks/results/scene-workload-h200/table.py table OUT/controls
 #   OUT/scene-a OUT/scene-b OUT/clusters --l2-target <the settings step's> > .../table.md
 #
@@ -87,10 +92,18 @@ case "$step" in
     [ "$step" = scene-b ] && methods=xattention,spargeattn
     sweep "$step" '~extra_grids.dense' "grid.method=[$methods]" 'grid.workload=[wan14b-720p]' \
       'grid.measure=[ncu]' ;;
+  profile)
+    root=/tmp/scene-profile
+    rm -rf "$root"
+    timeout 530 "${cli[@]}" sweep sweep=h200_profile_methods "run_root=$root" mlflow.enabled=false progress=false \
+      > "$OUT/$step/$step.log" 2>&1
+    echo "sweep rc=$?"
+    tail -n 8 "$OUT/$step/$step.log"
+    tar -C "$root" -cf "$OUT/$step/runroot.tar" results sweeps ;;
   clusters)
     sweep clusters '~extra_grids.dense' "grid.method=[${METHODS:-random,minference,flexprefill,xattention,spargeattn}]" \
       'grid.workload=[wan14b-720p-clusters]' "grid.measure=[${MEASURE:-timed}]" ;;
   *)
-    echo "run.sh: step '$step'; expected one of controls, calibrate, robust, scene-a, scene-b, clusters" >&2
+    echo "run.sh: step '$step'; expected one of controls, calibrate, robust, scene-a, scene-b, clusters, profile" >&2
     exit 2 ;;
 esac
