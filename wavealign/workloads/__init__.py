@@ -7,13 +7,7 @@ structure (by name: ``scene``, the default, and ``clusters``), and a loader for 
 """
 
 from wavealign.workloads.captured import FORMAT, CapturedHeader, CapturedQKV, load_captured, read_header, save_captured
-from wavealign.workloads.generators import (
-    DEFAULT_GENERATOR,
-    GENERATORS,
-    default_config,
-    generator,
-    generator_names,
-)
+from wavealign.workloads.generators import DEFAULT_GENERATOR, GENERATORS, generator, generator_names
 from wavealign.workloads.presets import MODELS, ModelSpec, RopeAxes, Workload, models, preset
 from wavealign.workloads.rope import apply_rope, positions
 from wavealign.workloads.scene import SceneConfig
@@ -23,6 +17,7 @@ from wavealign.workloads.synthetic import (
     HeadProfile,
     HeadSpec,
     HeadTypesConfig,
+    default_config,
     head_specs,
     head_types,
     iter_heads,
