@@ -147,13 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     as one stopped later does, instead of dying silently."""
     from wavealign.orchestrator import stop
 
-    with stop.handling():
-        try:
+    try:  # around the handlers' block: a signal the moment they are installed is caught here too
+        with stop.handling():
             return _run(sys.argv[1:] if argv is None else argv)
-        except KeyboardInterrupt:
-            print(f"wavealign {(argv or sys.argv[1:] or [''])[0]}: stopped by {stop.requested or 'SIGINT'}",
-                  file=sys.stderr)
-            return stop.exit_code() or 130
+    except KeyboardInterrupt:
+        print(f"wavealign {(argv or sys.argv[1:] or [''])[0]}: stopped by {stop.requested or 'SIGINT'}",
+              file=sys.stderr)
+        return stop.exit_code() or 130
 
 
 def _run(argv: list[str]) -> int:

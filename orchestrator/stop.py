@@ -63,7 +63,6 @@ def handling() -> Iterator[None]:
     previous = [signal.getsignal(signum) for signum in SIGNALS]
     if any(handler is not _handle for handler in previous):
         reset()
-    install()
     hook = sys.unraisablehook
 
     def unraisable(event: Any) -> None:
@@ -73,7 +72,8 @@ def handling() -> Iterator[None]:
             hook(event)
 
     sys.unraisablehook = unraisable
-    try:
+    try:  # installed inside: a signal that raises at once still has the handlers found before put back
+        install()
         yield
     finally:
         sys.unraisablehook = hook

@@ -191,6 +191,23 @@ def test_a_signal_before_the_sweep_began_is_one_line(tmp_path):
     assert out.strip().splitlines()[-1].startswith("wavealign sweep: stopped by SIGTERM")  # nothing recorded yet
 
 
+def test_a_signal_the_moment_the_handlers_are_installed_is_one_line_and_puts_the_old_handlers_back(
+        monkeypatch, capsys):
+    from wavealign.orchestrator import stop
+
+    installed = stop.install
+
+    def install_then_signal() -> None:  # SIGTERM lands right after the handlers go in, before anything else
+        installed()
+        stop._handle(signal.SIGTERM, None)
+
+    monkeypatch.setattr(stop, "install", install_then_signal)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["sweep", "~sweep"]) == 143
+    assert capsys.readouterr().err.strip() == "wavealign sweep: stopped by SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_a_stop_request_whose_interrupt_was_swallowed_still_stops_the_dispatch_loop():
     from collections import deque
 
