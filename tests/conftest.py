@@ -1,7 +1,15 @@
 """Shared test setup: ``@pytest.mark.gpu`` tests are skipped on machines without CUDA."""
 
+import importlib.util
+
 import pytest
 import torch
+
+if importlib.util.find_spec("ray") is not None:
+    # Ray's log handler writes to the sys.stderr of Ray's first import: import it here, where that is pytest's
+    # session-long stream, not inside a test whose capsys stream is closed when it ends (a later test's Ray warning
+    # then prints a "Logging error" traceback into that test's output)
+    import ray  # noqa: F401
 
 
 def pytest_collection_modifyitems(config, items):
