@@ -23,6 +23,7 @@ from wavealign.jobs._args import respell_flags
 from wavealign.jobs.sweep import refusals
 
 EXTRAS = ("sweep",)
+COMMAND = "wavealign bench-kernels"  # how its stderr lines begin
 __all__ = ["main", "refusals"]
 
 
@@ -32,25 +33,26 @@ def main(argv: list[str]) -> int:
         return 0
     from wavealign.analysis.load import load
     from wavealign.analysis.tables import kernel_benchmark, to_markdown
-    from wavealign.jobs.sweep import exit_code
-    from wavealign.orchestrator import config, sweep
+    from wavealign.jobs.sweep import EXIT_STORAGE_REFUSED, ended, run
+    from wavealign.orchestrator import config
 
     respell_flags(argv, config.key_paths)
     console = Console(width=160)
     cfg = config.load(["sweep=kernels", *argv])
-    outcome = sweep.run(cfg, console)
+    if (outcome := run(cfg, console, COMMAND)) is None:
+        return EXIT_STORAGE_REFUSED
     frame = load(cfg.run_root)
     frame = frame[frame["sweep_id"] == outcome.sweep_id]
     if not (frame["status"] == "done").any():
-        return exit_code(outcome)  # nothing measured: no table (the summary said why)
+        return ended(cfg, outcome, COMMAND)  # nothing measured: no table (the summary said why)
     table = kernel_benchmark(frame)
     folder = outcome.run_root / "sweeps" / outcome.sweep_id
     table.to_csv(folder / "kernels.csv", index=False)
     markdown = to_markdown(table)
-    (folder / "kernels.md").write_text(f"wavealign bench-kernels {shlex.join(argv)}\n\n{markdown}\n")
+    (folder / "kernels.md").write_text(f"{COMMAND} {shlex.join(argv)}\n\n{markdown}\n")
     console.print(markdown)
     console.print(f"kernel table: {folder / 'kernels.md'}")
-    return exit_code(outcome)
+    return ended(cfg, outcome, COMMAND)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from rich.console import Console
 from wavealign.jobs._args import UsageError, respell_flags
 
 if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
     from wavealign.orchestrator.record import SweepOutcome
 
 # the exit status of a sweep that ran (bad input, before anything runs: 2; Ctrl-C: 130; SIGTERM: 143)
@@ -80,7 +82,7 @@ def _main(argv: list[str]) -> int:
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
     overrides, show_cfg = _options(argv)
-    from wavealign.orchestrator import config, files, netns, plan, summary, sweep
+    from wavealign.orchestrator import config, netns, plan
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -99,16 +101,34 @@ def _main(argv: list[str]) -> int:
             raise config.ConfigError(f"ray.private_network=true, but {reason}")
         sys.stdout.flush()
         netns.enter(argv)  # this process is replaced by the same command inside the namespace
-    try:
-        outcome = sweep.run(cfg, console)
-    except files.StorageError as exc:  # before any cell ran: the run root cannot be written
-        print(f"wavealign sweep: {exc}", file=sys.stderr)
+    if (outcome := run(cfg, console)) is None:
         return EXIT_STORAGE_REFUSED
+    return ended(cfg, outcome)
+
+
+def run(cfg: DictConfig, console: Console, command: str = "wavealign sweep") -> SweepOutcome | None:
+    """The sweep run (``orchestrator.sweep.run``) for a command that runs one; None, after one stderr line, if the
+    run root refused a write before any cell ran (the command then exits ``EXIT_STORAGE_REFUSED``)."""
+    from wavealign.orchestrator import files, sweep
+
+    try:
+        return sweep.run(cfg, console)
+    except files.StorageError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return None
+
+
+def ended(cfg: DictConfig, outcome: SweepOutcome, command: str = "wavealign sweep") -> int:
+    """How a command that ran a sweep (``command``: ``wavealign sweep``, ``wavealign bench-kernels``) ends: one
+    stderr line for each loss the sweep's summary cannot show (a run root that refused a write; rows MLflow lacks,
+    with the command that logs them), then its exit status (``exit_code``)."""
+    from wavealign.orchestrator import summary
+
     if outcome.storage_error is not None:
-        print(f"wavealign sweep: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
+        print(f"{command}: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
               "runs them)", file=sys.stderr)
     if outcome.mlflow_down_reason is not None:  # MLflow is a view of Parquet: the exit status does not change
-        print(f"wavealign sweep: MLflow lacks {outcome.mlflow_missing_rows} of the sweep's rows "
+        print(f"{command}: MLflow lacks {outcome.mlflow_missing_rows} of the sweep's rows "
               f"({outcome.mlflow_down_reason}); they are in Parquet, to log later: {summary.sync_command(cfg)}",
               file=sys.stderr)
     return exit_code(outcome)

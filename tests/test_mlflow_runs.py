@@ -16,6 +16,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 from mlflow.tracking import MlflowClient
 from rich.console import Console
+from test_bench_kernels import CPU_BENCH
 
 from wavealign import analysis
 from wavealign.jobs import cli, sync_mlflow
@@ -248,6 +249,19 @@ def test_mlflow_still_down_at_the_end_is_one_stderr_line_with_the_missing_rows_a
     assert sync_mlflow.main(shlex.split(command.removeprefix(f"{runnable('wavealign')} sync-mlflow "))) == 0
     (sweep_id,) = {r["sweep_id"] for r in rows}
     assert child_result_ids(tracking.default_tracking_uri(tmp_path), sweep_id) == sorted(r["result_id"] for r in rows)
+
+
+def test_bench_kernels_ends_with_the_same_stderr_line_when_mlflow_lacks_rows(tmp_path, monkeypatch, capsys):
+    fail_child_logs(monkeypatch, lambda n: n >= 2)  # the first row logged, then the store busy for good
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    code = cli.main(["bench-kernels", *CPU_BENCH, "mlflow.enabled=true", f"run_root={tmp_path}"])
+    out, err = capsys.readouterr()
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("wavealign")]
+    rows = dataset.read(tmp_path).to_pylist()
+    assert code == 0 and {r["status"] for r in rows} == {"done"} and "kernel table" in out
+    lacks = len(rows) - 1
+    assert line.startswith(f"wavealign bench-kernels: MLflow lacks {lacks} of the sweep's rows (MlflowException")
+    assert line.endswith(f"they are in Parquet, to log later: {runnable('wavealign')} sync-mlflow run_root={tmp_path}")
 
 
 def test_mlflow_unreachable_from_the_start_says_at_once_the_sync_command_with_its_uri_and_experiment(

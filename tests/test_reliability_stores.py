@@ -321,8 +321,9 @@ def test_a_copied_run_root_s_report_is_logged_into_the_copy_not_the_original(tmp
 
 # --- storage that refuses writes ---
 
+@pytest.mark.parametrize("command", [["sweep", "~sweep"], ["bench-kernels", "~extra_grids.dense"]])
 @pytest.mark.parametrize("obstacle", ["results is a file", ".lock is a folder", "run_root under /proc"])
-def test_a_run_root_that_cannot_be_written_is_one_line_before_any_work(tmp_path, obstacle, capsys):
+def test_a_run_root_that_cannot_be_written_is_one_line_before_any_work(tmp_path, obstacle, command, capsys):
     root = tmp_path / "runs"
     if obstacle == "results is a file":
         root.mkdir()
@@ -334,12 +335,12 @@ def test_a_run_root_that_cannot_be_written_is_one_line_before_any_work(tmp_path,
     else:
         root = Path("/proc/wavealign-runs")
         expected = f"cannot make the folder {root}"
-    code = cli.main(["sweep", "~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
-                           "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]",
-                           "progress=false", "mlflow.enabled=false", f"run_root={root}"])
+    code = cli.main([*command, "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
+                     "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]",
+                     "progress=false", "mlflow.enabled=false", f"run_root={root}"])
     err = capsys.readouterr().err
     assert code == sweep_job.EXIT_STORAGE_REFUSED
-    assert err.startswith(f"wavealign sweep: {expected}") and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"wavealign {command[0]}: {expected}") and len(err.strip().splitlines()) == 1
     assert not (root / "sweeps").exists() or not list((root / "sweeps").iterdir())
 
 
