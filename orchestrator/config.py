@@ -739,6 +739,6 @@ def _validate_workload(wl: DictConfig) -> None:
     if wl.model is not None and wl.layer >= workloads.MODELS[wl.model].layers:
         raise ConfigError(f"{where}: layer={wl.layer}; expected < {workloads.MODELS[wl.model].layers}, the layers "
                           f"of {wl.model}")
-    steps = workloads.generator(wl.generator or workloads.DEFAULT_GENERATOR).num_steps
+    steps = workloads.generator(wl.generator).num_steps
     if not 0 <= wl.step < steps:
         raise ConfigError(f"{where}: step={wl.step}; expected a denoising step in [0, {steps})")

@@ -175,9 +175,9 @@ def _workload_fields(wl: DictConfig, seq_k: float) -> dict[str, Any]:
     preset = wl.model is not None
     generator = None
     if preset:
-        from wavealign.workloads import DEFAULT_GENERATOR
+        from wavealign.workloads import generator_name
 
-        generator = wl.generator or DEFAULT_GENERATOR
+        generator = generator_name(wl.generator)
     return dict(seq_len_tokens=tokens, seq_k=seq_k, num_heads=len(wl.heads) if preset else int(wl.num_heads),
                 head_dim=int(wl.head_dim), model=wl.model, resolution=wl.resolution, frames=frames,
                 heads=list(wl.heads) if preset else [], layer=int(wl.layer), step=int(wl.step), generator=generator)

@@ -7,7 +7,7 @@ structure (by name: ``scene``, the default, and ``clusters``), and a loader for 
 """
 
 from wavealign.workloads.captured import FORMAT, CapturedHeader, CapturedQKV, load_captured, read_header, save_captured
-from wavealign.workloads.generators import DEFAULT_GENERATOR, GENERATORS, generator, generator_names
+from wavealign.workloads.generators import DEFAULT_GENERATOR, GENERATORS, generator, generator_name, generator_names
 from wavealign.workloads.presets import MODELS, ModelSpec, RopeAxes, Workload, models, preset
 from wavealign.workloads.rope import apply_rope, positions
 from wavealign.workloads.scene import SceneConfig
@@ -27,6 +27,7 @@ from wavealign.workloads.synthetic import (
 __all__ = [
     "DEFAULT_GENERATOR", "FORMAT", "GENERATORS", "HEAD_TYPES", "MODELS", "CapturedHeader", "CapturedQKV",
     "GeneratorConfig", "HeadProfile", "HeadSpec", "HeadTypesConfig", "ModelSpec", "RopeAxes", "SceneConfig",
-    "Workload", "apply_rope", "default_config", "generator", "generator_names", "head_specs", "head_types",
-    "iter_heads", "load_captured", "models", "positions", "preset", "read_header", "save_captured", "synthetic",
+    "Workload", "apply_rope", "default_config", "generator", "generator_name", "generator_names", "head_specs",
+    "head_types", "iter_heads", "load_captured", "models", "positions", "preset", "read_header", "save_captured",
+    "synthetic",
 ]
