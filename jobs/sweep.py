@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from wavealign.orchestrator.record import SweepOutcome
 
+COMMAND = "wavealign sweep"  # how its stderr lines begin
 # the exit status of a sweep that ran (bad input, before anything runs: 2; Ctrl-C: 130; SIGTERM: 143)
 EXTRAS = ("sweep",)
 EXIT_CELLS_FAILED = 3  # one or more cells failed: their errors are in the summary and their rows
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> int:
         try:
             return _main(argv)
         except KeyboardInterrupt:  # before the sweep began (imports, config): nothing was recorded
-            print(f"wavealign sweep: stopped by {stop.requested or 'SIGINT'} before the sweep began; nothing was "
+            print(f"{COMMAND}: stopped by {stop.requested or 'SIGINT'} before the sweep began; nothing was "
                   "recorded", file=sys.stderr)
             return stop.exit_code() or 130
 
@@ -106,7 +107,7 @@ def _main(argv: list[str]) -> int:
     return ended(cfg, outcome)
 
 
-def run(cfg: DictConfig, console: Console, command: str = "wavealign sweep") -> SweepOutcome | None:
+def run(cfg: DictConfig, console: Console, command: str = COMMAND) -> SweepOutcome | None:
     """The sweep run (``orchestrator.sweep.run``) for a command that runs one; None, after one stderr line, if the
     run root refused a write before any cell ran (the command then exits ``EXIT_STORAGE_REFUSED``)."""
     from wavealign.orchestrator import files, sweep
@@ -118,7 +119,7 @@ def run(cfg: DictConfig, console: Console, command: str = "wavealign sweep") -> 
         return None
 
 
-def ended(cfg: DictConfig, outcome: SweepOutcome, command: str = "wavealign sweep") -> int:
+def ended(cfg: DictConfig, outcome: SweepOutcome, command: str = COMMAND) -> int:
     """How a command that ran a sweep (``command``: ``wavealign sweep``, ``wavealign bench-kernels``) ends: one
     stderr line for each loss the sweep's summary cannot show (a run root that refused a write; rows MLflow lacks,
     with the command that logs them), then its exit status (``exit_code``)."""
