@@ -8,6 +8,7 @@ The kv-index form is what kernels consume: ``kv_num_blocks`` (…, MB) int32 cou
 from __future__ import annotations
 
 import operator
+import os
 from typing import Any
 
 import torch
@@ -36,6 +37,24 @@ def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = Non
         expected = " and ".join(([f">= {lo}"] if lo is not None else []) + ([f"<= {hi}"] if hi is not None else []))
         raise ValueError(f"{name} must be {expected}, got {index}")
     return index
+
+
+def memory_bytes(device: torch.device | str = "cpu") -> int:
+    """What one allocation on ``device`` can at most hold: the GPU's total memory, or the host's physical memory."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits(name: str, nbytes: int, device: torch.device | str = "cpu") -> int:
+    """``nbytes`` (what ``name`` would allocate) must fit in ``device``'s memory, checked before allocating:
+    a size the machine cannot hold is a ValueError naming it, not minutes of swapping or an out-of-memory kill."""
+    limit = memory_bytes(device)
+    if nbytes > limit:
+        raise ValueError(f"{name} needs {nbytes / 2**30:,.1f} GiB, more than the {limit / 2**30:,.1f} GiB "
+                         f"{torch.device(device).type} memory of this machine")
+    return nbytes
 
 
 def check_seed(name: str, value: Any) -> int:

@@ -1,7 +1,9 @@
 """The exact block-sparse attention in plain torch: the ground truth every other backend is checked against.
 
-Each query block is computed on its own (gathered K/V of its selected blocks, float32 softmax), so its
-result does not depend on which other blocks run beside it: a reorder leaves the output bitwise equal.
+Each query block is computed on its own (gathered K/V of its selected blocks, float32 softmax), as a whole
+block of ``block_size`` rows (a ragged last one zero-padded, as a GPU kernel's fixed tile holds it), so its
+result depends neither on which other blocks run beside it nor on where it lands: a reorder leaves the output
+bitwise equal, also when N is not a multiple of the block.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
     order = reorder.check_launch_order(order, heads, mb)
     perm = (order.perm if order is not None else reorder.RowOrder.identity(heads, mb).perm).to("cpu")
     scale = 1.0 / math.sqrt(q.shape[-1])
+    seq_len = q.shape[2]
+    q = torch.nn.functional.pad(q, (0, 0, 0, mb * block_size - seq_len))  # whole query blocks
     out = torch.zeros_like(q)
     selected = mask.to("cpu")
     for b in range(batch):
@@ -66,7 +70,7 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask:
                 scores = (_block(q[b, h], qb, block_size).float() @ keys.T) * scale
                 out[b, h, qb * block_size:(qb + 1) * block_size] = (
                     torch.softmax(scores, dim=-1) @ values).to(q.dtype)
-    return out
+    return out[:, :, :seq_len].contiguous()
 
 
 @dataclass(frozen=True)

@@ -128,9 +128,9 @@ def paged_bsr(mask: torch.Tensor, block_size: int, q_len: int, kv_len: int) -> P
 def permute_paged_bsr(bsr: PagedBSR, order: RowOrder) -> PagedBSR:
     """Requests in launch order: head g's slot p runs its query block ``order.perm[..., h, p]``.
 
-    Each request keeps its own query length: gather Q with ``reorder.permute_rows`` (a ragged block keeps
-    its length wherever it lands), or build the structure for whole blocks (``q_len`` = MB x block_size) and
-    gather with ``block_gather.gather_blocks``, as the flashinfer backend does.
+    Each request keeps its own query length: build the structure for whole blocks (``q_len`` = MB x block_size)
+    and gather Q with ``reorder.permute_rows`` (whole blocks, a ragged one zero-padded where it lands), as the
+    flashinfer backend does.
     """
     heads, mb = bsr.num_heads, bsr.num_q_blocks
     perm = order.perm.to(bsr.kv_indptr.device).reshape(-1, order.perm.shape[-1])

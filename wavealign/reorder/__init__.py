@@ -10,13 +10,15 @@ outside their kernel).
 
 from __future__ import annotations
 
+import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from wavealign import nvrtc, reorderers
-from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed, kv_pair, row_nnz
+from wavealign.blockmask import MaskLike, as_dense, check_fits, check_int, check_seed, kv_pair, row_nnz
 from wavealign.reorder import plan_graphs
 
 STAGES = ("none", "spatial", "temporal", "both")
@@ -24,6 +26,10 @@ STAGES = ("none", "spatial", "temporal", "both")
 PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
 # a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
 MAX_WAVE_SIZE = 2**31 - 1
+# the orders made here (``plan``, ``from_perm``, ``identity``), by id: their permutations are known to be valid, so
+# a launch takes them without a check that waits for the GPU; any other RowOrder (built by hand, or copied with
+# ``dataclasses.replace``) is checked where a launch takes it (``check_launch_order``)
+_CHECKED: weakref.WeakValueDictionary[int, RowOrder] = weakref.WeakValueDictionary()
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,16 @@ class RowOrder:
         perm = perm.long()
         inverse = torch.empty_like(perm)
         inverse.scatter_(-1, perm, torch.arange(perm.shape[-1], device=perm.device).expand_as(perm))
-        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages, reorderer=reorderer)
+        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages, reorderer=reorderer)._checked()
+
+    def _checked(self) -> RowOrder:
+        _CHECKED[id(self)] = self
+        return self
+
+    @property
+    def is_checked(self) -> bool:
+        """Whether this order was made here (``plan``, ``from_perm``, ``identity``), so its rows are permutations."""
+        return _CHECKED.get(id(self)) is self
 
     @classmethod
     def identity(cls, *lead: int, device: str | torch.device = "cpu", wave_size: int = 132) -> RowOrder:
@@ -78,8 +93,10 @@ class RowOrder:
             raise ValueError(f"lead must be (H, MB) or (B, H, MB), got {lead}")
         lead = tuple(check_int(f"lead[{i}]", size, lo=1) for i, size in enumerate(lead))
         wave_size = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SIZE)
+        check_fits(f"RowOrder.identity{lead}", 2 * 8 * math.prod(lead), device)  # perm and inverse, int64
         perm = torch.arange(lead[-1], device=device).expand(*lead).contiguous()
-        return cls(perm=perm, inverse=perm.clone(), wave_size=wave_size, stages="none", reorderer="identity")
+        return cls(perm=perm, inverse=perm.clone(), wave_size=wave_size, stages="none",
+                   reorderer="identity")._checked()
 
 
 def check_launch_order(order: Any, heads: int, q_blocks: int) -> RowOrder | None:
@@ -95,9 +112,18 @@ def check_launch_order(order: Any, heads: int, q_blocks: int) -> RowOrder | None
     if not isinstance(order, RowOrder):
         raise ValueError(f"order must be a reorder.RowOrder, its permutation tensor or None, got "
                          f"{type(order).__name__}")
+    if not isinstance(order.perm, torch.Tensor) or not isinstance(order.inverse, torch.Tensor):
+        raise ValueError("order.perm and order.inverse must be integer tensors, got "
+                         f"{type(order.perm).__name__} and {type(order.inverse).__name__}")
     if tuple(order.perm.shape[-2:]) != (heads, q_blocks) or order.inverse.shape != order.perm.shape:
         raise ValueError(f"order covers (H, MB) = {tuple(order.perm.shape[-2:])}; the launch has (H, MB) = "
                          f"{(heads, q_blocks)}")
+    if not order.is_checked:  # built by hand: its perm must be a permutation and its inverse that of perm
+        checked = RowOrder.from_perm(order.perm, order.wave_size, order.stages, order.reorderer)
+        if not torch.equal(checked.inverse, order.inverse.to(checked.inverse.device).long()):
+            raise ValueError("order.inverse must be the inverse permutation of order.perm (RowOrder.from_perm "
+                             "computes it)")
+        order = checked
     return order
 
 
@@ -150,18 +176,6 @@ def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> to
     return torch.gather(order, -1, torch.sort(key, dim=-1, stable=True).indices)
 
 
-def _block_row_index(order_perm: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
-    """Token index (…, N) that lays query blocks out in ``order_perm`` order; a ragged block keeps its length."""
-    mb = order_perm.shape[-1]
-    starts = order_perm * block_size
-    lengths = (seq_len - starts).clamp(max=block_size)
-    offsets = torch.arange(block_size, device=order_perm.device)
-    index = starts.unsqueeze(-1) + offsets
-    keep = offsets < lengths.unsqueeze(-1)
-    flat = index.reshape(-1, mb * block_size)[keep.reshape(-1, mb * block_size)]
-    return flat.reshape(*order_perm.shape[:-1], seq_len)
-
-
 def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> int:
     """``x`` must be a non-empty (B, H, N, D) tensor whose N tokens make the query blocks ``order`` covers;
     returns ``block_size`` as the int it must be."""
@@ -184,26 +198,34 @@ def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> 
     return block_size
 
 
-def _gather_rows(x: torch.Tensor, perm: torch.Tensor, block_size: int) -> torch.Tensor:
-    b, h, n, d = x.shape
-    index = _block_row_index(perm.to(x.device), n, block_size).expand(b, h, n)
-    return torch.gather(x, 2, index.unsqueeze(-1).expand(b, h, n, d))
+def _launch_order(order: Any) -> RowOrder:
+    """``order`` as ``check_launch_order`` takes it, over whatever (H, MB) it covers."""
+    if not isinstance(order, RowOrder):
+        raise ValueError(f"order must be a reorder.RowOrder, got {type(order).__name__}")
+    return check_launch_order(order, *order.perm.shape[-2:])
 
 
 def permute_rows(q: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
-    """Gather the query blocks of ``q`` (B, H, N, D) into launch order (a ragged last block keeps its length)."""
-    block_size = check_rows(q, order, block_size, "q")
-    return _gather_rows(q, order.perm, block_size)
+    """The query blocks of ``q`` (B, H, N, D) in launch order, as whole blocks: (B, H, MB * block_size, D).
+
+    A ragged last block is zero-padded where it lands, so no block after it shifts: a kernel that cuts Q into
+    fixed ``block_size`` rows then computes every block on its own rows, whatever N is. The padded rows' outputs
+    are dropped by ``restore_rows``. (The same copy as ``block_gather.gather_blocks``, which the backends use.)
+    """
+    from wavealign.reorder import block_gather  # it builds on this module's checks
+
+    return block_gather.gather_blocks(q, _launch_order(order), block_size)
 
 
-def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128) -> torch.Tensor:
-    """Undo ``permute_rows`` on an output (B, H, N, D) computed in launch order."""
-    block_size = check_rows(out, order, block_size, "out")
-    index = _block_row_index(order.perm.to(out.device), out.shape[2], block_size)
-    restored = torch.empty_like(out)
-    b, h, n, d = out.shape
-    restored.scatter_(2, index.expand(b, h, n).unsqueeze(-1).expand(b, h, n, d), out)
-    return restored
+def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128, seq_len: int | None = None
+                 ) -> torch.Tensor:
+    """Undo ``permute_rows`` on an output (B, H, MB * block_size, D) computed in launch order: the output in the
+    original order, (B, H, seq_len, D). ``seq_len`` is q's N; None means MB * block_size (N a multiple of it)."""
+    from wavealign.reorder import block_gather
+
+    order = _launch_order(order)
+    rows = check_int("block_size", block_size, lo=1) * order.num_q_blocks
+    return block_gather.scatter_blocks(out, order, block_size, rows if seq_len is None else seq_len)
 
 
 def permute_mask(mask: MaskLike, order: RowOrder) -> MaskLike:
