@@ -20,6 +20,7 @@ from wavealign.orchestrator import dataset
 from wavealign.records import Cell
 
 DEFAULT_RUN_ROOT = Path("wavealign-runs")
+UNPLACED = "unschedulable"  # the status of a cell no node could take (``dataset.STATUSES``)
 SWEEP_KIND_TAG = "wavealign.kind"
 SWEEP_ID_TAG = "wavealign.sweep_id"
 # what drew a model preset's Q/K/V in rows written before cells named their generator
@@ -37,6 +38,8 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
     if is_run_root(runs):
         roots, sweep_ids = [Path(runs)], None
         uri = tracking_uri or _store_next_to(Path(runs))
+    elif Path(runs).is_dir():  # a folder meant as a run root, never an experiment's name
+        raise ValueError(f"runs={str(runs)!r} {run_root_state(runs)}")
     else:
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _store_next_to(DEFAULT_RUN_ROOT)
         if uri is None:
@@ -61,8 +64,29 @@ def configuration_columns(frame: pd.DataFrame) -> list[str]:
 
 
 def latest_per_configuration(frame: pd.DataFrame) -> pd.DataFrame:
-    """The newest row (by ``recorded_at``) of each cell configuration."""
-    return frame.sort_values("recorded_at").drop_duplicates(configuration_columns(frame), keep="last")
+    """The newest row (by ``recorded_at``) of each cell configuration, a placed row before any newer unplaced one:
+    a later sweep that found no node of a GPU type says nothing about what an earlier one measured there."""
+    ranked = frame.assign(_placed=~is_unplaced(frame)).sort_values(["_placed", "recorded_at"], kind="stable")
+    return ranked.drop_duplicates(configuration_columns(frame), keep="last").drop(columns="_placed")
+
+
+def is_unplaced(frame: pd.DataFrame) -> pd.Series:
+    """Per row: a cell no node could take (status ``UNPLACED``), recorded but never run; the report counts the
+    placed cells and lists these apart."""
+    if "status" not in frame.columns:
+        return pd.Series(False, index=frame.index)
+    return frame["status"] == UNPLACED
+
+
+def run_root_state(path: str | Path) -> str:
+    """Why ``path`` is not a run root, in words that name its real state."""
+    path = Path(path)
+    if not path.exists():
+        return "is no such folder"
+    if not path.is_dir():
+        return "is a file, not a folder"
+    return (f"has no results yet (no results/, mlflow.db or sweeps/ in it); a sweep writes them: "
+            f"wavealign sweep run_root={path}")
 
 
 def is_run_root(path: str | Path) -> bool:

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from wavealign.analysis.figures import FIGURES
+from wavealign.analysis.load import is_unplaced
 from wavealign.analysis.plotting import left_out_because
 from wavealign.analysis.tables import TABLE_TITLES, TABLES
 
@@ -91,25 +92,39 @@ def _table_html(table: pd.DataFrame) -> str:
 
 
 def _summary(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "<p>No result rows.</p>"
-    parts = []
+    """The placed cells counted by status, hardware, backend, method, variant and measurer."""
+    placed = frame[~is_unplaced(frame)]
+    if placed.empty:
+        return "<p>No placed cells.</p>"
+    parts = [f"<b>cells</b>: {len(placed)}"]
     for column in ("status", "hardware", "backend", "method", "variant", "simulated"):
-        if column in frame:
-            counts = frame[column].astype(str).value_counts().sort_index()
+        if column in placed:
+            counts = placed[column].astype(str).value_counts().sort_index()
             parts.append(f"<b>{column}</b>: " + ", ".join(f"{html.escape(k)} {v}" for k, v in counts.items()))
     return "<p>" + "<br>".join(parts) + "</p>"
 
 
 def _failures(frame: pd.DataFrame) -> str:
+    """The placed cells that failed, with their errors."""
     if "status" not in frame or "error" not in frame:
         return ""
-    failed = frame[frame["status"] != "done"]
+    failed = frame[(frame["status"] != "done") & ~is_unplaced(frame)]
     if failed.empty:
         return ""
     columns = [c for c in ("status", "hardware", "backend", "method", "variant", "seq_len_tokens", "error")
                if c in failed]
     return "<h2>Cells that did not finish</h2>" + _table_html(failed[columns].head(50))
+
+
+def _unplaced(frame: pd.DataFrame) -> str:
+    """The cells no node could take, apart from the counts: how many per GPU type and backend, and why."""
+    unplaced = frame[is_unplaced(frame)]
+    if unplaced.empty:
+        return ""
+    keys = [c for c in ("hardware", "backend", "error") if c in unplaced]
+    groups = unplaced.groupby(keys, dropna=False).size().reset_index(name="cells")
+    return (f"<h2 id=\"not-placed\">Cells no node could take ({len(unplaced)}): not counted above</h2>"
+            + _table_html(groups))
 
 
 def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str, pd.DataFrame],
@@ -136,6 +151,7 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
                         for n, why in left_out.items())
         body.append(f'<h2 id="left-out">Figures left out: these results lack their data</h2><ul>{items}</ul>')
     body.append(_failures(frame))
+    body.append(_unplaced(frame))
     style = ("body{font-family:sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse;"
              "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"

@@ -40,12 +40,12 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     from wavealign import analysis
     from wavealign.analysis.figures import mask_pictures
-    from wavealign.analysis.load import DEFAULT_RUN_ROOT
+    from wavealign.analysis.load import DEFAULT_RUN_ROOT, is_run_root, is_unplaced, run_root_state
     from wavealign.analysis.report import log_to_sweep_runs
 
     runs = args.experiment or args.run_root or DEFAULT_RUN_ROOT
-    if args.run_root is not None and not args.run_root.is_dir():
-        raise UsageError(f"--run-root {args.run_root} is not a folder; expected the run root of a sweep")
+    if args.run_root is not None and not is_run_root(args.run_root):
+        raise UsageError(f"--run-root {args.run_root} {run_root_state(args.run_root)}")
     frame = analysis.load(runs, tracking_uri=args.tracking_uri)
     unknown = sorted(set(args.mask_cell) - set(frame["cell_id"]))
     if unknown:
@@ -53,7 +53,9 @@ def main(argv: list[str]) -> int:
     roots = frame.attrs.get("run_roots") or [str(DEFAULT_RUN_ROOT)]
     out = args.out or Path(roots[0]) / "report"
     files = analysis.write_report(frame, out)
-    print(f"{len(frame)} cells -> {len(files.figures)} figures, {len(files.tables)} tables")
+    unplaced = int(is_unplaced(frame).sum())
+    apart = f" ({unplaced} more no node could take, listed apart)" if unplaced else ""
+    print(f"{len(frame) - unplaced} cells{apart} -> {len(files.figures)} figures, {len(files.tables)} tables")
     for cell_id in args.mask_cell:
         chosen = frame[frame["cell_id"] == cell_id]
         path = out / f"fig14_{chosen.iloc[0]['method']}_{cell_id}.png"

@@ -8,8 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from wavealign import analysis, pipeline
+from wavealign.jobs import cli
+from wavealign.orchestrator import dataset
+from wavealign.records import Cell
+
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 
 
 def _wavealign(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -34,3 +40,42 @@ def test_building_the_metadata_prints_no_setuptools_deprecation(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stderr[-2000:]
     assert "SetuptoolsDeprecationWarning" not in built.stderr, built.stderr[-2000:]
+
+
+# --- wavealign report ---------------------------------------------------------------------------------------------
+
+def _cell(seed: int, hardware: str = "cpu") -> Cell:
+    return Cell(cell_id=f"c{seed}{hardware}", group_id=f"g{seed}", hardware=hardware, profile_hardware="h100",
+                backend="reference", method="random", variant="original", stages="none", skip_mode="force",
+                workload="shape", seq_len_tokens=256, num_heads=1, head_dim=16, block_size=128, wave_size=4,
+                seed=seed, reps=1, warmup=0)
+
+
+def _unplaced_row(cell: Cell, sweep_id: str = SWEEP) -> dict:
+    return dataset.make_row(cell, None, sweep_id=sweep_id, sweep_name="paper_h100", status="unschedulable",
+                            error="no alive Ray node has a GPU labelled accelerator-type=H100")
+
+
+def test_report_on_an_existing_empty_folder_says_it_has_no_results_yet(tmp_path, capsys):
+    assert cli.main(["report", "--run-root", str(tmp_path), "--no-mlflow"]) == cli.EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "has no results yet" in error and "no such folder" not in error
+
+
+def test_report_counts_the_placed_cells_and_lists_the_unplaced_apart(tmp_path, capsys):
+    done = _cell(0)
+    dataset.write(tmp_path, [dataset.make_row(done, pipeline.run_cell(done), sweep_id=SWEEP, sweep_name="smoke"),
+                             *(_unplaced_row(_cell(seed, "h100")) for seed in (1, 2))])
+    assert cli.main(["report", "--run-root", str(tmp_path), "--out", str(tmp_path / "report"), "--no-mlflow"]) == 0
+    assert capsys.readouterr().out.startswith("1 cells (2 more no node could take, listed apart)")
+    page = (tmp_path / "report" / "report.html").read_text()
+    counts = page.split("<h2", 1)[0]
+    assert "<b>cells</b>: 1<" in counts and "unschedulable" not in counts and "h100" not in counts
+    assert 'id="not-placed"' in page
+
+
+def test_a_later_unplaced_row_never_hides_an_earlier_measurement_of_the_same_configuration(tmp_path):
+    cell = _cell(0)
+    dataset.write(tmp_path, [dataset.make_row(cell, pipeline.run_cell(cell), sweep_id=SWEEP, sweep_name="smoke")])
+    dataset.write(tmp_path, [_unplaced_row(cell, sweep_id="fedcba9876543210")])
+    assert analysis.load(tmp_path)["status"].tolist() == ["done"]
