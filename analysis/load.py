@@ -38,13 +38,11 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
     if is_run_root(runs):
         roots, sweep_ids = [Path(runs)], None
         uri = tracking_uri or _store_next_to(Path(runs))
-    elif Path(runs).is_dir():  # a folder meant as a run root, never an experiment's name
-        raise ValueError(f"runs={str(runs)!r} {run_root_state(runs)}")
     else:
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _store_next_to(DEFAULT_RUN_ROOT)
         if uri is None:
-            raise ValueError(f"runs={str(runs)!r} is neither a run root (a folder with results/) nor resolvable "
-                             f"as an MLflow experiment: no tracking_uri given and no {DEFAULT_RUN_ROOT}/mlflow.db")
+            raise ValueError(f"runs={str(runs)!r} {run_root_state(runs)}, and names no MLflow experiment: no "
+                             f"tracking_uri given and no {DEFAULT_RUN_ROOT}/mlflow.db")
         roots, sweep_ids = experiment_run_roots(str(runs), uri)
     frames = [dataset.read(root).to_pandas() for root in roots]
     frame = pd.concat(frames, ignore_index=True) if frames else dataset.SCHEMA.empty_table().to_pandas()
@@ -108,8 +106,8 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
     client = MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        raise ValueError(f"runs={experiment!r}: no such folder, and no MLflow experiment of that name at "
-                         f"{tracking_uri}")
+        raise ValueError(f"runs={experiment!r} {run_root_state(experiment)}, and no MLflow experiment of that "
+                         f"name is at {tracking_uri}")
     parents = client.search_runs([found.experiment_id], f"tags.`{SWEEP_KIND_TAG}` = 'sweep'", max_results=1000)
     roots: list[Path] = []
     for run in parents:

@@ -37,7 +37,7 @@ MISTAKES = [
     (["refresh-profiles", "hardwares=h200"], "did you mean hardware=h200?"),
     (["report", "run_root=RUN_ROOT"], "this command takes flags: --run-root RUN_ROOT"),
     (["report", "--run_root", "RUN_ROOT"], "did you mean --run-root?"),
-    (["report", "--run-root", "RUN_ROOT"], "--run-root RUN_ROOT is not a folder"),
+    (["report", "--run-root", "RUN_ROOT"], "--run-root RUN_ROOT is no such folder"),
     (["bench-orchestration", "cells=5"], "this command takes flags: --cells 5"),
     (["sim-paper"], "the following arguments are required: --out"),
     (["validate-sim"], "the following arguments are required: measurements, --out"),

@@ -19,7 +19,7 @@ import torch
 
 from wavealign import nvrtc, reorderers
 from wavealign.blockmask import MaskLike, as_dense, check_fits, check_int, check_seed, kv_pair, row_nnz
-from wavealign.reorder import plan_graphs
+from wavealign.reorder import block_gather, plan_graphs
 
 STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
@@ -176,28 +176,6 @@ def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> to
     return torch.gather(order, -1, torch.sort(key, dim=-1, stable=True).indices)
 
 
-def check_rows(x: torch.Tensor, order: RowOrder, block_size: int, name: str) -> int:
-    """``x`` must be a non-empty (B, H, N, D) tensor whose N tokens make the query blocks ``order`` covers;
-    returns ``block_size`` as the int it must be."""
-    block_size = check_int("block_size", block_size, lo=1)
-    if not isinstance(x, torch.Tensor) or x.dim() != 4:
-        raise ValueError(f"{name} must be a (B, H, N, D) tensor, got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    if x.numel() == 0:
-        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
-    mb = -(-x.shape[2] // block_size)
-    if mb != order.num_q_blocks:
-        raise ValueError(
-            f"{name} has N={x.shape[2]} tokens = {mb} blocks of block_size={block_size}, but the order "
-            f"covers MB={order.num_q_blocks} query blocks")
-    heads = order.perm.shape[-2]
-    if x.shape[1] != heads:
-        raise ValueError(f"{name} has H={x.shape[1]} heads, but the order has {heads}")
-    if order.perm.dim() == 3 and order.perm.shape[0] != x.shape[0]:
-        raise ValueError(f"{name} has B={x.shape[0]}, but the order is batched with B={order.perm.shape[0]}")
-    return block_size
-
-
 def _launch_order(order: Any) -> RowOrder:
     """``order`` as ``check_launch_order`` takes it, over whatever (H, MB) it covers."""
     if not isinstance(order, RowOrder):
@@ -212,8 +190,6 @@ def permute_rows(q: torch.Tensor, order: RowOrder, block_size: int = 128) -> tor
     fixed ``block_size`` rows then computes every block on its own rows, whatever N is. The padded rows' outputs
     are dropped by ``restore_rows``. (The same copy as ``block_gather.gather_blocks``, which the backends use.)
     """
-    from wavealign.reorder import block_gather  # it builds on this module's checks
-
     return block_gather.gather_blocks(q, _launch_order(order), block_size)
 
 
@@ -221,8 +197,6 @@ def restore_rows(out: torch.Tensor, order: RowOrder, block_size: int = 128, seq_
                  ) -> torch.Tensor:
     """Undo ``permute_rows`` on an output (B, H, MB * block_size, D) computed in launch order: the output in the
     original order, (B, H, seq_len, D). ``seq_len`` is q's N; None means MB * block_size (N a multiple of it)."""
-    from wavealign.reorder import block_gather
-
     order = _launch_order(order)
     rows = check_int("block_size", block_size, lo=1) * order.num_q_blocks
     return block_gather.scatter_blocks(out, order, block_size, rows if seq_len is None else seq_len)

@@ -9,11 +9,22 @@ torch gathers views of whole blocks. Both are plain copies, so the values are bi
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 
-from wavealign import reorder
 from wavealign.blockmask import check_int
+
+
+class BlockOrder(Protocol):
+    """What a copy reads of a ``reorder.RowOrder`` (checked there; ``reorder`` builds on this module)."""
+
+    perm: torch.Tensor  # (H, MB) or (B, H, MB): launch slot -> original block
+
+    @property
+    def num_q_blocks(self) -> int: ...
+
 
 try:
     import triton
@@ -45,14 +56,36 @@ if triton is not None:
                  mask=(dst_rows[:, None] < N_DST) & col_ok)
 
 
-def _check(x: torch.Tensor, order: reorder.RowOrder, block_size: int, name: str) -> int:
-    block_size = reorder.check_rows(x, order, block_size, name)
+def check_rows(x: torch.Tensor, order: BlockOrder, block_size: int, name: str) -> int:
+    """``x`` must be a non-empty (B, H, N, D) tensor whose N tokens make the query blocks ``order`` covers;
+    returns ``block_size`` as the int it must be."""
+    block_size = check_int("block_size", block_size, lo=1)
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"{name} must be a (B, H, N, D) tensor, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    if x.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(x.shape)}")
+    mb = -(-x.shape[2] // block_size)
+    if mb != order.num_q_blocks:
+        raise ValueError(
+            f"{name} has N={x.shape[2]} tokens = {mb} blocks of block_size={block_size}, but the order "
+            f"covers MB={order.num_q_blocks} query blocks")
+    heads = order.perm.shape[-2]
+    if x.shape[1] != heads:
+        raise ValueError(f"{name} has H={x.shape[1]} heads, but the order has {heads}")
+    if order.perm.dim() == 3 and order.perm.shape[0] != x.shape[0]:
+        raise ValueError(f"{name} has B={x.shape[0]}, but the order is batched with B={order.perm.shape[0]}")
+    return block_size
+
+
+def _check(x: torch.Tensor, order: BlockOrder, block_size: int, name: str) -> int:
+    block_size = check_rows(x, order, block_size, name)
     if x.stride(-1) != 1:  # the Triton copy reads rows of D contiguous elements
         raise ValueError(f"{name} must have unit stride along D, got strides {x.stride()}")
     return block_size
 
 
-def copy_blocks_triton(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_size: int,
+def copy_blocks_triton(src: torch.Tensor, dst: torch.Tensor, order: BlockOrder, block_size: int,
                        gather: bool) -> torch.Tensor:
     """The Triton copy: block ``perm[slot]`` of ``src`` to block ``slot`` of ``dst`` (``gather``), or back."""
     perm = order.perm.to(src.device).contiguous()
@@ -65,7 +98,7 @@ def copy_blocks_triton(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowO
     return dst
 
 
-def copy_blocks_torch(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_size: int,
+def copy_blocks_torch(src: torch.Tensor, dst: torch.Tensor, order: BlockOrder, block_size: int,
                       gather: bool) -> torch.Tensor:
     """The same copy with torch ops on views of whole blocks (any device)."""
     batch, heads, _, d = src.shape
@@ -77,21 +110,21 @@ def copy_blocks_torch(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOr
     return dst.copy_(moved.view(batch, heads, mb * block_size, d)[:, :, :dst.shape[2]])
 
 
-def _copy(src: torch.Tensor, dst: torch.Tensor, order: reorder.RowOrder, block_size: int, gather: bool) -> torch.Tensor:
+def _copy(src: torch.Tensor, dst: torch.Tensor, order: BlockOrder, block_size: int, gather: bool) -> torch.Tensor:
     # the Triton tile is one block of rows: a power of two (16 and up, as every backend's block is)
     fast = src.is_cuda and triton is not None and block_size >= 16 and block_size & (block_size - 1) == 0
     copy = copy_blocks_triton if fast else copy_blocks_torch
     return copy(src, dst, order, block_size, gather)
 
 
-def gather_blocks(x: torch.Tensor, order: reorder.RowOrder, block_size: int = 128) -> torch.Tensor:
+def gather_blocks(x: torch.Tensor, order: BlockOrder, block_size: int = 128) -> torch.Tensor:
     """``x`` (B, H, N, D) with its query blocks in launch order: (B, H, MB * block_size, D), zero-padded."""
     block_size = _check(x, order, block_size, "x")
     b, h, _, d = x.shape
     return _copy(x, x.new_empty(b, h, order.num_q_blocks * block_size, d), order, block_size, gather=True)
 
 
-def scatter_blocks(y: torch.Tensor, order: reorder.RowOrder, block_size: int, seq_len: int) -> torch.Tensor:
+def scatter_blocks(y: torch.Tensor, order: BlockOrder, block_size: int, seq_len: int) -> torch.Tensor:
     """Undo ``gather_blocks`` on an output (B, H, MB * block_size, D) in launch order: (B, H, seq_len, D)."""
     block_size = _check(y, order, block_size, "y")
     seq_len = check_int("seq_len", seq_len, lo=1)
