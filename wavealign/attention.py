@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from wavealign import kernels, reorder, reorderers, skip, variants
+from wavealign import kernels, reorder, reorderers, skip, variants, workloads
 from wavealign.kernels import Launch, LaunchShape
 from wavealign.measure.timing import synced_clock
 from wavealign.records import DEFAULT_REORDERER, Cell
@@ -79,6 +79,8 @@ class AttentionStep:
     reorderer_params: Mapping[str, Any] = field(default_factory=dict)
     backend_params: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 0
+    # the latent video (T, H, W) in tokens, flattened frame-major; None where unknown (a bare shape)
+    latent: tuple[int, int, int] | None = None
 
     @classmethod
     def for_cell(cls, cell: Cell) -> AttentionStep:
@@ -86,7 +88,7 @@ class AttentionStep:
         return cls(backend=cell.backend, variant=variants.Variant(cell.variant, cell.stages, cell.skip_mode),
                    hardware=cell.profile_hardware, wave_size=cell.wave_size, block_size=cell.block_size,
                    reorderer=cell.reorderer, reorderer_params=cell.reorderer_params,
-                   backend_params=cell.backend_params, seed=cell.seed)
+                   backend_params=cell.backend_params, seed=cell.seed, latent=cell_latent(cell))
 
     def features(self, mask: torch.Tensor, head_dim: int) -> skip.SkipFeatures:
         """The mask's statistics the skip policy reads, for this step's GPU and wave."""
@@ -113,9 +115,13 @@ class AttentionStep:
         return Decision(stages, skip_reorder, reason, gain)
 
     def plan_order(self, mask: torch.Tensor, stages: str) -> reorder.RowOrder:
-        """The launch order of ``mask`` for ``stages``: this step's reorderer, then Stage 2 where ``stages`` says."""
+        """The launch order of ``mask`` for ``stages``: this step's reorderer, then Stage 2 where ``stages`` says. A
+        reorderer that declares one of ``reorderers.STEP_PARAMS`` gets this step's value of it."""
+        declared = reorderers.get(self.reorderer).params
+        facts = {"latent": self.latent, "block_size": self.block_size}
+        params = {**self.reorderer_params, **{k: facts[k] for k in reorderers.STEP_PARAMS if k in declared}}
         return reorder.plan(mask, wave_size=self.wave_size, stages=stages, seed=self.seed, reorderer=self.reorderer,
-                            **self.reorderer_params)
+                            **params)
 
     def prepare(self, mask: torch.Tensor, *, features: skip.SkipFeatures | None = None,
                 timer: PlanTimer = time_once) -> Prepared:
@@ -140,3 +146,14 @@ class AttentionStep:
     def launch(self, mask: torch.Tensor, order: reorder.RowOrder | None, shape: LaunchShape) -> Launch:
         """``backend.plan``: the launch of ``mask`` in ``order`` for ``shape``."""
         return kernels.get(self.backend).plan(mask, order, shape, **self.backend_params)
+
+
+def cell_latent(cell: Cell) -> tuple[int, int, int] | None:
+    """The latent (T, H, W) of a cell's tokens: its captured file's grid, or its model preset's; None for a bare
+    (seq_len, heads) shape."""
+    if cell.captured is not None:
+        return workloads.read_header(cell.captured).grid
+    if cell.model is None:
+        return None
+    wl = workloads.preset(cell.model, frames=cell.frames, resolution=cell.resolution)
+    return (wl.latent_frames, wl.grid_height, wl.grid_width)

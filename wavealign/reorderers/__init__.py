@@ -10,6 +10,8 @@ alone, ``"both"`` the grouping followed by Stage 2 (a baseline "+S2"), ``"tempor
 
 Each module registers ``group(mask, *, wave_size, seed, **params) -> order``: ``mask`` is bool (G, MB, NB), one
 head per leading index, ``order`` int64 (G, MB), a permutation of range(MB) per head (slot p runs row order[p]).
+A reorderer that orders blocks by where their tokens lie (``curve``) declares ``STEP_PARAMS`` among its params: the
+attention step (``wavealign.attention.AttentionStep.plan_order``) fills them, so a sweep never sets them.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Reorderer:
 
 
 REGISTRY: Registry[Reorderer] = Registry("reorderer", __name__)
+
+# facts of the step, not choices of a sweep: the latent (T, H, W) of the tokens, frame-major, and the query block size
+STEP_PARAMS = ("latent", "block_size")
 
 
 def register(name: str, group: Callable[..., torch.Tensor], params: dict[str, Any], description: str,
