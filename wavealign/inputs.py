@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from wavealign import masks, measurers, placement
+from wavealign.attention import cell_latent
 from wavealign.kernels import LaunchShape
 from wavealign.records import Cell
 
@@ -40,17 +41,20 @@ def build(cell: Cell, device: torch.device) -> tuple[torch.Tensor, QKV | None]:
     paper's dtype; float32 on the CPU)."""
     method = masks.get(cell.method)
     needs_qkv = measurers.get(cell.measure).needs_qkv
+    identity = {"model": cell.model, "layer": cell.layer, "heads": list(cell.heads) or list(range(cell.num_heads)),
+                "latent": cell_latent(cell)}
     if method.needs_qk:
         if cell.model is None:
             raise ValueError(f"method {cell.method!r} builds its mask from a model's Q/K; workload {cell.workload!r} "
                              "is a bare shape")
         q, k, v = _workload_qkv(cell, device)
-        mask = masks.build_for_heads(cell.method, q, k, v, cell.block_size, model=cell.model, layer=cell.layer,
-                                     heads=list(cell.heads) or list(range(cell.num_heads)), **cell.method_params)
+        # a token-ordered method's mask lives in its own token order: the kernel's time depends on the mask alone
+        mask = masks.build_for_heads(cell.method, q, k, v, cell.block_size, **identity, **cell.method_params)
         qkv = (q, k, v) if needs_qkv else None
     else:
         blocks = math.ceil(cell.seq_len_tokens / cell.block_size)
-        mask = method.for_shape(cell.num_heads, blocks, blocks, device=device, **cell.method_params)
+        mask = method.for_shape(cell.num_heads, blocks, blocks, device=device, block_size=cell.block_size,
+                                **masks.identity_params(cell.method, **identity), **cell.method_params)
         qkv = random_qkv(cell, device) if needs_qkv else None
     mask = mask.reshape(-1, *mask.shape[-2:]).to(device)
     if qkv is not None and device.type == "cuda":

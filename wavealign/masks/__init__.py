@@ -15,6 +15,18 @@ Methods tuned per head (SpargeAttn, MInference) declare ``model``, ``layer`` and
 (``IDENTITY_PARAMS``) to key their per-head configs; ``build_for_heads`` fills them from the workload, so a
 sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way. Their ``tuned_config``
 takes a ``TunedConfigs`` store: a live pipeline keeps one, so each head is tuned on its first build only.
+
+A method that reads token positions in the latent video (Radial's frame bands, VSA's cubes) declares ``latent``
+(default None), filled the same way with the workload's (T, H, W) in tokens, flattened frame-major (token
+``(t * H + h) * W + w``); where it is missing the method raises one ValueError saying so. Such a static method's
+``from_shape`` also takes ``block_size``, to know which tokens each block holds.
+
+A method that permutes the tokens before it builds its blocks (VSA's cubes, SVG2's clusters) registers
+``token_order(q, k, *, block_size, **params) -> TokenOrder``; its ``build`` then takes q, k, v already in that
+order and returns the mask of the permuted sequence. Called on original-order q, k, v, every entry point here
+(``build``, ``build_for_heads``, ``MaskMethod.__call__``) computes the order, gathers, and builds: the mask in the
+method's token order (the kernel's time depends on the mask alone). ``MaskMethod.build_ordered`` also returns the
+order and the gathered q, k, v, which an integration runs the attention on and scatters back.
 """
 
 from __future__ import annotations
@@ -28,21 +40,35 @@ import torch
 
 from wavealign.masks._common import check_flag as check_flag  # the checks a method declares (re-exported)
 from wavealign.masks._common import check_fraction as check_fraction
+from wavealign.masks._common import check_latent as check_latent
 from wavealign.masks._common import check_number as check_number
 from wavealign.masks._common import one_of as one_of
 from wavealign.masks._common import optional as optional
+from wavealign.masks._token_order import TokenOrder as TokenOrder  # a method's own token order
 from wavealign.masks._tuned import TunedConfigs as TunedConfigs  # per-head tuned configs kept across builds
 from wavealign.registry import Registry
 
 
 @dataclass(frozen=True)
+class OrderedBuild:
+    """A mask with the token order it lives in: ``order`` (None: the original) and q, k, v gathered into it (the
+    inputs themselves when ``order`` is None)."""
+
+    mask: torch.Tensor
+    order: TokenOrder | None
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+
+
+@dataclass(frozen=True)
 class MaskMethod:
     """A mask method: ``build(q, k, v, block_size, **params)`` and its tunable params with their defaults;
-    ``from_shape`` for a method that needs no Q/K. ``checks`` holds, per param, ``check(name, value)``, which
-    returns the value as the builder takes it or raises a ValueError naming the param: every build and a sweep's
-    config validation go through them, so a range is written once. ``reference`` is the method's plain torch
-    build where ``build`` runs GPU kernels (``masks._kernels``) on a GPU: the CPU path, and what they are checked
-    against."""
+    ``from_shape`` for a method that needs no Q/K; ``token_order`` for a method that builds its mask in a token
+    order of its own. ``checks`` holds, per param, ``check(name, value)``, which returns the value as the builder
+    takes it or raises a ValueError naming the param: every build and a sweep's config validation go through them,
+    so a range is written once. ``reference`` is the method's plain torch build where ``build`` runs GPU kernels
+    (``masks._kernels``) on a GPU: the CPU path, and what they are checked against."""
 
     name: str
     build: Callable[..., torch.Tensor]
@@ -51,10 +77,16 @@ class MaskMethod:
     from_shape: Callable[..., torch.Tensor] | None = None
     checks: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     reference: Callable[..., torch.Tensor] | None = None
+    token_order: Callable[..., TokenOrder] | None = None
 
     @property
     def needs_qk(self) -> bool:
         return self.from_shape is None
+
+    @property
+    def needs_latent(self) -> bool:
+        """Whether it reads token positions in the latent video (``latent=(T, H, W)``, filled from the workload)."""
+        return "latent" in self.params
 
     @property
     def tuned(self) -> bool:
@@ -69,29 +101,49 @@ class MaskMethod:
         merged = {**self.params, **params}
         return {key: self.checks[key](key, value) if key in self.checks else value for key, value in merged.items()}
 
+    def build_ordered(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *,
+                      reference: bool = False, **params: Any) -> OrderedBuild:
+        """The mask of q, k, v (B, H, N, D, original token order) with the order it lives in: for a token-ordered
+        method, the order computed, q, k, v gathered into it and the mask built there; otherwise the mask as it is.
+        ``reference`` builds by the method's plain torch code."""
+        resolved = self.resolve(params)
+        build = (self.reference or self.build) if reference else self.build
+        if self.token_order is None:
+            return OrderedBuild(build(q, k, v, block_size=block_size, **resolved), None, q, k, v)
+        order = self.token_order(q, k, block_size=block_size, **resolved)
+        q, k, v = order.gather(q, "q"), order.gather(k, "kv"), order.gather(v, "kv")
+        return OrderedBuild(build(q, k, v, block_size=block_size, token_order=order, **resolved), order, q, k, v)
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
                  **params: Any) -> torch.Tensor:
-        return self.build(q, k, v, block_size=block_size, **self.resolve(params))
+        return self.build_ordered(q, k, v, block_size, **params).mask
 
     def build_reference(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
                         **params: Any) -> torch.Tensor:
         """The mask by the method's plain torch code on any device (``build`` itself for a method without
         kernels): what the GPU kernels' masks are compared with."""
-        return (self.reference or self.build)(q, k, v, block_size=block_size, **self.resolve(params))
+        return self.build_ordered(q, k, v, block_size, reference=True, **params).mask
 
-    def for_shape(self, heads: int, q_blocks: int, kv_blocks: int, device: torch.device | str = "cpu",
-                  **params: Any) -> torch.Tensor:
-        """The (heads, q_blocks, kv_blocks) mask of a method that needs no Q/K."""
+    def for_shape(self, heads: int, q_blocks: int, kv_blocks: int, device: torch.device | str = "cpu", *,
+                  block_size: int | None = None, **params: Any) -> torch.Tensor:
+        """The (heads, q_blocks, kv_blocks) mask of a method that needs no Q/K; ``block_size`` (the tokens per
+        block) for one that reads token positions (``needs_latent``), ignored by the others."""
         if self.from_shape is None:
             raise ValueError(f"method {self.name!r} builds its mask from Q/K; call it on q, k, v")
-        return self.from_shape(heads, q_blocks, kv_blocks, device=device, **self.resolve(params))
+        if not self.needs_latent:
+            return self.from_shape(heads, q_blocks, kv_blocks, device=device, **self.resolve(params))
+        if block_size is None:
+            raise ValueError(f"method {self.name!r} places its blocks on token positions: pass block_size=")
+        return self.from_shape(heads, q_blocks, kv_blocks, device=device, block_size=block_size,
+                               **self.resolve(params))
 
 
 REGISTRY: Registry[MaskMethod] = Registry("mask method", __name__)
 
 
-def _on_qkv_shape(from_shape: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    """A ``build`` that draws ``from_shape``'s mask for q's (B, H, N) and k's N."""
+def _on_qkv_shape(from_shape: Callable[..., torch.Tensor], positional: bool) -> Callable[..., torch.Tensor]:
+    """A ``build`` that draws ``from_shape``'s mask for q's (B, H, N) and k's N (``positional``: a method that
+    reads token positions, given the block size)."""
 
     def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, **params) -> torch.Tensor:
         from wavealign.masks._common import check_qkv, num_blocks
@@ -99,7 +151,8 @@ def _on_qkv_shape(from_shape: Callable[..., torch.Tensor]) -> Callable[..., torc
         check_qkv(q, k, v, block_size, finite=False)  # the values are never read
         b, h, n, _ = q.shape
         mb, nb = num_blocks(n, block_size), num_blocks(k.shape[2], block_size)
-        return from_shape(b * h, mb, nb, device=q.device, **params).view(b, h, mb, nb)
+        shape_args = {"block_size": block_size} if positional else {}
+        return from_shape(b * h, mb, nb, device=q.device, **shape_args, **params).view(b, h, mb, nb)
 
     return build
 
@@ -107,17 +160,22 @@ def _on_qkv_shape(from_shape: Callable[..., torch.Tensor]) -> Callable[..., torc
 def register(name: str, build: Callable[..., torch.Tensor] | None, params: dict[str, Any], description: str,
              from_shape: Callable[..., torch.Tensor] | None = None,
              checks: dict[str, Callable[[str, Any], Any]] | None = None,
-             reference: Callable[..., torch.Tensor] | None = None) -> MaskMethod:
+             reference: Callable[..., torch.Tensor] | None = None,
+             token_order: Callable[..., TokenOrder] | None = None) -> MaskMethod:
     """File a method under ``name``; called once by the method's own module. A method that needs no Q/K
     gives ``from_shape`` and no ``build``; ``checks`` name params of ``params`` (a check across params, such as
     a minimum below a maximum, stays in the builder); ``reference`` is its torch build when ``build`` has GPU
-    kernels."""
+    kernels; ``token_order`` the order a method builds its mask in (its ``build`` then takes q, k, v in that order
+    and a ``token_order`` keyword)."""
     if (build is None) == (from_shape is None):
         raise ValueError(f"method {name!r} must give exactly one of build (from Q/K) or from_shape")
+    if token_order is not None and build is None:
+        raise ValueError(f"method {name!r} gives a token_order, which needs a build from Q/K, not from_shape")
     if unknown := sorted(set(checks or {}) - set(params)):
         raise ValueError(f"method {name!r} has checks for {unknown}, which are not among its params {sorted(params)}")
-    method = MaskMethod(name, build or _on_qkv_shape(from_shape), MappingProxyType(dict(params)), description,
-                        from_shape, MappingProxyType(dict(checks or {})), reference)
+    method = MaskMethod(name, build or _on_qkv_shape(from_shape, positional="latent" in params),
+                        MappingProxyType(dict(params)), description, from_shape, MappingProxyType(dict(checks or {})),
+                        reference, token_order)
     if (build or from_shape).__module__ == "__main__":
         # ``python -m wavealign.masks.<name>``: the registry imports the module again under its real name
         return method
@@ -140,15 +198,25 @@ def build(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_si
     return get(name)(q, k, v, block_size=block_size, **params)
 
 
-# the workload identity a per-head tuned method declares among its params
-IDENTITY_PARAMS = ("model", "layer", "heads")
+# the workload identity a method declares among its params (per-head tuned configs, token positions), filled from
+# the workload by ``build_for_heads``; a sweep never sets them
+IDENTITY_PARAMS = ("model", "layer", "heads", "latent")
+
+
+def identity_params(name: str, *, model: str | None, layer: int, heads: list[int],
+                    latent: tuple[int, int, int] | None = None) -> dict[str, Any]:
+    """The workload identity method ``name`` declares: of ``model``, ``layer``, ``heads`` and ``latent`` (T, H, W)
+    in tokens, or None for a bare shape), those among its params."""
+    declared = get(name).params
+    identity = {"model": model or "", "layer": int(layer), "heads": list(heads),
+                "latent": None if latent is None else tuple(latent)}
+    return {key: value for key, value in identity.items() if key in declared}
 
 
 def build_for_heads(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *,
-                    model: str | None, layer: int, heads: list[int], **params: Any) -> torch.Tensor:
-    """``build`` on heads ``heads`` of ``layer`` of ``model``: the identity goes to methods that declare it
-    (to key per-head tuned configs); ``params`` override the method's defaults."""
-    declared = get(name).params
-    identity = {"model": model or "", "layer": int(layer), "heads": list(heads)}
-    return build(name, q, k, v, block_size,
-                 **{**{key: val for key, val in identity.items() if key in declared}, **params})
+                    model: str | None, layer: int, heads: list[int], latent: tuple[int, int, int] | None = None,
+                    **params: Any) -> torch.Tensor:
+    """``build`` on heads ``heads`` of ``layer`` of ``model`` (a video of ``latent`` (T, H, W) tokens): the
+    identity goes to methods that declare it (``identity_params``); ``params`` override the method's defaults."""
+    identity = identity_params(name, model=model, layer=layer, heads=heads, latent=latent)
+    return build(name, q, k, v, block_size, **{**identity, **params})

@@ -83,6 +83,30 @@ def one_of(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
     return check_choice
 
 
+def check_latent(name: str, value: Any) -> tuple[int, int, int] | None:
+    """A latent video shape: None (a bare shape: none known) or (T, H, W), three positive integers, in tokens."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
+        raise ValueError(f"{name} must be None or (T, H, W), three positive integers (the latent video's frames, "
+                         f"height and width in tokens), got {value!r}")
+    return tuple(check_int(f"{name}[{i}]", size, lo=1) for i, size in enumerate(value))  # type: ignore[return-value]
+
+
+def require_latent(method: str, latent: tuple[int, int, int] | None, tokens: int) -> tuple[int, int, int]:
+    """``latent`` (T, H, W) of a method that reads token positions, which must cover the ``tokens`` it is built
+    on; None is the one error of a workload without a latent shape."""
+    if latent is None:
+        raise ValueError(f"method {method!r} needs latent=(T, H, W), the latent video's frames, height and width in "
+                         f"tokens (T * H * W = {tokens}); this workload has none (a bare shape): pass latent=, or run "
+                         "it on a model preset or a captured file")
+    t, h, w = latent
+    if t * h * w != tokens:
+        raise ValueError(f"latent must cover the {tokens} tokens of q (T * H * W = {tokens}), got latent={latent} "
+                         f"({t * h * w} tokens)")
+    return latent
+
+
 def num_blocks(n: int, block_size: int) -> int:
     return math.ceil(n / block_size)
 

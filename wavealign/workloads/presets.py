@@ -60,6 +60,11 @@ class Workload:
     def seq_len(self) -> int:
         return self.latent_frames * self.tokens_per_frame
 
+    @property
+    def latent(self) -> tuple[int, int, int]:
+        """The latent video's (T, H, W) in tokens, as the methods and orders that read token positions take it."""
+        return (self.latent_frames, self.grid_height, self.grid_width)
+
     def num_blocks(self, block_size: int) -> int:
         return math.ceil(self.seq_len / block_size)
 
