@@ -129,3 +129,91 @@ def test_latent_param_check_takes_three_positive_integers_or_none():
     for bad in ((2, 3), (2, 0, 4), "2,3,4", (2, 3.5, 4)):
         with pytest.raises(ValueError, match="latent"):
             masks.check_latent("latent", bad)
+
+
+# --- radial --------------------------------------------------------------------------------------------------------
+
+def _radial_reference(latent: tuple[int, int, int], block_size: int, decay_factor: float,
+                      model_type: str) -> torch.Tensor:
+    """Radial Attention's rule written out token by token, frame pair by frame pair: each pair's token mask placed in
+    a tile of the blocks its frames touch, shrunk as upstream's ``shrinkMaskStrict`` (float densities), OR-ed."""
+    frames, height, width = latent
+    per_frame = height * width
+    blocks = -(-frames * per_frame // block_size)
+    out = torch.zeros(blocks, blocks, dtype=torch.bool)
+    base = 2 ** per_frame.bit_length()
+    idx = torch.arange(per_frame)
+    for i in range(frames):
+        for j in range(frames):
+            d = abs(i - j)
+            if model_type == "wan" and j == 0:
+                tokens = torch.ones(per_frame, per_frame, dtype=torch.bool)
+            else:
+                decay = base / 2 ** d.bit_length()
+                window = per_frame if d <= 1 else max(decay * decay_factor, block_size)
+                tokens = (idx.view(1, -1) - idx.view(-1, 1)).abs() <= window
+                if not (decay >= block_size or d % int(block_size / decay) == 0):
+                    tokens = torch.zeros_like(tokens)
+            r0, c0 = i * per_frame // block_size, j * per_frame // block_size
+            r1, c1 = -(-(i + 1) * per_frame // block_size), -(-(j + 1) * per_frame // block_size)
+            tile = torch.zeros((r1 - r0) * block_size, (c1 - c0) * block_size, dtype=torch.bool)
+            ro, co = i * per_frame - r0 * block_size, j * per_frame - c0 * block_size
+            tile[ro:ro + per_frame, co:co + per_frame] = tokens
+            density = tile.view(r1 - r0, block_size, c1 - c0, block_size).sum(1) / block_size
+            high = (density > 1 / 3).sum(-1) / ((density > 0).sum(-1) + 1e-9)
+            out[r0:r1, c0:c1] |= high > 0.6
+    return out
+
+
+@pytest.mark.parametrize(("latent", "block_size", "decay_factor", "model_type"), [
+    ((5, 3, 7), 16, 1.0, "wan"),       # 105 tokens: frames of 21 straddle blocks, the last block holds 9
+    ((9, 4, 6), 8, 0.2, "wan"),        # blocks smaller than a frame, narrow windows
+    ((12, 2, 3), 16, 1.0, "hunyuan"),  # frames of 6 tokens: several frames per block
+    ((17, 5, 13), 32, 0.5, "wan"),     # far frames dropped by the split
+])
+def test_radial_mask_follows_its_token_level_rule_at_ragged_shapes(latent, block_size, decay_factor, model_type):
+    expected = _radial_reference(latent, block_size, decay_factor, model_type)
+    tokens = latent[0] * latent[1] * latent[2]
+    blocks = -(-tokens // block_size)
+    got = masks.get("radial").for_shape(3, blocks, blocks, block_size=block_size, latent=latent,
+                                        decay_factor=decay_factor, model_type=model_type)
+    assert got.shape == (3, blocks, blocks)
+    assert torch.equal(got[0], expected) and torch.equal(got[1], expected) and torch.equal(got[2], expected)
+
+
+def test_radial_window_shrinks_as_temporal_distance_grows():
+    latent, block_size = (33, 16, 16), 16  # 256 tokens a frame: 16 blocks
+    mask = masks.get("radial").for_shape(1, 528, 528, block_size=block_size, latent=latent, model_type="hunyuan")[0]
+    per_frame_blocks = 16
+    frame_pair = mask.view(33, per_frame_blocks, 33, per_frame_blocks).sum((1, 3))  # kept blocks per frame pair
+    assert frame_pair[16, 15] == frame_pair[16, 16] == per_frame_blocks ** 2  # the dense diagonal frame band
+    kept_by_distance = [int(frame_pair[16, 16 + d]) for d in (2, 4, 8, 16)]
+    assert kept_by_distance == sorted(kept_by_distance, reverse=True) and kept_by_distance[0] > kept_by_distance[-1]
+
+
+def test_radial_on_q_k_v_draws_the_latents_mask_for_every_head():
+    q, k, v = _qkv(1, 2, 105)
+    built = masks.build("radial", q, k, v, block_size=16, latent=(5, 3, 7))
+    assert torch.equal(built[0, 0], _radial_reference((5, 3, 7), 16, 1.0, "wan"))
+    assert torch.equal(built[0, 1], built[0, 0])
+
+
+def test_radial_without_a_latent_says_it_needs_one():
+    with pytest.raises(ValueError, match=r"method 'radial' needs latent=\(T, H, W\)"):
+        masks.get("radial").for_shape(1, 7, 7, block_size=16)
+    q, k, v = _qkv(1, 1, 105)
+    with pytest.raises(ValueError, match=r"method 'radial' needs latent=\(T, H, W\)"):
+        masks.build("radial", q, k, v, block_size=16)
+
+
+def test_radial_refuses_a_latent_of_another_length():
+    with pytest.raises(ValueError, match="q_blocks and kv_blocks"):
+        masks.get("radial").for_shape(1, 7, 7, block_size=16, latent=(5, 3, 8))
+
+
+def test_radial_gets_its_latent_from_the_workload_like_the_identity_params():
+    q, k, v = _qkv(1, 2, 105)
+    built = masks.build_for_heads("radial", q, k, v, 16, model=None, layer=0, heads=[0, 1], latent=(5, 3, 7))
+    assert torch.equal(built, masks.build("radial", q, k, v, block_size=16, latent=(5, 3, 7)))
+    assert masks.identity_params("radial", model="m", layer=3, heads=[0], latent=(5, 3, 7)) == {"latent": (5, 3, 7)}
+    assert masks.identity_params("xattention", model="m", layer=3, heads=[0], latent=(5, 3, 7)) == {}

@@ -93,15 +93,17 @@ def check_latent(name: str, value: Any) -> tuple[int, int, int] | None:
     return tuple(check_int(f"{name}[{i}]", size, lo=1) for i, size in enumerate(value))  # type: ignore[return-value]
 
 
-def require_latent(method: str, latent: tuple[int, int, int] | None, tokens: int) -> tuple[int, int, int]:
+def require_latent(method: str, latent: tuple[int, int, int] | None,
+                   tokens: int | None = None) -> tuple[int, int, int]:
     """``latent`` (T, H, W) of a method that reads token positions, which must cover the ``tokens`` it is built
-    on; None is the one error of a workload without a latent shape."""
+    on where they are known; None is the one error of a workload without a latent shape."""
     if latent is None:
+        counted = "" if tokens is None else f" (T * H * W = {tokens})"
         raise ValueError(f"method {method!r} needs latent=(T, H, W), the latent video's frames, height and width in "
-                         f"tokens (T * H * W = {tokens}); this workload has none (a bare shape): pass latent=, or run "
-                         "it on a model preset or a captured file")
+                         f"tokens{counted}; this workload has none (a bare shape): pass latent=, or run it on a "
+                         "model preset or a captured file")
     t, h, w = latent
-    if t * h * w != tokens:
+    if tokens is not None and t * h * w != tokens:
         raise ValueError(f"latent must cover the {tokens} tokens of q (T * H * W = {tokens}), got latent={latent} "
                          f"({t * h * w} tokens)")
     return latent

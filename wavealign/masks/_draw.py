@@ -55,7 +55,8 @@ def main(method: str, argv: list[str] | None = None) -> int:
     wl = workloads.preset(args.model, args.frames, args.resolution)
     ((spec, q, k, v),) = workloads.iter_heads(wl, [args.head], layer=args.layer, seed=args.seed,
                                               config=workloads.generator(args.generator))
-    mask = masks.build(method, q, k, v, block_size=args.block_size)[0, 0]
+    mask = masks.build_for_heads(method, q, k, v, args.block_size, model=args.model, layer=args.layer,
+                                 heads=[args.head], latent=wl.latent)[0, 0]
     title = f"{method}: {args.model} {args.frames}f {args.resolution}, layer {args.layer} head {args.head} " \
             f"({spec.head_type})"
     print(save_mask_png(mask, args.out, title, zoom_blocks=min(mask.shape[0], 128)))
