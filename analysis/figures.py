@@ -319,6 +319,7 @@ def reorderer_comparison(frame: pd.DataFrame) -> Figure:
 
 # Table II's techniques, one colour each; the grouping alone is drawn pale, with Stage 2 full
 _TECHNIQUE_COLORS = {"Hypergraph": "tab:purple", "MinHash": "tab:brown", "LSH": "tab:olive", "Clustering": "tab:cyan",
+                     "Random": "tab:pink", "Longest-first": "goldenrod", "Hilbert curve": "teal",
                      "WaveAlign": VARIANT_COLORS["wavealign"], "O": "tab:gray"}
 
 

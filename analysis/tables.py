@@ -139,7 +139,8 @@ def distance_to_paper(table: pd.DataFrame, l2_target: str) -> dict[str, float]:
 
 
 # how Table II names each launch order: the technique, "+S2" when Stage 2 follows it
-REORDERER_LABELS = {"identity": "Original", "wavealign": "WaveAlign S1", "hypergraph": "Hypergraph",
+REORDERER_LABELS = {"identity": "Original", "wavealign": "WaveAlign S1", "random": "Random",
+                    "longest-first": "Longest-first", "curve": "Hilbert curve", "hypergraph": "Hypergraph",
                     "minhash": "MinHash", "lsh": "LSH", "clustering": "Clustering"}
 
 
@@ -185,9 +186,9 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
         reorder_ms=("reorder_ms", "mean"), speedup=("speedup", geomean),
         speedup_with_overhead=("speedup_with_overhead", geomean),
         hbm_sol_pct=("hbm_sol_pct", "mean"), l2_hit_pct=("l2_hit_pct", "mean")).reset_index()
+    others = [label for r, label in REORDERER_LABELS.items() if r not in ("identity", "wavealign")]
     rank = {label: i for i, label in enumerate(
-        ["Original", "O+S2", *[f"{REORDERER_LABELS[r]}{s}" for r in ("hypergraph", "minhash", "lsh", "clustering")
-                               for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
+        ["Original", "O+S2", *[f"{label}{s}" for label in others for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
     table = table.sort_values([*GROUP_KEYS, *shape, "order"],
                               key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order" else c)
     return table.reset_index(drop=True)

@@ -152,3 +152,11 @@ def test_a_grid_names_the_comparison_orders_and_their_cells_know_the_latent():
     assert orders == {("none", "identity")} | {(s, r) for s in ("spatial", "both") for r in STATIC}
     (curve, *_) = [c for c in cells if c.reorderer == "curve"]
     assert AttentionStep.for_cell(curve).latent == (1, 30, 52)  # one latent frame of Wan2.1 at 480p
+
+
+@pytest.mark.parametrize("name", STATIC)
+def test_table2_names_each_order_alone_and_with_stage2(name):
+    from wavealign.analysis.tables import REORDERER_LABELS, order_label
+
+    assert order_label("spatial", name) == REORDERER_LABELS[name] != name
+    assert order_label("both", name) == f"{REORDERER_LABELS[name]}+S2"
