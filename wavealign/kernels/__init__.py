@@ -31,6 +31,10 @@ from wavealign.registry import Registry
 
 KV_WALKS = ("forward", "reverse")
 HEAD_ORDERS = ("sequential", "parallel")
+# "streaming": a grid of one CTA per query tile, each SM taking the next tile when it frees (FA4's SM90
+# SingleTileScheduler, the Triton and FlexAttention grids); "static-persistent": one CTA per SM, CTA c running tiles
+# c, c + G, c + 2G, ... of the launch queue whatever they cost (FA4's SM100 StaticPersistentTileScheduler)
+SCHEDULERS = ("streaming", "static-persistent")
 
 
 def check_qkv_tensors(**tensors: Any) -> None:
@@ -126,23 +130,40 @@ class ExecutionFacts:
     # FlexAttention and Triton grids, FlashInfer's work list); "parallel": slot p of every head before p + 1
     head_order: str = "sequential"
     element_bytes: int = 2  # bf16 Q/K/V
+    # query tiles of block_m rows one CTA runs against each K/V tile it loads (FA4 on SM100: 2), so one sparse query
+    # block (a launch row) spans q_stage x block_m tokens: the mask's rows are coarsened to it (``wavealign.sim``)
+    q_stage: int = 1
+    scheduler: str = "streaming"  # one of SCHEDULERS
+    # the share of the shorter of compute and HBM time the kernel's pipeline leaves exposed: 0 is the roofline
+    # max(compute, memory), 1 their sum (``wavealign.sim``'s kernel time)
+    exposed_memory_fraction: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kv_walk not in KV_WALKS:
             raise ValueError(f"kv_walk={self.kv_walk!r}; expected one of {KV_WALKS}")
         if self.head_order not in HEAD_ORDERS:
             raise ValueError(f"head_order={self.head_order!r}; expected one of {HEAD_ORDERS}")
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler={self.scheduler!r}; expected one of {SCHEDULERS}")
+        check_int("q_stage", self.q_stage, lo=1)
+        if not 0.0 <= self.exposed_memory_fraction <= 1.0:
+            raise ValueError(f"exposed_memory_fraction={self.exposed_memory_fraction!r}; expected a number in [0, 1]")
+
+    @property
+    def q_rows(self) -> int:
+        """Query tokens of one launch row: ``q_stage`` tiles of ``block_m``."""
+        return self.q_stage * self.block_m
 
     def kv_block_bytes(self, head_dim: int) -> int:
         """Bytes one inner step reads: a K tile and a V tile of ``block_n`` tokens."""
         return 2 * self.block_n * head_dim * self.element_bytes
 
     def q_block_bytes(self, head_dim: int) -> int:
-        """Bytes of one query tile, read once per row."""
-        return self.block_m * head_dim * self.element_bytes
+        """Bytes of one launch row's queries (``q_rows`` tokens), read once per row."""
+        return self.q_rows * head_dim * self.element_bytes
 
     def with_block_size(self, block_size: int | None) -> ExecutionFacts:
-        """These facts with tiles of the mask's block size (unchanged for None)."""
+        """These facts with tiles of the mask's block size (unchanged for None; ``q_stage`` kept)."""
         if block_size is None:
             return self
         block_size = check_int("block_size", block_size, lo=1)
@@ -180,6 +201,9 @@ class Backend:
     ctas_per_sm: Mapping[str, int]
     # how it runs a block mask, for the simulator (None: a backend nothing can model, so never measured simulated)
     execution: ExecutionFacts | None = None
+    # the facts on the GPUs where it runs a mask otherwise (FA4's SM100 kernel on b200), by hardware id: read through
+    # ``execution_on``
+    execution_by_hardware: Mapping[str, ExecutionFacts] = field(default_factory=dict)
     # a regular expression matching its attention kernels' names under Nsight Compute ("" profiles every kernel)
     ncu_kernels: str = ""
     is_available: Callable[[], bool] = _always
@@ -198,6 +222,10 @@ class Backend:
     def __post_init__(self) -> None:
         object.__setattr__(self, "plan", _order_checked(self.plan))
         object.__setattr__(self, "ctas_per_sm", MappingProxyType(dict(self.ctas_per_sm)))
+        object.__setattr__(self, "execution_by_hardware", MappingProxyType(dict(self.execution_by_hardware)))
+        if stray := sorted(set(self.execution_by_hardware) - set(self.ctas_per_sm)):
+            raise ValueError(f"backend {self.name!r}: execution_by_hardware names hardware {stray} it does not run on; "
+                             f"expected ids from its ctas_per_sm {sorted(self.ctas_per_sm)}")
         params = keyword_defaults(self.plan) if self.params is None else self.params
         object.__setattr__(self, "params", MappingProxyType(dict(params)))
         unknown = sorted(set(self.ctas_per_sm) - set(hardware_registry.names()))
@@ -213,6 +241,11 @@ class Backend:
     def supports(self, hardware: str) -> bool:
         """Whether this backend runs on (so can be simulated for) the GPU type ``hardware`` (an id: ``"a40"``)."""
         return hardware in self.ctas_per_sm
+
+    def execution_on(self, hardware: str | hardware_registry.Hardware) -> ExecutionFacts | None:
+        """How it runs a block mask on ``hardware`` (an id or a described GPU): that GPU's own facts where it declares
+        them, else ``execution``."""
+        return self.execution_by_hardware.get(hardware_registry.get(hardware).name, self.execution)
 
     def takes(self, method: str) -> bool:
         """Whether it computes the masks of mask method ``method``: a ``dense_only`` backend takes ``dense``'s."""

@@ -11,7 +11,12 @@ last entry down (``kv_walk="reverse"``). WaveAlign is applied from outside, the 
 the query blocks (``block_gather``, whole blocks) and the mask rows into launch order, run, scatter the
 output back.
 
-On Blackwell FA4 runs two 128-row Q tiles per CTA, so there the query block must be a multiple of 256.
+On Blackwell FA4 runs two 128-row Q tiles per CTA (``q_stage = 2``), so there the sparse query block must be a
+multiple of 256 (4.0.0b36 ``flash_attn/cute/block_sparsity.py``, ``infer_block_sparse_expected_shapes``; upstream
+issue Dao-AILab/flash-attention#2727), and its non-causal forward runs the ``StaticPersistentTileScheduler``
+(``flash_attn/cute/tile_scheduler.py``: one CTA per SM, each taking tiles CTA, CTA + grid, ...; tiles numbered query
+block fastest, then head). Those are the facts the simulator models on b200 (``execution_by_hardware``,
+``wavealign.sim.tiling``); this launch path passes a 128-row mask as it is, which FA4 refuses on SM100.
 Compiled kernels are cached in-process per configuration; across processes set
 ``FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1`` (and ``FLASH_ATTENTION_CUTE_DSL_CACHE_DIR``) before import.
 """
@@ -95,6 +100,18 @@ def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: Launch
     return FA4Launch(shape, sparse, order)
 
 
+# The SM90 kernel's speed, fitted to the H200 (table1-fa4-h200: ten timed cells, original and WaveAlign, five masks at
+# 363,600 tokens x 40 heads, against the simulator's makespans and HBM bytes of the same cells): 67.6% of the bf16 peak
+# in the inner loop, and 21% of the HBM time left exposed beside it; held out one mask at a time, time within 1.0% and
+# speedup within 0.02 (benchmarks/results/beyond-sim/fit_fa4_time.py)
+SM90_EXECUTION = ExecutionFacts(128, 128, mma_efficiency=0.676, block_overhead_s=20e-9, kv_walk="reverse",
+                                exposed_memory_fraction=0.21)
+# SM100: two Q tiles per CTA against each K/V tile, the static persistent scheduler, the same reverse K/V walk
+# (block_sparse_utils.py, load_block_list_sm100); the inner loop at FA4's published dense rate on the B200 (1613 of
+# 2250 TFLOP/s, FlashAttention-4 paper, arXiv 2603.05451), the exposed HBM share assumed the H200's (not measured)
+SM100_EXECUTION = ExecutionFacts(128, 128, mma_efficiency=0.71, block_overhead_s=20e-9, kv_walk="reverse",
+                                 q_stage=2, scheduler="static-persistent", exposed_memory_fraction=0.21)
+
 register(Backend(
     name="fa4",
     plan=plan,
@@ -103,7 +120,8 @@ register(Backend(
     # ncu on the H200: 168 regs -> 1 CTA/SM (benchmarks/results/fa4-flashinfer/h200-ncu-364k); the paper's
     # Sec. V for the H100 (128x128 tiles, wave 132)
     ctas_per_sm={"h100": 1, "h200": 1, "b200": 1},
-    execution=ExecutionFacts(128, 128, mma_efficiency=0.75, block_overhead_s=20e-9, kv_walk="reverse"),
+    execution=SM90_EXECUTION,
+    execution_by_hardware={"b200": SM100_EXECUTION},
     ncu_kernels=r"FlashAttentionForward|flash_fwd",
     is_available=REQUIREMENT.is_met,
 ))

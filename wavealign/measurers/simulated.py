@@ -5,16 +5,23 @@ backend's execution facts (``wavealign.kernels``), the L2, HBM and peak those of
 No kernel runs and no Q/K/V is built: the figures (kernel ms, L2 hit, HBM bytes) are predictions, recorded
 ``simulated``. The reorder the host planned on its CPU says nothing of the GPU: its cost there is predicted
 (``wavealign.skip.plan_cost``) and the host's time kept apart (``host_reorder_ms``).
+
+Where the backend's query tile on the cell's GPU spans several mask blocks (FA4 on b200: 256-row units of two
+128-row blocks, ``wavealign.sim.tiling``), the kernel launches units, so the cell's order is planned again, with the
+same stages, reorderer and wave, on the mask coarsened to units (a unit's token count as the step's block size): a
+permutation of units, as that kernel can run it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from wavealign import measurers, sim
 from wavealign.blockmask import check_seed
 from wavealign.masks import check_number, one_of
 from wavealign.masks import optional as or_none
+from wavealign.measure import timing
 from wavealign.measurers import Measurement
 from wavealign.records import CPU
 from wavealign.skip import plan_cost
@@ -24,6 +31,16 @@ def measure(m: Measurement) -> None:
     """The simulator's prediction of the launch, and the reorder's predicted cost on the GPU."""
     cell, result, order = m.cell, m.result, m.prepared.order
     options = MEASURER.resolve(cell.measure_params)
+    q_stage = sim.execution_facts(cell.backend, m.shape.hardware).q_stage
+    launch_rows = m.shape.q_blocks
+    if q_stage > 1:
+        units = sim.coarsen_rows(m.prepared.mask, q_stage)
+        launch_rows = units.shape[-2]
+        if order is not None:
+            # a unit is q_stage blocks of tokens: a reorderer placing rows by position (curve) reads it so
+            step = dataclasses.replace(m.step, block_size=q_stage * m.shape.block_size)
+            stages = m.prepared.decision.stages
+            order, result.reorder_ms = timing.time_plan(lambda: step.plan_order(units, stages), m.device)
     predicted = sim.simulate(m.prepared.mask, order, hardware=m.shape.hardware, backend=cell.backend,
                              head_dim=m.shape.head_dim, wave_size=m.shape.wave_size, block_size=m.shape.block_size,
                              **options)
@@ -31,18 +48,18 @@ def measure(m: Measurement) -> None:
     result.kernel_ms_median, result.kernel_ms_iqr = predicted.kernel_time_s * 1e3, 0.0
     result.l2_hit_pct, result.hbm_read_bytes = predicted.l2_hit_pct, float(predicted.hbm_read_bytes)
     if order is not None:
-        _predicted_plan_cost(m)
+        _predicted_plan_cost(m, launch_rows)
 
 
-def _predicted_plan_cost(m: Measurement) -> None:
-    """The reorder's cost predicted for the cell's GPU; only WaveAlign's stages have a GPU model: another reorderer's
-    cost there is unknown (NaN)."""
+def _predicted_plan_cost(m: Measurement, launch_rows: int) -> None:
+    """The reorder's cost predicted for the cell's GPU, planning ``launch_rows`` rows per head; only WaveAlign's stages
+    have a GPU model: another reorderer's cost there is unknown (NaN)."""
     cell, result = m.cell, m.result
     result.host_reorder_ms = result.reorder_ms
     if cell.reorderer not in plan_cost.MODELLED_REORDERERS:
         result.reorder_ms, result.reorder_cost = math.nan, f"unknown: no GPU cost model for reorderer {cell.reorderer}"
         return
-    plan = plan_cost.predicted_plan_ms(cell.num_heads, m.shape.q_blocks, m.shape.kv_blocks, cell.profile_hardware,
+    plan = plan_cost.predicted_plan_ms(cell.num_heads, launch_rows, m.shape.kv_blocks, cell.profile_hardware,
                                        m.prepared.decision.stages)
     result.reorder_ms, result.reorder_cost = plan.ms, plan.source
 

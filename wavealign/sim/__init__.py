@@ -3,13 +3,19 @@ launch for any mask, row order and described GPU, so one can explore GPUs one do
 
 Model (issue 6; every approximation is listed in ``simulate``'s docstring):
 
-- a **streaming scheduler**: the backend's wave (``kernels.get(backend).wave_size(hardware)``) of SM
-  slots; each takes the next query row of the launch queue when it frees; a row holds its slot for NNZ
-  steps (one step = one K/V block), so the temporal skew of the paper's Fig. 4(b)/7 emerges from the NNZ alone;
+- a **CTA scheduler** (``ExecutionFacts.scheduler``, ``wavealign.sim.engine``): the backend's wave
+  (``kernels.get(backend).wave_size(hardware)``) of SM slots; *streaming*, each slot takes the next query row of the
+  launch queue when it frees, or *static-persistent* (FA4 on SM100), slot s runs queue entries s, s + wave, ...;
+  a row holds its slot for NNZ steps (one step = one K/V block), so the temporal skew of the paper's Fig. 4(b)/7
+  emerges from the NNZ alone;
+- **launch rows** of the backend's query tile on that GPU (``Backend.execution_on(hardware)``): a kernel that runs
+  ``q_stage`` tiles per CTA (FA4 on B200: two, 256 rows) launches the mask's rows coarsened to units
+  (``wavealign.sim.tiling``), and an order is a permutation of those units;
 - the slots' K/V reads **interleave step by step** (slot order within a step) into an **LRU L2** of
   the hardware's capacity, counted in K/V blocks (one K tile + one V tile), split in two partitions on
   the GPUs that have them (``Hardware.l2_partitions``);
-- **kernel time** is a roofline: max(compute makespan, HBM bytes / bandwidth) with a per-block
+- **kernel time**: max(compute makespan, HBM bytes / bandwidth) plus the share of the shorter one the backend's
+  pipeline leaves exposed (``ExecutionFacts.exposed_memory_fraction``; 0 is the roofline), with a per-block
   overhead inside the compute step.
 
 >>> from wavealign import sim
@@ -31,8 +37,10 @@ from wavealign import hardware as hardware_mod
 from wavealign import kernels
 from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed
 from wavealign.kernels import ExecutionFacts
+from wavealign.sim.tiling import coarsen_rows
 
-__all__ = ["ExecutionFacts", "HeadResult", "SimResult", "fit_row_jitter", "simulate"]
+__all__ = ["ExecutionFacts", "HeadResult", "SimResult", "coarsen_rows", "execution_facts", "fit_row_jitter",
+           "simulate"]
 
 # a kernel launch and its tail, outside the per-block roofline (typical CUDA launch latency)
 LAUNCH_OVERHEAD_S = 5e-6
@@ -57,6 +65,8 @@ class SimResult:
     hardware: str
     backend: str
     wave_size: int
+    scheduler: str  # kernels.SCHEDULERS
+    q_rows: int  # query tokens of one launch row (FA4 on B200: 256, two 128-row mask blocks)
     l2_partitions: int
     l2_capacity_blocks: int
     kv_block_bytes: int
@@ -69,9 +79,10 @@ class SimResult:
     kernel_time_s: float
     makespan_steps: int
     per_head: tuple[HeadResult, ...]
-    row_start_step: np.ndarray  # (H, MB) by original query block: the step its slot took it
-    row_finish_step: np.ndarray  # (H, MB)
-    row_slot: np.ndarray  # (H, MB)
+    # (H, rows) by original launch row (the mask's query block, or its unit where q_rows spans several)
+    row_start_step: np.ndarray  # the step its slot took it
+    row_finish_step: np.ndarray
+    row_slot: np.ndarray
 
     @property
     def l2_hit_pct(self) -> float:
@@ -84,16 +95,18 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
              seed: int = 0) -> SimResult:
     """Simulate one launch of ``backend`` on ``hardware`` over ``mask`` (H, MB, NB) bool (or
     (B, H, MB, NB), batches run one after another; or the kv-index form), rows in ``order.perm`` launch
-    order (a ``reorder.RowOrder``, an (H, MB) permutation tensor/array, or None for the identity).
+    order (a ``reorder.RowOrder``, an (H, rows) permutation tensor/array, or None for the identity).
 
-    ``backend`` is a registered ``wavealign.kernels`` backend, whose execution facts are modelled on a GPU it
-    runs on (a registered GPU it does not list is refused, as the sweep refuses the pair), or such facts
-    themselves (a custom study, on any GPU). ``wave_size`` (SM slots) defaults to the backend's wave on
-    ``hardware`` (required for bare facts). ``block_size`` (tokens per mask block) defaults to the backend's
-    tile size. ``row_jitter`` stretches each row by ``round(NNZ * row_jitter * |z|)`` stall steps after its
-    reads, z ~ N(0, 1) seeded by ``seed``: the timing noise (memory stalls, clocks) that lets equal-NNZ rows
-    drift apart over many waves on a real GPU. 0 is perfect lock-step; its value is a calibration knob for NCU
-    data.
+    ``backend`` is a registered ``wavealign.kernels`` backend, whose execution facts on ``hardware``
+    (``execution_facts``) are modelled on a GPU it runs on (a registered GPU it does not list is refused, as the
+    sweep refuses the pair), or such facts themselves (a custom study, on any GPU). Where its query tile spans
+    ``q_stage`` mask blocks (FA4 on b200: 2), the mask's rows are coarsened to those units (``coarsen_rows``) and
+    ``order`` must be a permutation of the units (H, ceil(MB / q_stage)): plan it on the coarsened mask.
+    ``wave_size`` (SM slots) defaults to the backend's wave on ``hardware`` (required for bare facts). ``block_size``
+    (tokens per mask block) defaults to the backend's tile size. ``row_jitter`` stretches each row by
+    ``round(NNZ * row_jitter * |z|)`` stall steps after its reads, z ~ N(0, 1) seeded by ``seed``: the timing noise
+    (memory stalls, clocks) that lets equal-NNZ rows drift apart over many waves on a real GPU. 0 is perfect
+    lock-step; its value is a calibration knob for NCU data.
 
     Assumptions and approximations:
 
@@ -108,10 +121,11 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
       partition is an LRU of half the capacity serving alternate slots; a near miss looks up the block's
       home partition (address-interleaved) before HBM, both lookups count, and the near copy is kept.
       ``l2_partitions=None`` takes the GPU's count (``Hardware.l2_partitions``); 1 is a unified LRU;
-    - compute step = 4·block_m·block_n·head_dim flops at ``mma_efficiency`` of the per-CTA share of the
+    - compute step = 4·q_rows·block_n·head_dim flops at ``mma_efficiency`` of the per-CTA share of the
       bf16 peak, plus ``block_overhead_s``; memory time = (HBM reads + O writes) / bandwidth; kernel
-      time = max(compute makespan, memory time) + a launch overhead. A memory-bound launch would in
-      reality stretch the steps; the access order, hence the hit counts, is assumed unchanged.
+      time = max(compute makespan, memory time) + ``exposed_memory_fraction`` x the smaller of the two + a launch
+      overhead. A memory-bound launch would in reality stretch the steps; the access order, hence the hit counts,
+      is assumed unchanged.
     """
     hw = hardware_mod.get(hardware)
     if l2_partitions is None:
@@ -122,15 +136,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
         backend_name, ex = "custom", backend.with_block_size(block_size)
     else:
         spec = kernels.get(backend)
-        if spec.execution is None:
-            raise ValueError(f"backend {backend!r} declares no execution facts to simulate")
-        # a described GPU of one's own (not a registered id) is a custom study; a registered one must be the
-        # backend's, or the prediction is for a pair that cannot run
-        if hw.name in hardware_mod.names() and not spec.supports(hw.name):
-            raise ValueError(f"backend {spec.name!r} does not run on hardware {hw.name!r} (it runs on "
-                             f"{list(spec.supported_hardware)}); pass its ExecutionFacts and a wave_size to "
-                             "simulate it there anyway")
-        backend_name, ex = spec.name, spec.execution.with_block_size(block_size)
+        backend_name, ex = spec.name, execution_facts(backend, hw).with_block_size(block_size)
         wave_size = spec.wave_size(hw) if wave_size is None else wave_size
     wave = check_int("wave_size", wave_size, lo=1)
     head_dim = check_int("head_dim", head_dim, lo=1)
@@ -142,16 +148,16 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     dense = as_dense(mask)
     if dense.dim() == 4:
         dense = dense.reshape(-1, *dense.shape[-2:])
-    mask_np = dense.detach().to("cpu").contiguous().numpy()
-    heads, mb, _ = mask_np.shape
-    perm = _launch_order(order, heads, mb)
+    mask_np = coarsen_rows(dense, ex.q_stage).detach().to("cpu").contiguous().numpy()
+    heads, rows, _ = mask_np.shape
+    perm = _launch_order(order, heads, rows, ex.q_stage)
 
     kv_bytes = ex.kv_block_bytes(head_dim)
     q_bytes = ex.q_block_bytes(head_dim)
     capacity = hw.l2_bytes // kv_bytes
     extra = None
     if row_jitter > 0.0:
-        z = np.abs(np.random.default_rng(seed).standard_normal((heads, mb)))
+        z = np.abs(np.random.default_rng(seed).standard_normal((heads, rows)))
         extra = np.rint(mask_np.sum(axis=-1) * row_jitter * z).astype(np.int64)
     try:
         from wavealign.sim.engine import replay  # numba: imported when a simulation runs, not with the library
@@ -159,31 +165,48 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
         raise ModuleNotFoundError(f"wavealign.sim needs numba ({exc}): pip install 'wavealign[sim]'") from exc
     trace = replay(mask_np, perm, slots=wave, capacity_blocks=capacity, reverse=ex.kv_walk == "reverse",
                    parallel_heads=ex.head_order == "parallel", partitions=l2_partitions,
-                   row_extra_steps=extra)
+                   row_extra_steps=extra, static=ex.scheduler == "static-persistent")
 
-    q_reads = heads * mb
+    q_reads = heads * rows
     lookup_bytes = float(trace.lookups.sum()) * kv_bytes + q_reads * q_bytes
     hit_bytes = float(trace.hits.sum()) * kv_bytes
     hbm_read = float(trace.hbm_blocks.sum()) * kv_bytes + q_reads * q_bytes
     hbm_write = float(q_reads * q_bytes)  # O has Q's shape
     per_cta_flops = hw.peak_bf16_flops / wave * ex.mma_efficiency
-    step_s = 4.0 * ex.block_m * ex.block_n * head_dim / per_cta_flops + ex.block_overhead_s
+    step_s = 4.0 * ex.q_rows * ex.block_n * head_dim / per_cta_flops + ex.block_overhead_s
     compute_s = trace.makespan_steps * step_s
     memory_s = (hbm_read + hbm_write) / hw.hbm_bytes_per_s
+    kernel_s = max(compute_s, memory_s) + ex.exposed_memory_fraction * min(compute_s, memory_s) + LAUNCH_OVERHEAD_S
     per_head = tuple(
         HeadResult(head=h, l2_lookups=int(trace.lookups[h]), l2_hits=int(trace.hits[h]),
-                   hbm_read_bytes=int(trace.hbm_blocks[h]) * kv_bytes + mb * q_bytes,
-                   l2_hit_ratio=_ratio(trace.hits[h] * kv_bytes, trace.lookups[h] * kv_bytes + mb * q_bytes))
+                   hbm_read_bytes=int(trace.hbm_blocks[h]) * kv_bytes + rows * q_bytes,
+                   l2_hit_ratio=_ratio(trace.hits[h] * kv_bytes, trace.lookups[h] * kv_bytes + rows * q_bytes))
         for h in range(heads))
     return SimResult(
-        hardware=hw.name, backend=backend_name, wave_size=wave, l2_partitions=l2_partitions,
-        l2_capacity_blocks=capacity, kv_block_bytes=kv_bytes,
+        hardware=hw.name, backend=backend_name, wave_size=wave, scheduler=ex.scheduler, q_rows=ex.q_rows,
+        l2_partitions=l2_partitions, l2_capacity_blocks=capacity, kv_block_bytes=kv_bytes,
         l2_hit_ratio=_ratio(hit_bytes, lookup_bytes),
         kv_hit_ratio=_ratio(float(trace.hits.sum()), float(trace.lookups.sum())),
         hbm_read_bytes=hbm_read, hbm_write_bytes=hbm_write, compute_time_s=compute_s,
-        memory_time_s=memory_s, kernel_time_s=max(compute_s, memory_s) + LAUNCH_OVERHEAD_S,
+        memory_time_s=memory_s, kernel_time_s=kernel_s,
         makespan_steps=trace.makespan_steps, per_head=per_head, row_start_step=trace.row_start_step,
         row_finish_step=trace.row_finish_step, row_slot=trace.row_slot)
+
+
+def execution_facts(backend: str, hardware: str | hardware_mod.Hardware) -> ExecutionFacts:
+    """How the registered ``backend`` runs a block mask on ``hardware``, as the simulator models it: its facts on that
+    GPU (``Backend.execution_on``). A registered GPU the backend does not run on is refused, as the sweep refuses
+    the pair; a described GPU of one's own (not a registered id) is a custom study and takes the default facts."""
+    spec = kernels.get(backend)
+    hw = hardware_mod.get(hardware)
+    if hw.name in hardware_mod.names() and not spec.supports(hw.name):
+        raise ValueError(f"backend {spec.name!r} does not run on hardware {hw.name!r} (it runs on "
+                         f"{list(spec.supported_hardware)}); pass its ExecutionFacts and a wave_size to "
+                         "simulate it there anyway")
+    facts = spec.execution_on(hw) if hw.name in hardware_mod.names() else spec.execution
+    if facts is None:
+        raise ValueError(f"backend {backend!r} declares no execution facts to simulate")
+    return facts
 
 
 def fit_row_jitter(mask: MaskLike, target_pct: float, *, hardware: str | hardware_mod.Hardware = "h100",
@@ -206,8 +229,9 @@ def _ratio(num: float, den: float) -> float:
     return float(num) / float(den) if den else 0.0
 
 
-def _launch_order(order, heads: int, mb: int) -> np.ndarray:
-    """``order.perm`` (or the identity) as int64 (H, MB), checked to be a permutation per head."""
+def _launch_order(order, heads: int, mb: int, q_stage: int = 1) -> np.ndarray:
+    """``order.perm`` (or the identity) as int64 (H, MB) over the ``mb`` launch rows, checked to be a permutation per
+    head; ``q_stage`` > 1 says the rows are units of that many mask blocks (named in the error)."""
     if order is None:
         return np.tile(np.arange(mb, dtype=np.int64), (heads, 1))
     perm = getattr(order, "perm", order)
@@ -217,7 +241,9 @@ def _launch_order(order, heads: int, mb: int) -> np.ndarray:
     if perm.ndim == 3:
         perm = perm.reshape(-1, perm.shape[-1])
     if perm.shape != (heads, mb) or not np.issubdtype(perm.dtype, np.integer):
-        raise ValueError(f"order.perm must be an integer (H, MB) = ({heads}, {mb}) permutation, got "
+        units = (f" of the kernel's launch units ({q_stage} mask blocks each: plan the order on "
+                 f"sim.coarsen_rows(mask, {q_stage}))") if q_stage > 1 else ""
+        raise ValueError(f"order.perm must be an integer (H, MB) = ({heads}, {mb}) permutation{units}, got "
                          f"{perm.dtype} {perm.shape}")
     if not (np.sort(perm, axis=-1) == np.arange(mb)).all():
         raise ValueError("order.perm must hold a permutation of range(MB) in every head")

@@ -1,8 +1,13 @@
-"""The simulator's inner loop: a streaming CTA scheduler replaying K/V block reads through an LRU L2.
+"""The simulator's inner loop: a CTA scheduler replaying K/V block reads through an LRU L2.
 
 Compiled with numba, so one Wan2.1-14B 364K cell (~80M block reads) takes seconds, not hours. Time is
 counted in *steps*: one step is the time an SM slot takes to process one K/V block, equal for every
 slot, so a row of NNZ n holds its slot for n steps and slots run side by side step after step.
+
+Two schedulers (``kernels.SCHEDULERS``): *streaming*, a free slot takes the next row of the launch queue (a grid of
+one CTA per tile, dispatched as SMs free); *static-persistent*, slot s runs queue entries s, s + slots, s + 2 slots,
+... one after another whatever their NNZ (FA4 4.0.0b36 ``flash_attn/cute/tile_scheduler.py``,
+``StaticPersistentTileScheduler``: a grid of min(SMs, tiles) CTAs, each advancing its tile index by the grid size).
 """
 
 from __future__ import annotations
@@ -70,16 +75,17 @@ def _lookup(present, prev, nxt, lru_head, lru_tail, size, capacity, p, a):
 
 
 @numba.njit(cache=True)
-def _take_next_row(s, step, next_launch, launch_head, launch_row, row_nnz, row_extra, reverse, nb,
+def _take_next_row(s, step, next_launch, stride, launch_head, launch_row, row_nnz, row_extra, reverse, nb,
                    slot_head, slot_row, slot_cursor, slot_left, slot_idle, row_start, row_finish, row_slot):
-    """Streaming scheduler: free slot ``s`` takes the next row of the launch queue at ``step``. Rows
-    with nothing to do start and finish at once and the slot takes the next one. Returns the new queue
-    position (the slot stays free, ``slot_head[s] == -1``, once the queue is empty)."""
+    """Free slot ``s`` takes the row at queue position ``next_launch`` at ``step``; the position after it is
+    ``stride`` on (1: the streaming scheduler's shared queue; the slot count: a static-persistent slot's own
+    entries). Rows with nothing to do start and finish at once and the slot takes the next one. Returns the new
+    queue position (the slot stays free, ``slot_head[s] == -1``, once its queue is empty)."""
     slot_head[s] = -1
     while next_launch < launch_head.shape[0]:
         h = launch_head[next_launch]
         r = launch_row[next_launch]
-        next_launch += 1
+        next_launch += stride
         row_start[h, r] = step
         row_slot[h, r] = s
         if row_nnz[h, r] + row_extra[h, r] == 0:
@@ -95,7 +101,7 @@ def _take_next_row(s, step, next_launch, launch_head, launch_row, row_nnz, row_e
 
 
 @numba.njit(cache=True)
-def _replay(mask, row_nnz, row_extra, launch_head, launch_row, reverse, slots, capacity, partitions,
+def _replay(mask, row_nnz, row_extra, launch_head, launch_row, reverse, static, slots, capacity, partitions,
             lookups, hits, hbm_blocks, row_start, row_finish, row_slot):
     heads, _, nb = mask.shape
     n_addr = heads * nb
@@ -111,13 +117,20 @@ def _replay(mask, row_nnz, row_extra, launch_head, launch_row, reverse, slots, c
     slot_cursor = np.zeros(slots, dtype=np.int64)
     slot_left = np.zeros(slots, dtype=np.int64)  # K/V reads still to make
     slot_idle = np.zeros(slots, dtype=np.int64)  # stall steps after the reads (row_extra)
-    next_launch = 0
+    # queue positions: one shared by every slot (streaming), or slot s's own, starting at s (static-persistent)
+    if static:
+        queue_pos = np.arange(slots, dtype=np.int64)
+        stride = slots
+    else:
+        queue_pos = np.zeros(1, dtype=np.int64)
+        stride = 1
     step = 0
     # the lowest free slot takes the next row (the hardware's dispatch order among free SMs is unspecified)
     for s in range(slots):
-        next_launch = _take_next_row(s, step, next_launch, launch_head, launch_row, row_nnz, row_extra,
-                                     reverse, nb, slot_head, slot_row, slot_cursor, slot_left, slot_idle,
-                                     row_start, row_finish, row_slot)
+        q = s if static else 0
+        queue_pos[q] = _take_next_row(s, step, queue_pos[q], stride, launch_head, launch_row, row_nnz, row_extra,
+                                      reverse, nb, slot_head, slot_row, slot_cursor, slot_left, slot_idle,
+                                      row_start, row_finish, row_slot)
     active = 0
     for s in range(slots):
         if slot_head[s] >= 0:
@@ -165,19 +178,22 @@ def _replay(mask, row_nnz, row_extra, launch_head, launch_row, reverse, slots, c
             if slot_head[s] < 0 or slot_left[s] > 0 or slot_idle[s] > 0:
                 continue
             row_finish[slot_head[s], slot_row[s]] = step
-            next_launch = _take_next_row(s, step, next_launch, launch_head, launch_row, row_nnz, row_extra,
-                                         reverse, nb, slot_head, slot_row, slot_cursor, slot_left,
-                                         slot_idle, row_start, row_finish, row_slot)
+            q = s if static else 0
+            queue_pos[q] = _take_next_row(s, step, queue_pos[q], stride, launch_head, launch_row, row_nnz,
+                                          row_extra, reverse, nb, slot_head, slot_row, slot_cursor, slot_left,
+                                          slot_idle, row_start, row_finish, row_slot)
             if slot_head[s] < 0:
                 active -= 1
     return step
 
 
 def replay(mask: np.ndarray, perm: np.ndarray, *, slots: int, capacity_blocks: int, reverse: bool,
-           parallel_heads: bool, partitions: int = 1, row_extra_steps: np.ndarray | None = None) -> Trace:
+           parallel_heads: bool, partitions: int = 1, row_extra_steps: np.ndarray | None = None,
+           static: bool = False) -> Trace:
     """Replay the K/V reads of ``mask`` (H, MB, NB) bool, launched in ``perm`` (H, MB) order per head.
 
-    ``capacity_blocks`` is the L2 size in K/V blocks, split evenly over ``partitions``;
+    ``static`` selects the static-persistent scheduler (slot s runs queue entries s, s + slots, ...), else the
+    streaming one. ``capacity_blocks`` is the L2 size in K/V blocks, split evenly over ``partitions``;
     ``row_extra_steps`` (H, MB), by original query block, holds a row's slot that many steps after its
     last read.
     """
@@ -201,7 +217,7 @@ def replay(mask: np.ndarray, perm: np.ndarray, *, slots: int, capacity_blocks: i
                  else np.ascontiguousarray(row_extra_steps, dtype=np.int64))
     makespan = _replay(np.ascontiguousarray(mask), row_nnz, row_extra,
                        np.ascontiguousarray(launch_head, dtype=np.int64),
-                       np.ascontiguousarray(launch_row, dtype=np.int64), bool(reverse), int(slots),
+                       np.ascontiguousarray(launch_row, dtype=np.int64), bool(reverse), bool(static), int(slots),
                        max(1, int(capacity_blocks) // int(partitions)), int(partitions),
                        lookups, hits, hbm_blocks, row_start, row_finish, row_slot)
     return Trace(lookups, hits, hbm_blocks, row_start, row_finish, row_slot, int(makespan))
