@@ -133,7 +133,9 @@ _ENTRIES = (
         l2_partitions=2,
         device_name_patterns=(r"(?<![A-Z])B200\b",),  # not GB200
         sources=("NVIDIA DGX B200 / HGX B200 datasheet (8 TB/s HBM3e, 2.25 PFLOP/s dense BF16 per GPU)",
-                 "CUDA device query reports of B200 (148 SMs, 126 MB L2)"),
+                 "NVIDIA Blackwell Tuning Guide (CUDA documentation): compute capability 10.0, L2 126 MB",
+                 "Chips and Cheese, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling': two dies, 74 SMs enabled "
+                 "each (148), clocks near the H100 SXM5's; B200 reports of 1965 MHz max SM clock"),
     ),
 )
 
