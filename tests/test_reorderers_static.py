@@ -7,9 +7,10 @@ import pytest
 import torch
 
 import wavealign
-from wavealign import kernels, reorder, reorderers, synthetic, variants
+from wavealign import kernels, masks, reorder, reorderers, synthetic, variants
 from wavealign.attention import AttentionStep
 from wavealign.orchestrator import config, grid
+from wavealign.records import Cell
 from wavealign.reorderers.curve import block_positions, curve_order, hilbert_index
 
 STATIC = ("random", "longest-first", "curve")
@@ -103,7 +104,7 @@ def test_curve_refuses_a_latent_that_cuts_another_number_of_blocks():
 
 @pytest.mark.parametrize("latent", [(3, 5), (3, 0, 7), (3, 5.0, 7), "357", 7])
 def test_curve_refuses_a_latent_that_is_not_three_positive_integers(latent):
-    with pytest.raises(ValueError, match=r"latent must be \(T, H, W\)"):
+    with pytest.raises(ValueError, match=r"latent(\[\d\])? must be"):
         reorderers.get("curve").resolve({"latent": latent})
 
 
@@ -123,9 +124,9 @@ def test_outputs_in_every_order_equal_the_original_order_s_bitwise_on_a_ragged_l
     assert torch.equal(ref(q, k, v, mask, order=order, block_size=BLOCK), plain)
 
 
-def step(reorderer: str, latent: tuple[int, int, int] | None) -> AttentionStep:
+def step(reorderer: str, latent: tuple[int, int, int] | None, token_ordered: bool = False) -> AttentionStep:
     return AttentionStep(backend="reference", variant=variants.get("spatial"), hardware=None, wave_size=3,
-                         block_size=BLOCK, reorderer=reorderer, latent=latent)
+                         block_size=BLOCK, reorderer=reorderer, latent=latent, token_ordered=token_ordered)
 
 
 def test_the_step_fills_the_curve_s_latent_and_block_size():
@@ -136,6 +137,26 @@ def test_the_step_fills_the_curve_s_latent_and_block_size():
 def test_a_step_without_a_latent_refuses_the_curve():
     with pytest.raises(ValueError, match="needs latent"):
         step("curve", None).plan_order(torch.ones(2, MB, 4, dtype=torch.bool), "spatial")
+
+
+@pytest.mark.parametrize("stages", ["spatial", "both"])
+def test_the_curve_refuses_a_mask_in_its_method_s_own_token_order(stages):
+    with pytest.raises(ValueError, match="reorderer 'curve' orders query blocks by their frame-major latent position"):
+        step("curve", LATENT, token_ordered=True).plan_order(torch.ones(2, MB, 4, dtype=torch.bool), stages)
+
+
+def test_orders_blind_to_position_run_on_a_token_ordered_mask():
+    mask = synthetic.random_mask(2, MB, 4, 0.5, seed=0)
+    for name in ("random", "longest-first"):
+        assert step(name, LATENT, token_ordered=True).plan_order(mask, "both").perm.shape == (2, MB)
+
+
+@pytest.mark.parametrize("method", masks.available())
+def test_a_cell_s_step_knows_whether_its_method_builds_in_its_own_token_order(method):
+    cell = Cell(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h200", backend="reference",
+                method=method, variant="spatial", stages="spatial", skip_mode="force", workload="w",
+                seq_len_tokens=1560, num_heads=2, head_dim=128, block_size=128, wave_size=132)
+    assert AttentionStep.for_cell(cell).token_ordered == (masks.get(method).token_order is not None)
 
 
 def test_a_reorderer_that_declares_no_latent_is_not_handed_one():

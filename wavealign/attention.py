@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from wavealign import kernels, reorder, reorderers, skip, variants, workloads
+from wavealign import kernels, masks, reorder, reorderers, skip, variants, workloads
 from wavealign.kernels import Launch, LaunchShape
 from wavealign.measure.timing import synced_clock
 from wavealign.records import DEFAULT_REORDERER, Cell
@@ -81,6 +81,9 @@ class AttentionStep:
     seed: int = 0
     # the latent video (T, H, W) in tokens, flattened frame-major; None where unknown (a bare shape)
     latent: tuple[int, int, int] | None = None
+    # the mask's rows are blocks of its method's own token order (masks.TokenOrder: VSA cubes, SVG2 clusters), not
+    # of the frame-major sequence, so a block has no latent position a reorderer could order it by
+    token_ordered: bool = False
 
     @classmethod
     def for_cell(cls, cell: Cell) -> AttentionStep:
@@ -88,7 +91,8 @@ class AttentionStep:
         return cls(backend=cell.backend, variant=variants.Variant(cell.variant, cell.stages, cell.skip_mode),
                    hardware=cell.profile_hardware, wave_size=cell.wave_size, block_size=cell.block_size,
                    reorderer=cell.reorderer, reorderer_params=cell.reorderer_params,
-                   backend_params=cell.backend_params, seed=cell.seed, latent=cell_latent(cell))
+                   backend_params=cell.backend_params, seed=cell.seed, latent=cell_latent(cell),
+                   token_ordered=masks.get(cell.method).token_order is not None)
 
     def features(self, mask: torch.Tensor, head_dim: int) -> skip.SkipFeatures:
         """The mask's statistics the skip policy reads, for this step's GPU and wave."""
@@ -116,8 +120,13 @@ class AttentionStep:
 
     def plan_order(self, mask: torch.Tensor, stages: str) -> reorder.RowOrder:
         """The launch order of ``mask`` for ``stages``: this step's reorderer, then Stage 2 where ``stages`` says. A
-        reorderer that declares one of ``reorderers.STEP_PARAMS`` gets this step's value of it."""
+        reorderer that declares one of ``reorderers.STEP_PARAMS`` gets this step's value of it; one that reads the
+        latent position of a block (declares ``latent``) refuses a token-ordered mask."""
         declared = reorderers.get(self.reorderer).params
+        if self.token_ordered and "latent" in declared and stages in ("spatial", "both"):
+            raise ValueError(f"reorderer {self.reorderer!r} orders query blocks by their frame-major latent position, "
+                             "but this mask's rows are blocks of its method's own token order (cubes or clusters), "
+                             "which have none; expected a method without a token order")
         facts = {"latent": self.latent, "block_size": self.block_size}
         params = {**self.reorderer_params, **{k: facts[k] for k in reorderers.STEP_PARAMS if k in declared}}
         return reorder.plan(mask, wave_size=self.wave_size, stages=stages, seed=self.seed, reorderer=self.reorderer,
@@ -155,5 +164,4 @@ def cell_latent(cell: Cell) -> tuple[int, int, int] | None:
         return workloads.read_header(cell.captured).grid
     if cell.model is None:
         return None
-    wl = workloads.preset(cell.model, frames=cell.frames, resolution=cell.resolution)
-    return (wl.latent_frames, wl.grid_height, wl.grid_width)
+    return workloads.preset(cell.model, frames=cell.frames, resolution=cell.resolution).latent

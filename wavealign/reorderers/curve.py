@@ -14,13 +14,12 @@ video, so distinct block means stay distinct and the curve's order restricted to
 from __future__ import annotations
 
 import functools
-import operator
-from typing import Any
 
 import torch
 
 from wavealign import reorderers
 from wavealign.blockmask import check_int
+from wavealign.masks import check_latent
 
 AXES = 3
 
@@ -91,21 +90,6 @@ def group(mask: torch.Tensor, *, wave_size: int, seed: int, latent: tuple[int, i
         raise ValueError(f"reorderer 'curve': latent={latent} cut in block_size={block_size} makes {blocks} query "
                          f"blocks, but the mask has MB={mb}")
     return curve_order(latent, block_size).to(mask.device).expand(g, mb).contiguous()
-
-
-def check_latent(name: str, value: Any) -> tuple[int, int, int] | None:
-    """None, or (T, H, W): three positive integers."""
-    if value is None:
-        return None
-    try:
-        sizes = tuple(operator.index(v) for v in value if not isinstance(v, bool))
-        whole = len(sizes) == len(value)
-    except TypeError:  # not iterable, or an item that is no integer
-        sizes, whole = (), False
-    if not whole or len(sizes) != AXES or min(sizes) < 1:
-        raise ValueError(f"{name} must be (T, H, W), three positive integers (latent frames, height, width in "
-                         f"tokens), got {value!r}")
-    return sizes  # type: ignore[return-value]
 
 
 reorderers.register(
