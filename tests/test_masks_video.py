@@ -3,6 +3,7 @@ the latent video shape a method reads (``latent=(T, H, W)``), Radial Attention's
 
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 
 import pytest
@@ -217,3 +218,84 @@ def test_radial_gets_its_latent_from_the_workload_like_the_identity_params():
     assert torch.equal(built, masks.build("radial", q, k, v, block_size=16, latent=(5, 3, 7)))
     assert masks.identity_params("radial", model="m", layer=3, heads=[0], latent=(5, 3, 7)) == {"latent": (5, 3, 7)}
     assert masks.identity_params("xattention", model="m", layer=3, heads=[0], latent=(5, 3, 7)) == {}
+
+
+# --- vsa -----------------------------------------------------------------------------------------------------------
+
+def _vsa_reference(q: torch.Tensor, k: torch.Tensor, latent: tuple[int, int, int], cube: tuple[int, int, int],
+                   block_size: int, sparsity: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """VSA's coarse stage written out: tiles cut by loops (full tiles, then edge tiles, each in tile raster order),
+    tokens gathered, each block of positions mean-pooled, and per query block the top-k key blocks by a stable sort.
+    Returns (perm, mask (B, H, MB, NB))."""
+    frames, height, width = latent
+    index = torch.arange(frames * height * width).view(frames, height, width)
+    full, edge = [], []
+    for t0 in range(0, frames, cube[0]):
+        for h0 in range(0, height, cube[1]):
+            for w0 in range(0, width, cube[2]):
+                tile = index[t0:t0 + cube[0], h0:h0 + cube[1], w0:w0 + cube[2]].flatten()
+                (full if tile.numel() == block_size else edge).append(tile)
+    perm = torch.cat(full + edge)
+    n = perm.numel()
+    blocks = -(-n // block_size)
+    keep = max(1, math.ceil((1 - sparsity) * blocks))
+    mask = torch.zeros(q.shape[0], q.shape[1], blocks, blocks, dtype=torch.bool)
+    for b in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            pooled = [torch.stack([x[b, h, perm][i * block_size:(i + 1) * block_size].mean(0) for i in range(blocks)])
+                      for x in (q, k)]
+            scores = pooled[0] @ pooled[1].T / q.shape[-1] ** 0.5
+            order = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :keep]
+            mask[b, h].scatter_(1, order, True)
+    return perm, mask
+
+
+@pytest.mark.parametrize(("latent", "cube", "block_size", "sparsity"), [
+    ((4, 4, 8), (2, 2, 4), 16, 0.75),   # every tile full: 8 blocks, one tile each
+    ((5, 6, 7), (2, 2, 4), 16, 0.9),    # edge tiles on every axis, packed at the tail; 210 tokens, ragged last block
+    ((3, 9, 16), (1, 4, 4), 16, 0.5),   # edge tiles along H only
+])
+def test_vsa_mask_follows_its_rule_in_its_cube_order(latent, cube, block_size, sparsity):
+    n = latent[0] * latent[1] * latent[2]
+    q, k, v = _qkv(2, 2, n, seed=3)
+    perm, expected = _vsa_reference(q, k, latent, cube, block_size, sparsity)
+    built = masks.get("vsa").build_ordered(q, k, v, block_size, latent=latent, cube=cube, sparsity=sparsity)
+    assert torch.equal(built.order.q_perm[1, 1], perm) and torch.equal(built.order.kv_perm[0, 1], perm)
+    assert torch.equal(built.mask, expected)
+    assert torch.equal(masks.build("vsa", q, k, v, block_size, latent=latent, cube=cube, sparsity=sparsity), expected)
+
+
+def test_vsa_labels_name_each_positions_tile_in_raster_tile_order():
+    latent, cube = (3, 4, 6), (2, 2, 4)  # tiles: 2 x 2 x 2; t and w cut short
+    q, k, _ = _qkv(1, 1, 72)
+    order = masks.get("vsa").token_order(q, k, block_size=16, latent=latent, cube=cube, sparsity=0.5)
+    index = torch.arange(72).view(3, 4, 6)
+    for position in range(72):
+        t, h, w = (int(c) for c in torch.nonzero(index == order.q_perm[0, 0, position])[0])
+        assert order.q_labels[0, 0, position] == ((t // 2) * 2 + h // 2) * 2 + w // 4
+
+
+def test_vsa_keeps_k_blocks_per_row_ceil_of_one_minus_sparsity():
+    q, k, v = _qkv(1, 3, 5 * 6 * 7, seed=4)
+    mask = masks.build("vsa", q, k, v, 16, latent=(5, 6, 7), cube=(2, 2, 4), sparsity=0.8)  # 14 blocks
+    assert (mask.sum(-1) == 3).all()  # ceil(0.2 * 14)
+
+
+def test_vsa_top_k_takes_tied_scores_in_index_order():
+    from wavealign.masks.vsa import select_top_k
+
+    scores = torch.tensor([[1.0, 2.0, 2.0, 2.0, 0.0], [3.0, 3.0, 3.0, 3.0, 3.0]])
+    assert select_top_k(scores, 2).tolist() == [[False, True, True, False, False],
+                                                [True, True, False, False, False]]
+
+
+def test_vsa_without_a_latent_says_it_needs_one():
+    q, k, v = _qkv(1, 1, 64)
+    with pytest.raises(ValueError, match=r"method 'vsa' needs latent=\(T, H, W\)"):
+        masks.build("vsa", q, k, v, 16, cube=(1, 4, 4))
+
+
+def test_vsa_refuses_a_cube_that_is_not_one_block():
+    q, k, v = _qkv(1, 1, 64)
+    with pytest.raises(ValueError, match="cube must hold one block"):
+        masks.build("vsa", q, k, v, 16, latent=(1, 8, 8), cube=(2, 2, 2))
