@@ -7,8 +7,8 @@ before any mask-dependent one. It reads only the shape, never the mask, and is t
 
 The index is Skilling's transpose form ("Programming the Hilbert curve", AIP Conf. Proc. 707, 381, 2004): undo the
 excess work of each bit level by inverting or exchanging the low bits of the axes, Gray-encode, then read the bits
-out level by level. Positions are taken at half-token resolution on the smallest power-of-two cube holding the
-video, so distinct block means stay distinct and the curve's order restricted to the video is a total order.
+out level by level. Positions are taken at half-token resolution (twice the mean, rounded down) in the smallest
+power-of-two cube holding them; blocks that share a cell keep their original order.
 """
 
 from __future__ import annotations
@@ -97,4 +97,4 @@ reorderers.register(
     "curve", group, {"latent": None, "block_size": 128},
     "query blocks along a 3D Hilbert curve over their mean latent (t, h, w) position (static, mask-blind)",
     reference="Skilling, Programming the Hilbert curve, AIP Conf. Proc. 707 (2004)",
-    checks={"latent": check_latent, "block_size": lambda name, value: check_int(name, value, lo=1)})
+    checks={"latent": check_latent, "block_size": functools.partial(check_int, lo=1)})
