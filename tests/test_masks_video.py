@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from wavealign import masks, workloads
+from wavealign.integrations.attention import BlockSparseAttention
 from wavealign.masks._common import pool_blocks
 
 
@@ -299,3 +300,90 @@ def test_vsa_refuses_a_cube_that_is_not_one_block():
     q, k, v = _qkv(1, 1, 64)
     with pytest.raises(ValueError, match="cube must hold one block"):
         masks.build("vsa", q, k, v, 16, latent=(1, 8, 8), cube=(2, 2, 2))
+
+
+# --- in the integrations -------------------------------------------------------------------------------------------
+
+def _attention(method: str, reorder: str, **kwargs) -> BlockSparseAttention:
+    return BlockSparseAttention(method=method, backend="reference", reorder=reorder, hardware="h100", block_size=16,
+                                **kwargs)
+
+
+def test_vsa_with_wavealigns_order_gives_bitwise_the_output_of_vsa_alone():
+    latent = (5, 6, 7)  # 210 tokens: edge cubes on every axis, a ragged last block
+    q, k, v = _qkv(1, 2, 210, d=16, seed=5)
+    params = {"cube": (2, 2, 4), "sparsity": 0.7}
+    alone = _attention("vsa", "never", latent=latent, method_params=params)
+    aligned = _attention("vsa", "always", latent=latent, method_params=params)
+    out = alone(q, k, v)
+    assert torch.equal(aligned(q, k, v), out)
+    assert aligned.calls[-1].reordered and not alone.calls[-1].reordered
+    # and it is attention under VSA's mask, back in the original token order
+    built = masks.get("vsa").build_ordered(q, k, v, 16, latent=latent, **params)
+    block = torch.empty(210, dtype=torch.long)
+    block[built.order.q_perm[0, 0]] = torch.arange(210) // 16  # each original token's block in the cube order
+    allowed = built.mask[0][:, block][:, :, block]  # (H, N, N) token-level mask
+    scores = (q[0] @ k[0].transpose(-1, -2)) / 4.0
+    expected = torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1) @ v[0]
+    assert torch.allclose(out[0], expected, atol=1e-5)
+    assert 0 < aligned.calls[-1].density < 1
+
+
+def test_a_static_method_is_planned_once_per_shape_across_layers_and_denoising_steps():
+    attend = _attention("radial", "always", latent=(5, 3, 7))
+    q, k, v = _qkv(1, 2, 105, d=16)
+    outputs = [attend(q + step, k, v, layer=layer) for step in range(3) for layer in range(2)]
+    assert [c.plan_reused for c in attend.calls] == [False] + [True] * 5
+    assert attend.calls[0].reorder_ms > 0 and all(c.reorder_ms == 0 and c.mask_ms == 0 for c in attend.calls[1:])
+    assert not torch.equal(outputs[0], outputs[2])  # each step still computes on its own Q
+    assert torch.equal(attend(q, k, v, layer=1), outputs[0])
+    q2, k2, v2 = _qkv(1, 2, 126, d=16)  # another video shape: a plan of its own
+    attend(q2, k2, v2, latent=(6, 3, 7))
+    assert not attend.calls[-1].plan_reused
+
+
+def test_a_static_method_plans_every_call_when_plans_are_not_reused():
+    attend = _attention("radial", "always", latent=(5, 3, 7), reuse_static_plans=False)
+    q, k, v = _qkv(1, 2, 105, d=16)
+    first, second = attend(q, k, v), attend(q, k, v)
+    assert torch.equal(first, second) and not any(c.plan_reused for c in attend.calls)
+
+
+def test_a_method_that_reads_the_latent_says_so_where_a_call_has_none():
+    attend = _attention("radial", "never")
+    q, k, v = _qkv(1, 1, 105, d=16)
+    with pytest.raises(ValueError, match=r"method 'radial' needs latent=\(T, H, W\)"):
+        attend(q, k, v)
+    with pytest.raises(ValueError, match="latent"):
+        _attention("vsa", "never", latent=(5, 3))
+
+
+def test_diffusers_apply_reads_each_forwards_latent_from_the_model():
+    diffusers = pytest.importorskip("diffusers")
+    from wavealign.integrations import diffusers as wa
+
+    torch.manual_seed(0)
+    model = diffusers.WanTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=4, out_channels=4,
+        text_dim=32, freq_dim=32, ffn_dim=64, num_layers=2, rope_max_seq_len=64).eval()
+    gen = torch.Generator().manual_seed(1)
+    text = torch.randn(1, 8, 32, generator=gen)
+
+    def forward(frames: int, height: int, width: int) -> torch.Tensor:
+        latents = torch.randn(1, 4, frames, height, width, generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            return model(hidden_states=latents, timestep=torch.tensor([500]), encoder_hidden_states=text,
+                         return_dict=False)[0]
+
+    params = {"cube": (1, 4, 4), "sparsity": 0.5}
+    with wa.apply(model, method="vsa", reorder="never", backend="reference", hardware="h100", block_size=16,
+                  **params) as plain:
+        alone = forward(3, 16, 24)
+        assert plain.attention.latent == (3, 8, 12)
+        forward(2, 16, 16)
+        assert plain.attention.latent == (2, 8, 8)
+    with wa.apply(model, method="vsa", reorder="always", backend="reference", hardware="h100", block_size=16,
+                  **params) as aligned:
+        assert torch.equal(forward(3, 16, 24), alone)
+    assert all(c.reordered for c in aligned.attention.calls)
+    assert not model._forward_pre_hooks  # removed with the processors

@@ -7,6 +7,10 @@
     installed.attention.calls            # per call: density, reordered or not and why, mask and plan ms
     installed.remove()                   # the stock processors back
 
+The latent video a method reads (``radial``, ``vsa``: ``latent=(T, H, W)`` in tokens) is taken from each forward's
+``hidden_states`` (its latent frames, height and width over the transformer's patch size) unless ``apply`` is given
+one.
+
 How it hooks in: diffusers' Wan processor computes Q/K/V (projections, RMSNorm, RoPE) and hands them to its
 module's ``dispatch_attention_fn``. The installed processor is the stock ``WanAttnProcessor`` with that one call
 routed, for the duration of its own call, to ``BlockSparseAttention``; everything around attention stays
@@ -84,15 +88,28 @@ def processor_class() -> type:
     return WaveAlignWanAttnProcessor
 
 
+def token_grid(transformer: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[int, int, int]:
+    """The latent token grid (T, H, W) of one forward of a Wan ``transformer`` called with ``args``, ``kwargs``: its
+    ``hidden_states`` (B, C, F, H, W) over the patch size, the tokens its self-attention sees, frame-major."""
+    latents = kwargs.get("hidden_states", args[0] if args else None)
+    patch = transformer.config.patch_size
+    return tuple(int(n) // int(p) for n, p in zip(latents.shape[2:], patch, strict=True))  # type: ignore[return-value]
+
+
 class _Removable:
-    """What ``apply`` and ``capture`` return: ``remove()`` puts the transformer's original processors back, also on
-    leaving a ``with`` block. Subclasses hold ``transformer`` and ``_original``."""
+    """What ``apply`` and ``capture`` return: ``remove()`` puts the transformer's original processors back (and drops
+    a forward hook, where one was installed), also on leaving a ``with`` block. Subclasses hold ``transformer``,
+    ``_original`` and ``_hook``."""
 
     transformer: Any
     _original: dict[str, Any]
+    _hook: Any
 
     def remove(self) -> None:
         self.transformer.set_attn_processor(dict(self._original))  # set_attn_processor empties the dict it gets
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
     def __enter__(self) -> Self:
         return self
@@ -116,27 +133,38 @@ class Installed(_Removable):
     attention: BlockSparseAttention
     layers: list[str]
     _original: dict[str, Any]
+    _hook: Any = None
 
 
 def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", reorder: str = "adaptive", *,
           block_size: int = 128, hardware: str | None = None, wave_size: int | None = None,
-          reorderer: str = "wavealign", **method_params: Any) -> Installed:
+          reorderer: str = "wavealign", latent: tuple[int, int, int] | None = None, reuse_static_plans: bool = True,
+          **method_params: Any) -> Installed:
     """Install WaveAlign on every self-attention layer (``attn1``) of a diffusers Wan ``transformer``.
 
     ``method`` and ``method_params`` pick the mask (``wavealign.masks``), ``backend`` the kernel
     (``wavealign.kernels``), ``reorder`` "always", "never" or "adaptive" (the skip profile of ``hardware`` decides
     per call). A method tuned per head (SpargeAttn, MInference) tunes each (layer, head) on its first call and reuses
     the config after (``installed.attention.tuned_configs``; ``tuned_config=FILE`` also keeps them in a file).
-    Arguments are checked here, before any forward pass."""
+    ``latent`` (T, H, W) in tokens fixes the latent video; by default each forward's is read from its
+    ``hidden_states`` (``token_grid``). A static method's plan is kept per shape and latent (``reuse_static_plans``,
+    ``BlockSparseAttention``). Arguments are checked here, before any forward pass."""
     original, layers = _self_attention_layers(transformer)
     attention = BlockSparseAttention(method=method, backend=backend, reorder=reorder, block_size=block_size,
                                      hardware=hardware, wave_size=wave_size, reorderer=reorderer,
-                                     method_params=dict(method_params), model=type(transformer).__name__)
+                                     method_params=dict(method_params), model=type(transformer).__name__,
+                                     latent=latent, reuse_static_plans=reuse_static_plans)
     make = processor_class()
     # one processor per layer, each telling the attention which layer calls it (tuned configs are per layer)
     _install(transformer, original, layers,
              lambda name: make(functools.partial(attention, layer=layers.index(name))))
-    return Installed(transformer=transformer, attention=attention, layers=layers, _original=original)
+    hook = None
+    if latent is None:
+        def take_latent(module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+            attention.latent = token_grid(module, args, kwargs)
+
+        hook = transformer.register_forward_pre_hook(take_latent, with_kwargs=True)
+    return Installed(transformer=transformer, attention=attention, layers=layers, _original=original, _hook=hook)
 
 
 def _self_attention_layers(transformer: Any) -> tuple[dict[str, Any], list[str]]:
@@ -173,13 +201,11 @@ class Capture(_Removable):
 
     def _on_forward(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         """Before each transformer forward: the step (a new timestep starts one) and the latent token grid."""
-        latents = kwargs.get("hidden_states", args[0] if args else None)
         timestep = kwargs.get("timestep", args[1] if len(args) > 1 else None)
         timestep = torch.as_tensor(timestep).detach().cpu()
         if self._timestep is None or not torch.equal(timestep, self._timestep):
             self.step, self._timestep = self.step + 1, timestep
-        patch = module.config.patch_size
-        self._grid = tuple(int(n) // int(p) for n, p in zip(latents.shape[2:], patch, strict=True))
+        self._grid = token_grid(module, args, kwargs)
 
     def handler(self, layer: int) -> Handler:
         """What the processor of ``layer`` does with a call: write it when its (layer, step) is wanted, then let
@@ -191,11 +217,6 @@ class Capture(_Removable):
                 self.files.append(path)
             return None
         return record
-
-    def remove(self) -> None:
-        super().remove()
-        self._hook.remove()
-
 
 def capture(transformer: Any, out_dir: str | Path, *, layers: list[int], steps: list[int],
             model: str = "wan2.1-14b") -> Capture:
