@@ -1,7 +1,7 @@
 """Specification of ``svg2`` (Sparse VideoGen 2's semantic-aware permutation on our block grid): each step against a
 plain torch reference written here (Lloyd's k-means, the per-row top-p of the cluster pairs, the any-pair block
 rule), the token order it builds in, attention through it bitwise equal with and without a WaveAlign order, and the
-GPU path (the Triton nearest-centroid search) against the torch code."""
+GPU path (the Triton nearest-centroid search and cluster means) against the torch code."""
 
 from __future__ import annotations
 
@@ -218,17 +218,26 @@ xi = torch.randint(-2, 3, (1, 64, 16), generator=gen).float()
 ci = torch.randint(-2, 3, (1, 40, 16), generator=gen).float()
 ci[0, 20], ci[0, 33] = ci[0, 3], ci[0, 3]
 results["ties"] = [svg2.nearest_centroid(xi, ci, use_kernel=k).tolist() for k in (True, False)]
-results["kmeans_differing"] = int((svg2.kmeans(x, 9, 3, use_kernel=True).labels
-                                   != svg2.kmeans(x, 9, 3, use_kernel=False).labels).sum())
+# cluster means: bf16-valued tokens, so the float64 sums are exact in any order; an empty cluster keeps its previous
+xb = x.bfloat16().float()
+labels = torch.randint(7, (2, 203), generator=gen)
+labels[labels == 4] = 5
+previous = torch.randn(2, 7, 24, generator=gen)
+results["means_equal"] = all(torch.equal(a, b) for a, b in zip(
+    svg2.cluster_means(xb, labels, 7, previous, use_kernel=True),
+    svg2.cluster_means(xb, labels, 7, previous, use_kernel=False)))
+results["kmeans_differing"] = int((svg2.kmeans(xb, 9, 3, use_kernel=True).labels
+                                   != svg2.kmeans(xb, 9, 3, use_kernel=False).labels).sum())
 print("RESULTS" + json.dumps(results))
 """
 
 
-def test_the_triton_nearest_centroid_kernel_picks_what_the_torch_code_picks():
+def test_the_triton_kernels_pick_the_clusters_and_means_the_torch_code_picks():
     pytest.importorskip("triton")
     results = json.loads(run_interpreted(CHILD).split("RESULTS", 1)[1])
     assert results["differing"] == 0
     assert results["ties"][0] == results["ties"][1]
+    assert results["means_equal"]
     assert results["kmeans_differing"] == 0
 
 

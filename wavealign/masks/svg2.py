@@ -33,9 +33,11 @@ them in the input dtype); probabilities and their cumulative sums in float64 (up
 sorts, so ties fall in index order (upstream's ``argsort`` is unstable). The distance drops the token's own |x|^2,
 which is the same for every centroid and does not move the argmin (upstream adds it and clamps at 0).
 
-On a GPU the nearest-centroid search runs as one Triton kernel (upstream ships a kernel of the same design in
-``kmeans_utils.py``: a tile of tokens against every centroid chunk, a running argmin, no (N x C) distance matrix);
-``reference`` runs the torch code here on any device, and the tests compare them.
+On a GPU each k-means iteration is two Triton kernels: the nearest-centroid search (the design of upstream's
+``euclid_assign_triton``: a tile of tokens against every centroid chunk, a running argmin, no (N x C) distance matrix
+in memory) and the cluster means (one program per cluster over its tokens in label order, as upstream's
+``triton_centroid_update_sorted_euclid`` walks sorted ids, but with float64 sums and no atomics). The torch code here
+is the CPU path and what the tests hold the kernels to (``use_kernel=False`` runs it on a GPU too).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def kmeans(x: torch.Tensor, clusters: int, iters: int, seed: int = 0, *, use_ker
         c = torch.gather(xs, 1, start[h0:h0 + step, :, None].expand(-1, -1, d)).float()
         for _ in range(iters):
             lab = nearest_centroid(xs, c, use_kernel=kernel)
-            c, size = cluster_means(xs, lab, clusters, previous=c)
+            c, size = cluster_means(xs, lab, clusters, previous=c, use_kernel=kernel)
         labels[h0:h0 + step], centroids[h0:h0 + step], sizes[h0:h0 + step] = lab, c, size
     return Clusters(labels, centroids, sizes)
 
@@ -114,20 +116,23 @@ def nearest_centroid(x: torch.Tensor, centroids: torch.Tensor, *, use_kernel: bo
     return out
 
 
-def cluster_means(x: torch.Tensor, labels: torch.Tensor, clusters: int, previous: torch.Tensor | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def cluster_means(x: torch.Tensor, labels: torch.Tensor, clusters: int, previous: torch.Tensor | None = None, *,
+                  use_kernel: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Each cluster's mean token, float32 (H, C, D), and size, int64 (H, C), from x (H, N, D) and labels (H, N).
-    Sums are float64: exact for bf16 tokens, so any order of the tokens (a GPU's atomics, a permutation) gives the
-    same means. An empty cluster keeps its ``previous`` centroid (zeros without one)."""
+    Sums are float64: exact for bf16 tokens, so any order of the tokens (a permutation, the kernel's) gives the same
+    means. An empty cluster keeps its ``previous`` centroid (zeros without one). ``use_kernel``: one Triton program
+    per cluster sums its tokens in label order (a sort, then no atomics)."""
     h, n, d = x.shape
     flat = _flat(labels, clusters)
+    sizes = torch.bincount(flat, minlength=h * clusters).view(h, clusters)
+    if previous is None:
+        previous = torch.zeros(h, clusters, d, device=x.device)
+    if use_kernel:
+        return _cluster_means_triton(x, labels, sizes, previous), sizes
     sums = torch.zeros(h * clusters, d, dtype=torch.float64, device=x.device)
     sums.index_add_(0, flat, x.reshape(h * n, d).double())
-    sizes = torch.bincount(flat, minlength=h * clusters).view(h, clusters)
     means = (sums.view(h, clusters, d) / sizes[..., None].clamp(min=1)).float()
-    if previous is not None:
-        means = torch.where(sizes[..., None] > 0, means, previous)
-    return means, sizes
+    return torch.where(sizes[..., None] > 0, means, previous), sizes
 
 
 def keep_clusters(q_centroids: torch.Tensor, kv_centroids: torch.Tensor, kv_sizes: torch.Tensor, top_p: float,
@@ -209,15 +214,59 @@ if triton is not None:
         tl.store(OUT + h * s_oh + rows, best_idx, mask=rows < N)
 
 
-def _nearest_centroid_triton(x: torch.Tensor, centroids: torch.Tensor, c_sq: torch.Tensor) -> torch.Tensor:
+    @triton.jit
+    def _cluster_means_kernel(X, PERM, STARTS, PREV, OUT, D, s_xh, s_xn, s_ph, s_sh, s_ch, s_ck,
+                              BN: tl.constexpr, BD: tl.constexpr):
+        """One cluster of one head: the float64 sum of its tokens, which sit at positions STARTS[c]..STARTS[c+1] of
+        the head's label order PERM, BN at a time (a fixed order, no atomics), divided by their count; an empty
+        cluster keeps PREV."""
+        c = tl.program_id(0)
+        h = tl.program_id(1).to(tl.int64)
+        start = tl.load(STARTS + h * s_sh + c)
+        end = tl.load(STARTS + h * s_sh + c + 1)
+        dims = tl.arange(0, BD)
+        acc = tl.zeros((BD,), tl.float64)
+        for p0 in range(start, end, BN):
+            pos = p0 + tl.arange(0, BN)
+            inside = pos < end
+            token = tl.load(PERM + h * s_ph + pos, mask=inside, other=0)
+            x = tl.load(X + h * s_xh + token[:, None] * s_xn + dims[None, :],
+                        mask=inside[:, None] & (dims[None, :] < D), other=0.0)
+            acc += tl.sum(x.to(tl.float64), 0)
+        count = (end - start).to(tl.float64)
+        prev = tl.load(PREV + h * s_ch + c * s_ck + dims, mask=dims < D, other=0.0)
+        mean = tl.where(count > 0, (acc / tl.maximum(count, 1.0)).to(tl.float32), prev)
+        tl.store(OUT + h * s_ch + c * s_ck + dims, mean, mask=dims < D)
+
+
+# the nearest-centroid kernel's tiling on a GPU (the interpreter takes small tiles)
+ASSIGN_CONFIG = {"BN": 128, "BC": 64, "num_warps": 8, "num_stages": 2}
+
+
+def _nearest_centroid_triton(x: torch.Tensor, centroids: torch.Tensor, c_sq: torch.Tensor,
+                             config: dict[str, int] | None = None) -> torch.Tensor:
     h, n, d = x.shape
     x, centroids, c_sq = x.contiguous(), centroids.contiguous(), c_sq.contiguous()
     out = torch.empty(h, n, dtype=torch.long, device=x.device)
-    bn, bc = (128, 64) if x.is_cuda else (16, 16)
-    _nearest_centroid_kernel[(triton.cdiv(n, bn), h)](
+    cfg = {**ASSIGN_CONFIG, **(config or {})} if x.is_cuda else {"BN": 16, "BC": 16, "num_warps": 1, "num_stages": 1}
+    _nearest_centroid_kernel[(triton.cdiv(n, cfg["BN"]), h)](
         x, centroids, c_sq, out, n, centroids.shape[1], d, x.stride(0), x.stride(1), centroids.stride(0),
-        centroids.stride(1), c_sq.stride(0), out.stride(0), BN=bn, BC=bc, BD=max(16, triton.next_power_of_2(d)),
-        num_warps=8 if x.is_cuda else 1)
+        centroids.stride(1), c_sq.stride(0), out.stride(0), BN=cfg["BN"], BC=cfg["BC"],
+        BD=max(16, triton.next_power_of_2(d)), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return out
+
+
+def _cluster_means_triton(x: torch.Tensor, labels: torch.Tensor, sizes: torch.Tensor, previous: torch.Tensor
+                          ) -> torch.Tensor:
+    h, d = x.shape[0], x.shape[2]
+    x, previous = x.contiguous(), previous.contiguous()
+    perm = torch.sort(labels, dim=-1).indices  # any order within a cluster: the float64 sums are exact
+    starts = torch.nn.functional.pad(sizes.cumsum(-1), (1, 0))
+    out = torch.empty_like(previous)
+    _cluster_means_kernel[(sizes.shape[1], h)](
+        x, perm, starts, previous, out, d, x.stride(0), x.stride(1), perm.stride(0), starts.stride(0),
+        out.stride(0), out.stride(1), BN=32 if x.is_cuda else 16, BD=max(16, triton.next_power_of_2(d)),
+        num_warps=4 if x.is_cuda else 1)
     return out
 
 
