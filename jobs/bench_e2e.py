@@ -1,14 +1,19 @@
 """Time a diffusers Wan transformer's forward: dense, and block-sparse in the original order, reordered and adaptive.
 
-A workload's calibrated method mask is replayed in every layer, and the method itself runs on every layer's live Q/K.
+A workload's calibrated method mask is replayed in every layer, and the method itself runs on every layer's live Q/K;
+a static method (``radial``) runs itself.
 
 Random weights give near-uniform attention, so masks built from the live Q/K would be near-dense; the kernel runs
 instead the mask the calibrated synthetic workload gives (``method=file``), the same in every self-attention layer.
 What building the method's mask costs a live pipeline is still paid inside the timed forward: with ``--estimator
 live`` (the default) every layer runs the method on its own Q/K (SpargeAttn and MInference with their configs
-tuned by a first, untimed forward, as a pipeline's first step tunes them) and discards the mask. The results say
-both. The transformer is the Wan2.1-14B configuration (diffusers' ``WanTransformer3DModel()`` defaults) unless
-``--config 1.3b``, with random bf16 weights: no download.
+tuned by a first, untimed forward, as a pipeline's first step tunes them) and discards the mask. A method with a token
+order of its own (``vsa``: 3D cubes) pays it live too: its order, Q/K/V gathered into it, its mask, and one scatter of
+Q's size standing in for the output's way back; its calibrated mask is the cube-order one, and the kernel's time
+depends on the mask alone. A static method's mask is the same for every Q/K, so it runs in every layer as a user would
+run it (``BlockSparseAttention`` plans it on the first call of the shape and reuses the plan), with no estimator. The
+results say which. The transformer is the Wan2.1-14B configuration (diffusers' ``WanTransformer3DModel()`` defaults)
+unless ``--config 1.3b``, with random bf16 weights: no download.
 
 Beside the forwards, the backend's kernel alone is timed on the replayed mask in the original and the reordered
 order; with the kernel's share of the original-order forward a, and its speedup s, Amdahl's bound 1 / (1 - a + a / s)
@@ -59,9 +64,10 @@ class StepTiming:
     forward_ms: float
     self_attention_ms: float  # the attn1 modules (projections, norms, RoPE, estimator, plan, attention), all layers
     estimator_ms: float  # the method run on the live Q/K, mask discarded, summed over layers (0 without)
-    mask_ms: float  # replaying the mask file, summed over layers (0 for dense)
+    mask_ms: float  # replaying the mask file (a static method: building its mask), summed over layers (0 for dense)
     reorder_ms: float  # planning the orders, summed over layers
     reordered_layers: int
+    planned_layers: int  # calls that built and planned their mask (a static method: the first of its shape only)
     forwards: int
 
 
@@ -96,6 +102,18 @@ def random_transformer(config: str, device: str, layers: int | None = None) -> t
     return model.to(torch.bfloat16).eval()
 
 
+@dataclass(frozen=True)
+class KernelMask:
+    """What the installed attention runs in every layer: ``method`` with ``params`` (``latent`` its video, where it
+    reads one); ``reuse_plans`` whether a static mask's plan is kept across calls (off for a replayed file, which stands
+    in for a method built and planned on every call)."""
+
+    method: str
+    params: dict[str, Any]
+    latent: tuple[int, int, int] | None
+    reuse_plans: bool
+
+
 def calibrated_mask(config: str, frames: int, resolution: str, method: str, path: Path, device: str) -> float:
     """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
     model's mid-depth layer, mid-denoising) the way a sweep cell on that workload builds it
@@ -117,31 +135,37 @@ def calibrated_mask(config: str, frames: int, resolution: str, method: str, path
 class LiveEstimator:
     """``method`` run on every self-attention call's live Q/K, its mask discarded: the cost a live pipeline pays for
     its masks, inside the timed forward, while the kernel runs the replayed one. Tuned methods keep their per-layer
-    configs in one store across forwards and variants."""
+    configs in one store across forwards and variants. A token-ordered method (``vsa``) also pays its order, the
+    gathers of Q/K/V and one scatter of Q's size, standing in for the output's way back to the original order."""
 
-    def __init__(self, method: str, model: str, block_size: int) -> None:
-        self.method, self.model, self.block_size = method, model, block_size
+    def __init__(self, method: str, model: str, block_size: int, latent: tuple[int, int, int] | None) -> None:
+        self.method, self.model, self.block_size, self.latent = method, model, block_size, latent
         self.store = {"tuned_config": masks.TunedConfigs(method)} if masks.get(method).tuned else {}
         self.calls_ms: list[float] = []
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> None:
         start = synced_clock(q.device)
-        masks.build_for_heads(self.method, q, k, v, self.block_size, model=self.model, layer=layer,
-                              heads=list(range(q.shape[1])), **self.store)
+        identity = masks.identity_params(self.method, model=self.model, layer=layer, heads=list(range(q.shape[1])),
+                                         latent=self.latent)
+        built = masks.get(self.method).build_ordered(q, k, v, self.block_size, **identity, **self.store)
+        if built.order is not None:
+            built.order.scatter(built.q)
         self.calls_ms.append((synced_clock(q.device) - start) * 1e3)
 
 
 @contextlib.contextmanager
-def installed_variant(model: torch.nn.Module, variant: str, mask_path: Path, backend: str, block_size: int,
+def installed_variant(model: torch.nn.Module, variant: str, kernel_mask: KernelMask, backend: str, block_size: int,
                       estimator: LiveEstimator | None) -> Iterator[Any]:
-    """The model with ``variant``'s self-attention installed (the stock processors for ``dense``), each layer's call
-    preceded by ``estimator`` when given; the stock processors back on leaving."""
+    """The model with ``variant``'s self-attention installed (the stock processors for ``dense``), running
+    ``kernel_mask`` in every layer, each layer's call preceded by ``estimator`` when given; the stock processors back
+    on leaving."""
     if variant == "dense":
         yield None
         return
     cuda = next(model.parameters()).is_cuda
-    installed = wa.apply(model, method="file", backend=backend, reorder=variant, block_size=block_size,
-                         path=str(mask_path), **({} if cuda else {"hardware": "h200"}))
+    installed = wa.apply(model, method=kernel_mask.method, backend=backend, reorder=variant, block_size=block_size,
+                         latent=kernel_mask.latent, reuse_static_plans=kernel_mask.reuse_plans,
+                         **kernel_mask.params, **({} if cuda else {"hardware": "h200"}))
     try:
         if estimator is not None:
             def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
@@ -157,7 +181,7 @@ def installed_variant(model: torch.nn.Module, variant: str, mask_path: Path, bac
         installed.remove()
 
 
-def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], variant: str, mask_path: Path,
+def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], variant: str, kernel_mask: KernelMask,
                   backend: str, block_size: int, forwards: int, estimator: LiveEstimator | None = None,
                   warmup: torch.nn.Module | None = None) -> StepTiming:
     """Median forward time of ``variant`` over ``forwards`` forwards, CUDA events around the whole forward and
@@ -175,9 +199,9 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
     try:
         with torch.inference_mode(), _dense_backend(cuda, variant):
             if warmup is not None:
-                with installed_variant(warmup, variant, mask_path, backend, block_size, estimator):
+                with installed_variant(warmup, variant, kernel_mask, backend, block_size, estimator):
                     warmup(**inputs, return_dict=False)
-            with installed_variant(model, variant, mask_path, backend, block_size, estimator) as installed:
+            with installed_variant(model, variant, kernel_mask, backend, block_size, estimator) as installed:
                 for i in range(forwards + (warmup is None)):
                     spans.clear()
                     if estimator is not None:
@@ -200,7 +224,8 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
                       self_attention_ms=statistics.median(attention_ms) if attention_ms else float("nan"),
                       estimator_ms=sum(estimator.calls_ms) if estimator is not None else 0.0,
                       mask_ms=sum(c.mask_ms for c in calls), reorder_ms=sum(c.reorder_ms for c in calls),
-                      reordered_layers=sum(c.reordered for c in calls), forwards=forwards)
+                      reordered_layers=sum(c.reordered for c in calls),
+                      planned_layers=sum(not c.plan_reused for c in calls), forwards=forwards)
 
 
 def time_kernel(mask: torch.Tensor, tokens: int, head_dim: int, backend: str, block_size: int,
@@ -240,7 +265,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", default="14b", choices=sorted(CONFIGS))
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")
-    parser.add_argument("--method", default="xattention", help="the mask method built on the calibrated workload")
+    parser.add_argument("--method", default="xattention", help="the mask method built on the calibrated workload (a "
+                                                               "static one, such as radial: run in every layer)")
     parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.mask_file .npz) instead")
     parser.add_argument("--estimator", default="live", choices=ESTIMATORS,
                         help="live: run --method on every layer's live Q/K inside the timed forward, its mask "
@@ -264,11 +290,17 @@ def main(argv: list[str]) -> int:
         parser.error(f"--forwards must be >= 1, got {args.forwards}")
     if args.layers is not None and args.layers < 1:
         parser.error(f"--layers must be >= 1, got {args.layers}")
-    if args.config not in MODELS and (args.mask is None or args.latent is None):
-        parser.error(f"--config {args.config} has no workload preset: pass --mask FILE and --latent T,H,W")
-    if args.method not in masks.available() or not masks.get(args.method).needs_qk:
-        parser.error(f"--method {args.method!r}: expected a method that builds its mask from Q/K, one of "
-                     f"{[m for m in masks.available() if masks.get(m).needs_qk]}")
+    runnable = [m for m in masks.available() if masks.get(m).needs_qk or masks.get(m).needs_latent]
+    if args.method not in runnable:
+        parser.error(f"--method {args.method!r}: expected a method that builds its mask from Q/K or a static one on "
+                     f"the latent video, one of {runnable}")
+    static = not masks.get(args.method).needs_qk
+    if static and args.mask is not None:
+        parser.error(f"--mask replays a mask in place of a method built from Q/K; --method {args.method} is static "
+                     "(its own mask runs in every layer): drop --mask")
+    if args.config not in MODELS and (args.latent is None or (args.mask is None and not static)):
+        needed = "--latent T,H,W" if static else "--mask FILE and --latent T,H,W"
+        parser.error(f"--config {args.config} has no workload preset: pass {needed}")
     if args.latent:
         try:
             latent = tuple(int(x) for x in args.latent.split(","))
@@ -285,20 +317,35 @@ def main(argv: list[str]) -> int:
         parser.error(f"--backend {args.backend!r}: expected a backend that computes attention, one of "
                      f"{kernels.names()}")
     cuda = args.device.startswith("cuda")
+    token_latent = (latent[0], latent[1] // 2, latent[2] // 2)  # the patch (1, 2, 2) of every config
+    tokens = token_latent[0] * token_latent[1] * token_latent[2]
+    blocks = -(-tokens // args.block_size)
     with tempfile.TemporaryDirectory() as tmp:
-        mask_path, density = args.mask, None
-        if mask_path is None:
-            mask_path = Path(tmp) / "mask.npz"
-            density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path, args.device)
-        mask = mask_file.load(mask_path)
-        density = float(mask.float().mean()) if density is None else density
-        tokens = latent[0] * (latent[1] // 2) * (latent[2] // 2)
-        blocks = -(-tokens // args.block_size)
-        if mask.shape[-2:] != (blocks, blocks):
-            parser.error(f"--mask {mask_path} is {tuple(mask.shape)}; the latent {latent} has {tokens} tokens = "
-                         f"{blocks} blocks of --block-size {args.block_size}, so (H, {blocks}, {blocks}) is expected")
+        if static:
+            mask = None
+        else:
+            mask_path, density = args.mask, None
+            if mask_path is None:
+                mask_path = Path(tmp) / "mask.npz"
+                density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path,
+                                          args.device)
+            mask = mask_file.load(mask_path)
+            density = float(mask.float().mean()) if density is None else density
+            if mask.shape[-2:] != (blocks, blocks):
+                parser.error(f"--mask {mask_path} is {tuple(mask.shape)}; the latent {latent} has {tokens} tokens = "
+                             f"{blocks} blocks of --block-size {args.block_size}, so (H, {blocks}, {blocks}) is "
+                             "expected")
         model = random_transformer(args.config, args.device, args.layers)
         one_block = random_transformer(args.config, args.device, 1)
+        if static:  # the same mask in every layer and every call: the kernel alone is timed on it
+            mask = masks.get(args.method).for_shape(model.config.num_attention_heads, blocks, blocks, args.device,
+                                                    block_size=args.block_size, latent=token_latent).cpu()
+            density = float(mask.float().mean())
+            kernel_mask = KernelMask(args.method, {}, token_latent, reuse_plans=True)
+            described = f"{args.method}, static: planned on the first call of the shape, reused in every layer"
+        else:
+            kernel_mask = KernelMask("file", {"path": str(mask_path)}, token_latent, reuse_plans=False)
+            described = str(args.mask) if args.mask else f"calibrated {args.method}, replayed in every layer"
         gen = torch.Generator(device=args.device).manual_seed(0)
         inputs = {
             "hidden_states": torch.randn(1, LATENT_CHANNELS, *latent, generator=gen, device=args.device,
@@ -307,9 +354,8 @@ def main(argv: list[str]) -> int:
             "encoder_hidden_states": torch.randn(1, TEXT_TOKENS, model.config.text_dim, generator=gen,
                                                  device=args.device, dtype=torch.bfloat16),
         }
-        estimator = LiveEstimator(args.method, MODELS.get(args.config, args.config), args.block_size) \
-            if args.estimator == "live" else None
-        described = str(args.mask) if args.mask else f"calibrated {args.method}, replayed in every layer"
+        estimator = LiveEstimator(args.method, MODELS.get(args.config, args.config), args.block_size, token_latent) \
+            if args.estimator == "live" and not static else None
         print(f"{args.config} transformer ({model.config.num_layers} blocks), {tokens} tokens, "
               f"mask density {density:.3f} ({described}), estimator "
               f"{'live ' + args.method + ' (mask discarded)' if estimator else 'none'}, backend {args.backend}",
@@ -317,20 +363,20 @@ def main(argv: list[str]) -> int:
         tuning_ms = None
         if estimator is not None and estimator.store:  # a pipeline's first step tunes every layer's heads
             sparse = next(v for v in variants if v != "dense")
-            tuning_ms = time_forwards(model, inputs, sparse, mask_path, args.backend, args.block_size, 1,
+            tuning_ms = time_forwards(model, inputs, sparse, kernel_mask, args.backend, args.block_size, 1,
                                       estimator, warmup=one_block).forward_ms
             print(f"  tuning forward ({sparse}, {args.method}'s configs tuned in every layer) {tuning_ms:9.1f} ms",
                   flush=True)
         rows: list[StepTiming] = []
         for variant in variants:  # each line as it is measured
-            rows.append(r := time_forwards(model, inputs, variant, mask_path, args.backend, args.block_size,
+            rows.append(r := time_forwards(model, inputs, variant, kernel_mask, args.backend, args.block_size,
                                            args.forwards, None if variant == "dense" else estimator,
                                            warmup=one_block))
             original = next((o.forward_ms for o in rows if o.variant == "never"), None)
             speedup = "" if original is None else f"speedup over original-order sparse {original / r.forward_ms:.3f}x"
             print(f"  {r.variant:9s} forward {r.forward_ms:9.1f} ms  self-attention {r.self_attention_ms:9.1f} ms  "
-                  f"estimator {r.estimator_ms:7.1f} ms  replay {r.mask_ms:6.1f} ms  reorder {r.reorder_ms:6.1f} ms "
-                  f"({r.reordered_layers} layers)  {speedup}", flush=True)
+                  f"estimator {r.estimator_ms:7.1f} ms  mask {r.mask_ms:6.1f} ms  reorder {r.reorder_ms:6.1f} ms "
+                  f"({r.reordered_layers} layers, {r.planned_layers} planned)  {speedup}", flush=True)
         kernel = time_kernel(mask.to(args.device), tokens, model.config.attention_head_dim, args.backend,
                              args.block_size, args.device) if cuda else None
     bounds = {}
