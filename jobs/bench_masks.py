@@ -8,6 +8,11 @@ MInference's per-head tuning), then cached builds (the prediction alone), each s
 original-order attention on that mask (CUDA events, L2 flushed, median); their ratio; and the mask checked against
 the method's torch reference (blocks that differ) and against itself on every build (a live layer must see the same
 mask for the same Q/K). Ratios within one run, on one GPU.
+
+The video methods read the workload's latent (T, H, W). ``vsa``'s build includes its cube order and the gathers of
+Q/K/V into it, and its attention is timed on its cube-order mask (the kernel's time depends on the mask alone; the
+output's scatter back is not in either column). ``radial`` is static: an integration builds and plans it once per
+shape, so its cached row is what that one build costs, not a per-layer price.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from wavealign.jobs._args import Parser, check_at_least, check_device, choices_l
 from wavealign.kernels import LaunchShape
 from wavealign.measure import timing
 
-METHODS = ("xattention", "spargeattn", "minference", "flexprefill")
+METHODS = ("xattention", "spargeattn", "minference", "flexprefill", "radial", "vsa")
 FRAMES = (81, 161, 241, 321, 401, 481)  # Wan2.1's video lengths: 75,600 .. 435,600 tokens at 720p
 
 
@@ -59,14 +64,18 @@ def _synced_ms(fn, device: torch.device) -> tuple[object, float]:
 
 
 def measure(method: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, frames: int, layer: int,
-            backend: str, builds: int, reps: int, check: bool, block_size: int = 128) -> MaskBuildTiming:
-    """One row: ``method``'s builds on q, k, v (1, H, N, D) and ``backend``'s attention on its mask."""
+            backend: str, builds: int, reps: int, check: bool, latent: tuple[int, int, int],
+            block_size: int = 128) -> MaskBuildTiming:
+    """One row: ``method``'s builds on q, k, v (1, H, N, D) of a ``latent`` (T, H, W) video and ``backend``'s
+    attention on its mask."""
     heads = q.shape[1]
     store = {"tuned_config": masks.TunedConfigs(method)} if masks.get(method).tuned else {}
+    identity = masks.identity_params(method, model="wan2.1-14b", layer=layer, heads=list(range(heads)),
+                                     latent=latent)
 
     def build() -> torch.Tensor:
         return masks.build_for_heads(method, q, k, v, block_size, model="wan2.1-14b", layer=layer,
-                                     heads=list(range(heads)), **store)
+                                     heads=list(range(heads)), latent=latent, **store)
 
     first, first_ms = _synced_ms(build, q.device)
     cached_ms, same = [], True
@@ -77,9 +86,7 @@ def measure(method: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, f
         del mask
     differing = -1
     if check:
-        reference = masks.get(method).build_reference(q, k, v, block_size, model="wan2.1-14b", layer=layer,
-                                                      heads=list(range(heads)), **store) \
-            if store else masks.get(method).build_reference(q, k, v, block_size)
+        reference = masks.get(method).build_reference(q, k, v, block_size, **identity, **store)
         differing = int((reference != first).sum())
         del reference
     flat = first.reshape(heads, *first.shape[-2:])
@@ -155,7 +162,7 @@ def main(argv: list[str]) -> int:
                                       seed=args.seed, device=device, config=workloads.generator(args.generator))
         for method in methods:
             rows.append(r := measure(method, q, k, v, frames=count, layer=args.layer, backend=args.backend,
-                                     builds=args.builds, reps=args.reps, check=not args.no_check))
+                                     builds=args.builds, reps=args.reps, check=not args.no_check, latent=wl.latent))
             print(f"{method:12s} {count:4d} frames {r.tokens:8,d} tokens  density {r.density:.3f}  first "
                   f"{r.first_build_ms:9,.1f} ms  cached {r.cached_build_ms:8,.1f} ms  attention {r.attention_ms:9,.1f} "
                   f"ms  cached/attention {r.cached_over_attention:.3f}", flush=True)
