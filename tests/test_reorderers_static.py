@@ -50,6 +50,14 @@ def test_random_is_reproducible_from_its_seed_and_differs_between_seeds_and_head
     assert not torch.equal(first[0], first[1])
 
 
+@pytest.mark.parametrize("name", ["random", "curve"])
+def test_a_kept_static_order_is_handed_out_as_a_copy(name):
+    mask = torch.ones(2, MB, 4, dtype=torch.bool)
+    first = plan(mask, name).perm.clone()
+    plan(mask, name).perm.zero_()
+    assert torch.equal(plan(mask, name).perm, first)
+
+
 def test_random_ignores_the_mask():
     a, b = synthetic.random_mask(2, 40, 8, 0.2, seed=0), synthetic.random_mask(2, 40, 8, 0.8, seed=1)
     assert torch.equal(plan(a, "random", seed=3).perm, plan(b, "random", seed=3).perm)
