@@ -434,3 +434,46 @@ def test_bench_e2e_refuses_a_saved_mask_for_a_static_method(tmp_path):
 
     with pytest.raises(ValueError, match="--method radial is static"):
         bench_e2e.main(["--method", "radial", "--mask", str(tmp_path / "m.npz")])
+
+
+# --- on the GPU ----------------------------------------------------------------------------------------------------
+
+WAN14B_401 = (101, 45, 80)  # Wan2.1-14B 720p, 401 frames: 363,600 tokens, 2,841 blocks of 128
+
+
+@pytest.mark.gpu
+def test_vsa_builds_a_live_layer_of_363600_tokens_by_40_heads_on_the_gpu():
+    """The live layer's size fits, keeps k blocks per row, and its head chunks give each head what it gives alone."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(1, 40, 363_600, 128, generator=gen, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    mask = masks.build("vsa", q, k, v, 128, latent=WAN14B_401)
+    extra_gib = (torch.cuda.max_memory_allocated() - before) / 2**30
+    assert mask.shape == (1, 40, 2841, 2841)
+    assert (mask.sum(-1) == math.ceil(0.1 * 2841)).all()
+    assert extra_gib < 16  # Q/K/V gathered into the cube order (8.3 GiB) and ~1 GiB of scores at a time
+    few = masks.build("vsa", q[:, 5:7], k[:, 5:7], v[:, 5:7], 128, latent=WAN14B_401)
+    assert torch.equal(few, mask[:, 5:7])
+
+
+@pytest.mark.gpu
+def test_radial_on_the_gpu_is_the_cpus_mask_at_363600_tokens():
+    on_gpu = masks.get("radial").for_shape(2, 2841, 2841, "cuda", block_size=128, latent=WAN14B_401)
+    on_cpu = masks.get("radial").for_shape(1, 2841, 2841, block_size=128, latent=WAN14B_401)
+    assert torch.equal(on_gpu.cpu()[1], on_cpu[0])
+    assert 0 < float(on_cpu.float().mean()) < 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["vsa", "radial"])
+def test_fa4_with_wavealign_gives_bitwise_each_video_methods_own_output(method):
+    wl = workloads.preset("wan2.1-1.3b", 33, "480p")  # 9 x 30 x 52 = 14,040 tokens: edge cubes, a ragged block
+    q, k, v = workloads.synthetic(wl, heads=[0, 3], layer=5, step=10, seed=2, device="cuda")
+    runs = {reorder: BlockSparseAttention(method=method, backend="fa4", reorder=reorder, latent=wl.latent)
+            for reorder in ("never", "always")}
+    outputs = {reorder: [attend(q, k, v, layer=layer) for layer in range(2)] for reorder, attend in runs.items()}
+    assert all(torch.equal(a, b) for a, b in zip(outputs["never"], outputs["always"], strict=True))
+    assert runs["always"].calls[0].reordered and 0 < runs["always"].calls[0].density < 1
+    assert [c.plan_reused for c in runs["always"].calls] == [False, method == "radial"]

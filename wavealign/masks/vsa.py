@@ -135,7 +135,7 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     blocks = num_blocks(n, block_size)
     keep = top_k(blocks, sparsity)
     mask = torch.empty(b, heads, blocks, blocks, dtype=torch.bool, device=q.device)
-    step = max(1, 2**28 // (blocks * blocks * b))  # ~1 GiB of float32 scores at a time
+    step = max(1, 2**27 // (blocks * blocks * b))  # 128M scores at a time: ~1 GiB in the selection's int64 count
     for h0 in range(0, heads, step):
         q_c = block_means(q[:, h0:h0 + step], block_size)
         k_c = block_means(k[:, h0:h0 + step], block_size)
