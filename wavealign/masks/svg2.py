@@ -35,9 +35,10 @@ which is the same for every centroid and does not move the argmin (upstream adds
 
 On a GPU each k-means iteration is two Triton kernels: the nearest-centroid search (the design of upstream's
 ``euclid_assign_triton``: a tile of tokens against every centroid chunk, a running argmin, no (N x C) distance matrix
-in memory) and the cluster means (one program per cluster over its tokens in label order, as upstream's
-``triton_centroid_update_sorted_euclid`` walks sorted ids, but with float64 sums and no atomics). The torch code here
-is the CPU path and what the tests hold the kernels to (``use_kernel=False`` runs it on a GPU too).
+in memory) and the cluster sums (upstream's ``triton_centroid_update_sorted_euclid``: tokens in label order, each
+program sums the runs of its span and adds them atomically, here in float64, exact for bf16 tokens, so the same on
+every run). The torch code here is the CPU path and what the tests hold the kernels to (``use_kernel=False`` runs it
+on a GPU too).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def kmeans(x: torch.Tensor, clusters: int, iters: int, seed: int = 0, *, use_ker
     """Lloyd's k-means of each head's tokens x (H, N, D), ``iters`` rounds from ``clusters`` tokens drawn with
     replacement (upstream's init: ``torch.randint``, here from a CPU generator seeded with ``seed``, so a head's start
     depends only on the seed and its place in x). The labels are the last assignment and the centroids their clusters'
-    means (upstream without its early stop). ``use_kernel`` picks the Triton nearest-centroid search (default: where
+    means (upstream without its early stop). ``use_kernel`` picks the Triton kernels (default: where
     ``_kernels.enabled``)."""
     clusters = check_int("clusters", clusters, lo=1)
     iters = check_int("iters", iters, lo=1)
@@ -86,7 +87,7 @@ def kmeans(x: torch.Tensor, clusters: int, iters: int, seed: int = 0, *, use_ker
     labels = torch.empty(h, n, dtype=torch.long, device=x.device)
     centroids = torch.empty(h, clusters, d, device=x.device)
     sizes = torch.empty(h, clusters, dtype=torch.long, device=x.device)
-    # a float64 copy of a head's tokens is the largest buffer (the centroid sums); a chunk of heads holds it
+    # the torch path's float64 copy of a head's tokens (for the centroid sums) is its largest buffer
     step = _kernels.heads_per_chunk(n * d * 8, x.device)
     for h0 in range(0, h, step):
         xs = x[h0:h0 + step]
@@ -120,8 +121,8 @@ def cluster_means(x: torch.Tensor, labels: torch.Tensor, clusters: int, previous
                   use_kernel: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Each cluster's mean token, float32 (H, C, D), and size, int64 (H, C), from x (H, N, D) and labels (H, N).
     Sums are float64: exact for bf16 tokens, so any order of the tokens (a permutation, the kernel's) gives the same
-    means. An empty cluster keeps its ``previous`` centroid (zeros without one). ``use_kernel``: one Triton program
-    per cluster sums its tokens in label order (a sort, then no atomics)."""
+    means. An empty cluster keeps its ``previous`` centroid (zeros without one). ``use_kernel``: the sums by a Triton
+    kernel over the tokens sorted by label."""
     h, n, d = x.shape
     flat = _flat(labels, clusters)
     sizes = torch.bincount(flat, minlength=h * clusters).view(h, clusters)
@@ -215,32 +216,32 @@ if triton is not None:
 
 
     @triton.jit
-    def _cluster_means_kernel(X, PERM, STARTS, PREV, OUT, D, s_xh, s_xn, s_ph, s_sh, s_ch, s_ck,
-                              BN: tl.constexpr, BD: tl.constexpr):
-        """One cluster of one head: the float64 sum of its tokens, which sit at positions STARTS[c]..STARTS[c+1] of
-        the head's label order PERM, BN at a time (a fixed order, no atomics), divided by their count; an empty
-        cluster keeps PREV."""
-        c = tl.program_id(0)
+    def _cluster_sums_kernel(X, PERM, SORTED, SUMS, N, C, D, s_xh, s_xn, s_ph, s_lh,
+                             BN: tl.constexpr, BD: tl.constexpr):
+        """BN consecutive positions of one head's label order (PERM: the tokens, SORTED: their labels): the float64
+        sum of each cluster's run among them, added to SUMS (H, C, D) with one atomic per run and dimension (upstream's
+        sorted-id walk). Spans of equal length keep a huge cluster from stalling one program; float64 sums of bf16
+        tokens are exact, so the atomics' order does not change them."""
+        pid = tl.program_id(0)
         h = tl.program_id(1).to(tl.int64)
-        start = tl.load(STARTS + h * s_sh + c)
-        end = tl.load(STARTS + h * s_sh + c + 1)
+        pos = pid * BN + tl.arange(0, BN)
+        inside = pos < N
+        labels = tl.load(SORTED + h * s_lh + pos, mask=inside, other=-1)
+        token = tl.load(PERM + h * s_ph + pos, mask=inside, other=0)
         dims = tl.arange(0, BD)
-        acc = tl.zeros((BD,), tl.float64)
-        for p0 in range(start, end, BN):
-            pos = p0 + tl.arange(0, BN)
-            inside = pos < end
-            token = tl.load(PERM + h * s_ph + pos, mask=inside, other=0)
-            x = tl.load(X + h * s_xh + token[:, None] * s_xn + dims[None, :],
-                        mask=inside[:, None] & (dims[None, :] < D), other=0.0)
-            acc += tl.sum(x.to(tl.float64), 0)
-        count = (end - start).to(tl.float64)
-        prev = tl.load(PREV + h * s_ch + c * s_ck + dims, mask=dims < D, other=0.0)
-        mean = tl.where(count > 0, (acc / tl.maximum(count, 1.0)).to(tl.float32), prev)
-        tl.store(OUT + h * s_ch + c * s_ck + dims, mean, mask=dims < D)
+        x = tl.load(X + h * s_xh + token[:, None] * s_xn + dims[None, :], mask=inside[:, None] & (dims[None, :] < D),
+                    other=0.0)
+        first = tl.load(SORTED + h * s_lh + pid * BN)
+        last = tl.load(SORTED + h * s_lh + tl.minimum(pid * BN + BN, N) - 1)
+        for c in range(first, last + 1):
+            run = labels == c
+            if tl.sum(run.to(tl.int32), 0) > 0:
+                part = tl.sum(tl.where(run[:, None], x, 0.0).to(tl.float64), 0)
+                tl.atomic_add(SUMS + (h * C + c) * D + dims, part, mask=dims < D)
 
 
 # the nearest-centroid kernel's tiling on a GPU (the interpreter takes small tiles)
-ASSIGN_CONFIG = {"BN": 128, "BC": 64, "num_warps": 8, "num_stages": 2}
+ASSIGN_CONFIG = {"BN": 128, "BC": 64, "num_warps": 4, "num_stages": 2}
 
 
 def _nearest_centroid_triton(x: torch.Tensor, centroids: torch.Tensor, c_sq: torch.Tensor,
@@ -258,16 +259,16 @@ def _nearest_centroid_triton(x: torch.Tensor, centroids: torch.Tensor, c_sq: tor
 
 def _cluster_means_triton(x: torch.Tensor, labels: torch.Tensor, sizes: torch.Tensor, previous: torch.Tensor
                           ) -> torch.Tensor:
-    h, d = x.shape[0], x.shape[2]
-    x, previous = x.contiguous(), previous.contiguous()
-    perm = torch.sort(labels, dim=-1).indices  # any order within a cluster: the float64 sums are exact
-    starts = torch.nn.functional.pad(sizes.cumsum(-1), (1, 0))
-    out = torch.empty_like(previous)
-    _cluster_means_kernel[(sizes.shape[1], h)](
-        x, perm, starts, previous, out, d, x.stride(0), x.stride(1), perm.stride(0), starts.stride(0),
-        out.stride(0), out.stride(1), BN=32 if x.is_cuda else 16, BD=max(16, triton.next_power_of_2(d)),
-        num_warps=4 if x.is_cuda else 1)
-    return out
+    h, n, d = x.shape
+    x = x.contiguous()
+    ordered, perm = torch.sort(labels.to(torch.int32), dim=-1)  # any order within a cluster: the sums are exact
+    sums = torch.zeros(h, sizes.shape[1], d, dtype=torch.float64, device=x.device)
+    bn = 64 if x.is_cuda else 16
+    _cluster_sums_kernel[(triton.cdiv(n, bn), h)](
+        x, perm, ordered, sums, n, sizes.shape[1], d, x.stride(0), x.stride(1), perm.stride(0), ordered.stride(0),
+        BN=bn, BD=max(16, triton.next_power_of_2(d)), num_warps=4 if x.is_cuda else 1)
+    means = (sums / sizes[..., None].clamp(min=1)).float()
+    return torch.where(sizes[..., None] > 0, means, previous)
 
 
 def token_order(q: torch.Tensor, k: torch.Tensor, *, block_size: int = 128, q_clusters: int, kv_clusters: int,
@@ -297,8 +298,9 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
     b, h, n, d = q.shape
     q_labels, kv_labels = (labels.to(q.device).reshape(b * h, n)
                            for labels in (token_order.q_labels, token_order.kv_labels))
-    q_centroids, _ = cluster_means(q.reshape(b * h, n, d), q_labels, q_clusters)
-    kv_centroids, kv_sizes = cluster_means(k.reshape(b * h, n, d), kv_labels, kv_clusters)
+    kernel = _kernels.enabled(q)
+    q_centroids, _ = cluster_means(q.reshape(b * h, n, d), q_labels, q_clusters, use_kernel=kernel)
+    kv_centroids, kv_sizes = cluster_means(k.reshape(b * h, n, d), kv_labels, kv_clusters, use_kernel=kernel)
     kept = keep_clusters(q_centroids, kv_centroids, kv_sizes, top_p, min_kv_ratio)
     mask = block_mask(kept, q_labels, kv_labels, block_size)
     return mask.view(b, h, *mask.shape[-2:])
