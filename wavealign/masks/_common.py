@@ -96,7 +96,9 @@ def check_latent(name: str, value: Any) -> tuple[int, int, int] | None:
 def require_latent(method: str, latent: tuple[int, int, int] | None,
                    tokens: int | None = None) -> tuple[int, int, int]:
     """``latent`` (T, H, W) of a method that reads token positions, which must cover the ``tokens`` it is built
-    on where they are known; None is the one error of a workload without a latent shape."""
+    on where they are known; None is the one error of a workload without a latent shape. (``latent`` is filled from
+    the workload, as the identity params are, so it is checked here rather than among a sweep's params.)"""
+    latent = check_latent("latent", latent)
     if latent is None:
         counted = "" if tokens is None else f" (T * H * W = {tokens})"
         raise ValueError(f"method {method!r} needs latent=(T, H, W), the latent video's frames, height and width in "

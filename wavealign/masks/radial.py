@@ -37,7 +37,7 @@ import torch
 
 from wavealign import masks
 from wavealign.blockmask import check_int
-from wavealign.masks._common import check_latent, check_number, num_blocks, one_of, require_latent
+from wavealign.masks._common import check_number, num_blocks, one_of, require_latent
 
 PARAMS = {"decay_factor": 1.0, "model_type": "wan", "latent": None}
 MODEL_TYPES = ("wan", "hunyuan")
@@ -128,7 +128,7 @@ def from_shape(heads: int, q_blocks: int, kv_blocks: int, *, device: torch.devic
 masks.register("radial", None, PARAMS, "static spatiotemporal energy-decay mask (Radial Attention)",
                from_shape=from_shape,
                checks={"decay_factor": partial(check_number, lo=0.0, hi=1e6, lo_open=True),
-                       "model_type": one_of(MODEL_TYPES), "latent": check_latent})
+                       "model_type": one_of(MODEL_TYPES)})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -37,8 +37,8 @@ from typing import Any
 import torch
 
 from wavealign import masks
+from wavealign.blockmask import check_int
 from wavealign.masks._common import (
-    check_latent,
     check_number,
     check_qkv,
     num_blocks,
@@ -50,11 +50,10 @@ PARAMS = {"sparsity": 0.9, "cube": (2, 8, 8), "latent": None}
 
 
 def check_cube(name: str, value: Any) -> tuple[int, int, int]:
-    """A tile shape: three positive integers (t, h, w) in latent tokens."""
-    cube = check_latent(name, value)
-    if cube is None:
-        raise ValueError(f"{name} must be (t, h, w), three positive integers, got None")
-    return cube
+    """A tile shape: (t, h, w), three positive integers, in latent tokens."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
+        raise ValueError(f"{name} must be (t, h, w), three positive integers (a tile in latent tokens), got {value!r}")
+    return tuple(check_int(f"{name}[{i}]", size, lo=1) for i, size in enumerate(value))  # type: ignore[return-value]
 
 
 def check_sparsity(name: str, value: Any) -> float:
@@ -145,7 +144,7 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
 
 
 masks.register("vsa", build, PARAMS, "top-k key cubes per query cube by cube-mean Q . K, in cube order (VSA)",
-               checks={"sparsity": check_sparsity, "cube": check_cube, "latent": check_latent},
+               checks={"sparsity": check_sparsity, "cube": check_cube},
                token_order=token_order)
 
 if __name__ == "__main__":
