@@ -26,9 +26,9 @@ def qkv():
     return workloads.synthetic(wl, heads=[0, 1], seed=0, config=workloads.generator("clusters"))
 
 
-def test_available_lists_the_four_methods_the_controls_and_saved_masks():
-    assert masks.available() == ["dense", "file", "flexprefill", "minference", "planted", "random",
-                                 "random-fixed-nnz", "spargeattn", "xattention"]
+def test_available_lists_the_seven_methods_the_controls_and_saved_masks():
+    assert masks.available() == ["dense", "file", "flexprefill", "minference", "planted", "radial", "random",
+                                 "random-fixed-nnz", "spargeattn", "svg2", "vsa", "xattention"]
 
 
 def test_each_method_exposes_its_parameters_with_defaults():
