@@ -13,8 +13,8 @@ from wavealign.reorderers.wavealign import stage1
 BASELINES = ("hypergraph", "minhash", "lsh", "clustering")
 
 
-def test_the_registry_has_the_six_reorderers_each_with_a_conf_entry():
-    assert reorderers.names() == sorted(["identity", "wavealign", *BASELINES])
+def test_the_registry_has_the_nine_reorderers_each_with_a_conf_entry():
+    assert reorderers.names() == sorted(["identity", "wavealign", *BASELINES, "random", "longest-first", "curve"])
     conf = wavealign.conf_dir() / "reorderer"
     assert sorted(p.stem for p in conf.glob("*.yaml")) == reorderers.names()
 
