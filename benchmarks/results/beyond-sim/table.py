@@ -24,9 +24,9 @@ METHOD_ORDER = ("xattention", "vsa")
 ORDER_NAMES = {("original", None): "original", ("temporal", None): "Stage 2 alone", ("spatial", "wavealign"):
                "Stage 1 alone", ("wavealign", None): "WaveAlign (S1+S2)", ("spatial", "random"): "random",
                ("spatial", "longest-first"): "longest-first", ("spatial", "curve"): "Hilbert curve"}
-COLUMNS = ("gpu", "backend", "q_rows", "scheduler", "method", "order", "density_pct", "l2_hit_pct", "hbm_read_gb",
-           "hbm_read_vs_original", "kernel_ms", "kernel_speedup", "plan_ms", "net_speedup", "simulated", "note",
-           "h200_validation_l2_mae_pts")
+COLUMNS = ("gpu", "backend", "q_rows", "scheduler", "method", "tokens", "heads", "order", "density_pct", "l2_hit_pct",
+           "hbm_read_gb", "hbm_read_vs_original", "kernel_ms", "kernel_speedup", "plan_ms", "net_speedup", "simulated",
+           "note", "h200_validation_l2_mae_pts")
 
 
 def order_name(row: dict) -> str:
@@ -61,7 +61,8 @@ def table_rows(run_roots: list[Path], mae_pts: float) -> list[dict]:
         figure = (lambda value, digits: _rounded(value, digits)) if done else (lambda value, digits: "")
         out.append({
             "gpu": r["hardware"], "backend": r["backend"], "q_rows": facts.q_rows, "scheduler": facts.scheduler,
-            "method": r["method"], "order": order_name(r), "density_pct": figure(100 * (r["density"] or 0.0), 1),
+            "method": r["method"], "tokens": r["seq_len_tokens"], "heads": r["num_heads"], "order": order_name(r),
+            "density_pct": figure(100 * (r["density"] or 0.0), 1),
             "l2_hit_pct": figure(r["l2_hit_pct"], 1), "hbm_read_gb": figure(r["hbm_read_bytes"] / 1e9, 1),
             "hbm_read_vs_original": figure(r["hbm_read_bytes"] / base["hbm_read_bytes"], 3) if base else "",
             "kernel_ms": figure(r["kernel_ms_median"], 1), "kernel_speedup": figure(r["speedup_vs_original"], 3),
@@ -79,15 +80,16 @@ def _rounded(value: float | None, digits: int) -> float | str:
     return "" if value is None or math.isnan(value) else round(value, digits)
 
 
-def markdown(rows: list[dict], check: dict[str, float], command: str, versions: str) -> str:
+def markdown(rows: list[dict], check: dict[str, float], command: str, versions: str, checked_on: str) -> str:
     """The table as markdown: 'simulated' in its title and in every row, the H200 check above it."""
+    shape = " and ".join(sorted({f"{r['tokens']:,} tokens x {r['heads']} heads" for r in rows}))
     lines = [
-        "# Simulated (not measured): XAttention and VSA at 363,600 tokens x 40 heads on H200, H100, B200 and A40",
+        f"# Simulated (not measured): XAttention and VSA at {shape} on H200, H100, B200 and A40",
         "",
         f"- command: `{command}`",
         f"- {versions}; built {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
         f"- **the simulator against Nsight Compute on the H200** ({check['rows']} FA4 cells, 363,600 tokens x 40 "
-        f"heads, five masks, original and WaveAlign; `validation/`): L2 hit error **{check['l2_mae_pts']:.2f} "
+        f"heads, five masks, original and WaveAlign; `{checked_on}`): L2 hit error **{check['l2_mae_pts']:.2f} "
         f"points** on average, {check['l2_max_pts']:.2f} at most; HBM read predicted/measured "
         f"{check['dram_min']:.2f}-{check['dram_max']:.2f}; kernel time {check['time_mae_pct']:.1f}% on average "
         "(the time model's two constants were fitted on these cells: `fit_fa4_time.py`)",
@@ -124,7 +126,7 @@ def main() -> None:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    (args.out / "table.md").write_text(markdown(rows, check, args.command, versions))
+    (args.out / "table.md").write_text(markdown(rows, check, args.command, versions, str(args.validation)))
 
 
 if __name__ == "__main__":
