@@ -119,6 +119,23 @@ def test_bad_arguments_are_errors_naming_them_before_any_forward(kwargs, needle)
     assert all(model.attn_processors[n] is p for n, p in before.items())  # nothing installed
 
 
+def test_a_gpu_backend_is_refused_on_a_machine_that_cannot_run_it_before_any_forward(monkeypatch):
+    """``hardware=`` names the GPU to plan for; without one here the first forward would fail, so apply does."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    model = tiny_wan()
+    before = dict(model.attn_processors)
+    with pytest.raises(ValueError, match="backend 'flex' cannot run in this process"):
+        wa.apply(model, method="dense", backend="flex", reorder="never", hardware="h100")
+    assert all(model.attn_processors[n] is p for n, p in before.items())
+
+
+def test_applying_twice_is_refused_and_after_remove_it_applies_again():
+    model = tiny_wan()
+    with wa.apply(model, method="dense", reorder="never", **CPU), pytest.raises(ValueError, match="already has WaveA"):
+        wa.apply(model, method="dense", reorder="never", **CPU)
+    wa.apply(model, method="dense", reorder="never", **CPU).remove()
+
+
 def test_not_a_diffusers_model_is_refused():
     with pytest.raises(ValueError, match="must be a diffusers model"):
         wa.apply(torch.nn.Linear(2, 2), **CPU)

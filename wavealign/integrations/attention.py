@@ -127,6 +127,9 @@ class BlockSparseAttention:
             # also with wave_size given, which skips the wave lookup below
             if (refused := placement.hardware_refused(self.hardware, self.backend, "timed")) is not None:
                 raise ValueError(refused)
+        if not backend.is_available():  # hardware= names the GPU to plan for, not one this process has
+            raise ValueError(f"backend {self.backend!r} cannot run in this process (no GPU it runs on, or its "
+                             f"package missing); expected one of the backends that can: {kernels.available()}")
         if self.wave_size is None:
             if self.hardware is None:
                 raise ValueError("wave_size=None needs a GPU to take the backend's wave from; this process sees none "

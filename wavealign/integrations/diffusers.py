@@ -178,6 +178,9 @@ def _self_attention_layers(transformer: Any) -> tuple[dict[str, Any], list[str]]
     if not layers:
         raise ValueError(f"transformer {type(transformer).__name__} has no self-attention processors named "
                          f"'*{SELF_ATTENTION}'; its processors are {sorted(original)[:4]}...")
+    if any(hasattr(original[name], "handler") for name in layers):  # a WaveAlignWanAttnProcessor's
+        raise ValueError(f"transformer {type(transformer).__name__} already has WaveAlign (or a capture) installed; "
+                         "expected a transformer with its own processors: remove() the first before applying again")
     return original, layers
 
 
