@@ -1,9 +1,13 @@
-"""Stopping a sweep on Ctrl-C (SIGINT) or SIGTERM, in whichever phase it is, the same way every time.
+"""Stopping a sweep on Ctrl-C (SIGINT), SIGTERM, SIGHUP (its terminal closed) or SIGQUIT (Ctrl-\\), in whichever
+phase it is, the same way every time: one line, the summary where the sweep began, exit 128 + the signal's number.
 
-``install`` puts one handler on both signals (``handling``: for the length of a block), first thing in
+``install`` puts one handler on these signals (``handling``: for the length of a block), first thing in
 ``wavealign sweep``, before the imports, the run-root lock, MLflow's set-up and Ray's start. The handler writes down
-which signal came, then raises ``KeyboardInterrupt`` so that the phase under way stops. The note is what counts: a
-``KeyboardInterrupt`` raised inside a callback that swallows exceptions (SQLAlchemy's connection clean-up, a
+which signal came, then raises ``KeyboardInterrupt`` so that the phase under way stops, though never inside an
+import: a module whose import is stopped half-way stays half-made in ``sys.modules``, and the ending's own
+imports of it then fail (an interrupted ``import mlflow`` made the run's end a 72-line ``RecursionError``). A
+signal that lands in an import is raised again the moment the import is over (``_after_import``). The note is what
+counts: a ``KeyboardInterrupt`` raised inside a callback that swallows exceptions (SQLAlchemy's connection clean-up, a
 ``__del__``) is lost, but the dispatch loop and the exit code read ``requested``, so the sweep stops all the same.
 Once a sweep is ending (``deferred``: the MLflow drain, the run record, the summary, the end of its MLflow parent
 run), a signal is only noted: the ending runs whole, and a signal during the MLflow drain stops just the drain
@@ -12,24 +16,31 @@ run), a signal is only noted: the ending runs whole, and a signal during the MLf
 
 from __future__ import annotations
 
+import _thread
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
-EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}  # 128 + the signal's number, as a shell reports it
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+EXIT_CODES = {signum.name: 128 + signum for signum in SIGNALS}  # as a shell reports it: 130, 143, 129, 131
+# the code of a module being imported runs under frames of these files (importlib's own, frozen into Python)
+_IMPORT_FILES = frozenset({"<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"})
+_IMPORT_POLL_S = 0.01
 
 requested: str | None = None  # the first signal's name since ``reset``
 count = 0  # signals since ``reset``: a new one during the MLflow drain stops it
 _raising = True
+_waiter: threading.Thread | None = None  # waits for the import a signal landed in to end (``_after_import``)
+_redelivered = False  # the signal the waiter delivers again, noted when it first came
 
 
 def reset() -> None:
-    global requested, count
-    requested, count = None, 0
+    global requested, count, _redelivered
+    requested, count, _redelivered = None, 0, False
 
 
 def note(name: str) -> None:
@@ -40,13 +51,49 @@ def note(name: str) -> None:
 
 
 def _handle(signum: int, frame: Any) -> None:
-    note(signal.Signals(signum).name)
-    if _raising:
-        raise KeyboardInterrupt
+    global _redelivered
+    if _redelivered:  # the signal that landed in an import, noted then, delivered again after it
+        _redelivered = False
+    else:
+        note(signal.Signals(signum).name)
+    if not _raising:
+        return
+    if _importing(frame):
+        _after_import(signum)
+        return
+    raise KeyboardInterrupt
+
+
+def _importing(frame: Any) -> bool:
+    """Whether ``frame`` runs inside an import (a module's code, or importlib finding or loading it)."""
+    while frame is not None:
+        if frame.f_code.co_filename in _IMPORT_FILES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _after_import(signum: int) -> None:
+    """Deliver ``signum`` to the main thread again (``_thread.interrupt_main``: the handler runs as for the signal
+    itself) as soon as the main thread is out of every import; one waiter at a time."""
+    global _waiter
+    if _waiter is not None and _waiter.is_alive():
+        return
+    main = threading.main_thread().ident
+
+    def wait() -> None:
+        global _redelivered
+        while _importing(sys._current_frames().get(main)):
+            time.sleep(_IMPORT_POLL_S)
+        _redelivered = True
+        _thread.interrupt_main(signum)
+
+    _waiter = threading.Thread(target=wait, name="wavealign-stop-after-import", daemon=True)
+    _waiter.start()
 
 
 def install() -> None:
-    """Handle SIGINT and SIGTERM as above (from the main thread only; elsewhere nothing changes)."""
+    """Handle ``SIGNALS`` as above (from the main thread only; elsewhere nothing changes)."""
     if threading.current_thread() is threading.main_thread():
         for signum in SIGNALS:
             signal.signal(signum, _handle)
@@ -82,7 +129,7 @@ def handling() -> Iterator[None]:
 
 
 def exit_code() -> int | None:
-    """130 after Ctrl-C, 143 after SIGTERM, None if no signal came."""
+    """130 after Ctrl-C, 143 after SIGTERM, 129 after SIGHUP, 131 after SIGQUIT, None if no signal came."""
     return EXIT_CODES.get(requested) if requested else None
 
 

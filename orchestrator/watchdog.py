@@ -7,31 +7,58 @@ own (so that a signal to the driver's process group does not reach it) with a pi
 it notes the driver's descendant processes (from ``/proc``: pid and start time), and when the pipe closes without
 the driver's word that it shut Ray down itself (``Watchdog.release``), it kills those of them still alive (the same
 processes: their start times match) and exits. Linux only (``/proc``); elsewhere ``start`` returns None.
+
+A watchdog that ends while its driver runs (killed by a user, the OOM killer) is noticed at once by a thread of the
+driver waiting on it, named in a warning, and replaced by a new one, which notes the driver's processes afresh: a
+driver killed later still takes its Ray with it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PROC = Path("/proc")
 _RELEASED = b"released\n"
 _POLL_S = 1.0
+_log = logging.getLogger(__name__)
 
 
 @dataclass
 class Watchdog:
-    """The running watchdog of this driver."""
+    """The running watchdog of this driver, replaced by a new one whenever it ends before ``release``."""
 
     process: subprocess.Popen
+    released: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._keep, name="wavealign-watchdog-keeper", daemon=True).start()
+
+    def _keep(self) -> None:
+        """Wait on the watchdog; one that ended before ``release`` is named and replaced."""
+        while True:
+            process = self.process
+            status = process.wait()
+            with self._lock:
+                if self.released:
+                    return
+                how = f"killed by {signal.Signals(-status).name}" if status < 0 else f"exit status {status}"
+                self.process = _spawn()
+            _log.warning("the watchdog (pid %d) that stops this driver's Ray if the driver is killed ended (%s); "
+                         "started another (pid %d)", process.pid, how, self.process.pid)
 
     def release(self) -> None:
         """This driver shut its Ray down itself: the watchdog exits without killing anything."""
+        with self._lock:
+            self.released = True
         try:
             self.process.stdin.write(_RELEASED)
             self.process.stdin.close()
@@ -44,9 +71,13 @@ def start() -> Watchdog | None:
     """Watch this process (see the module's docstring); None where there is no ``/proc``."""
     if not (PROC / str(os.getpid()) / "stat").is_file():
         return None
-    process = subprocess.Popen([sys.executable, "-m", "wavealign.orchestrator.watchdog", str(os.getpid())],
-                               stdin=subprocess.PIPE, start_new_session=True, close_fds=True)
-    return Watchdog(process)
+    return Watchdog(_spawn())
+
+
+def _spawn() -> subprocess.Popen:
+    """A watchdog of this process, in a session of its own, with a pipe from this process."""
+    return subprocess.Popen([sys.executable, "-m", "wavealign.orchestrator.watchdog", str(os.getpid())],
+                            stdin=subprocess.PIPE, start_new_session=True, close_fds=True)
 
 
 def _processes() -> dict[int, tuple[int, int]]:
