@@ -8,12 +8,13 @@ named in a grid that can run nowhere in it is a config error instead (``config.v
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,11 +58,13 @@ def stable_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+_CELL_FIELDS = tuple(f.name for f in dataclasses.fields(Cell) if f.name not in ("cell_id", "group_id"))
+
+
 def cell_identity(cell: Cell) -> dict[str, Any]:
-    """What a cell id hashes: its resolved config (ids excluded), the code's fingerprint and the hardware type."""
-    fields = asdict(cell)
-    fields.pop("cell_id")
-    fields.pop("group_id")
+    """What a cell id hashes: its resolved config (ids excluded), the code's fingerprint and the hardware type.
+    The fields are read as they are (plain values, hashed as JSON), not deep-copied: ``expand`` hashes every cell."""
+    fields = {name: getattr(cell, name) for name in _CELL_FIELDS}
     return {"cell": fields, "code_version": fingerprint.code_version(), "cell_schema": CELL_SCHEMA,
             "hardware": cell.hardware}
 
@@ -191,6 +194,10 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
     # each workload's fields per length, once (a captured file's header is read once, not per cell)
     shapes = {(name, seq_k): _workload_fields(workloads_cfg[name], float(seq_k)) for name in g.workload
               for seq_k in g.seq_k}
+    # the config's values read once, as plain ones: OmegaConf's lookups would cost more than the cells themselves
+    axes = {axis: list(g[axis]) for axis in ("seq_k", "wave_size", "seed")}
+    reps, warmup = int(g.reps), int(g.warmup)
+    variants = {name: (v.stages, v.skip) for name, v in cfg.variants.items()}
     for block in _blocks(where, g, orders, dirs):
         if block.filtered is not None:
             out.filtered[block.filtered] += block.size
@@ -200,18 +207,18 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
         hw_spec = hardware_registry.get(profile)
         backend = kernels.get(block.backend)
         block_size = block_size_for(g, hw)
-        for seq_k, method_params, wave, seed in itertools.product(g.seq_k, param_combinations(block.method_axes),
-                                                                  g.wave_size, g.seed):
+        for seq_k, method_params, wave, seed in itertools.product(axes["seq_k"], param_combinations(block.method_axes),
+                                                                  axes["wave_size"], axes["seed"]):
             base = dict(
                 hardware=hw, profile_hardware=profile, backend=block.backend, method=block.method,
                 workload=block.workload, block_size=block_size, wave_size=int(wave or backend.wave_size(hw_spec)),
                 seed=int(seed), method_params=method_params, backend_params=block.backend_params,
-                measure=block.measure, measure_params=block.measure_params, reps=int(g.reps), warmup=int(g.warmup),
+                measure=block.measure, measure_params=block.measure_params, reps=reps, warmup=warmup,
                 **shapes[block.workload, seq_k])
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in orders:
-                v = cfg.variants[order.variant]
-                cell = Cell(cell_id="", group_id=group_id, variant=order.variant, stages=v.stages, skip_mode=v.skip,
+                stages, skip = variants[order.variant]
+                cell = Cell(cell_id="", group_id=group_id, variant=order.variant, stages=stages, skip_mode=skip,
                             reorderer=order.reorderer, reorderer_params=order.reorderer_params, **base)
                 cell.cell_id = stable_hash(cell_identity(cell))
                 out.cells.append(cell)

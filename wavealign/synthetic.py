@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from wavealign.blockmask import check_int
+from wavealign.blockmask import check_fits, check_int
 
 # each prototype is a (heads, kv_blocks) draw: 4,096 of them for a 40-head mask of 3,407 K/V blocks (436K tokens in
 # 128-token blocks) are 2.2 GB of floats, and no mask has more distinct rows per head to copy them into
@@ -20,9 +20,10 @@ MAX_PROTOTYPES = 4096
 
 
 def _check_shape(heads: int, q_blocks: int, kv_blocks: int, density: float) -> None:
+    """Sizes of at least 1 whose draws fit this machine: every generator draws one float32 per block on the CPU."""
     for name, value in (("heads", heads), ("q_blocks", q_blocks), ("kv_blocks", kv_blocks)):
-        if int(value) < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        check_int(name, value, lo=1)
+    check_fits(f"a ({heads}, {q_blocks}, {kv_blocks}) synthetic mask's random draws", 4 * heads * q_blocks * kv_blocks)
     if not 0.0 < density <= 1.0:
         raise ValueError(f"density must be in (0, 1], got {density}")
 

@@ -70,6 +70,6 @@ MEASURER = measurers.register(measurers.Measurer(
     # sim.simulate's own knobs: l2_partitions (None: the GPU's count), row_jitter and the seed of its noise
     params={"l2_partitions": None, "row_jitter": 0.0, "seed": 0},
     checks={"l2_partitions": or_none(one_of((1, 2))),
-            "row_jitter": lambda name, value: check_number(name, value, 0.0, math.inf),
+            "row_jitter": lambda name, value: check_number(name, value, 0.0, sim.MAX_ROW_JITTER),
             "seed": check_seed},
     needs_qkv=False, models_gpu=True, predicted=True))

@@ -44,6 +44,11 @@ __all__ = ["ExecutionFacts", "HeadResult", "SimResult", "coarsen_rows", "executi
 
 # a kernel launch and its tail, outside the per-block roofline (typical CUDA launch latency)
 LAUNCH_OVERHEAD_S = 5e-6
+# the replay walks every slot each step: a GPU has a few hundred (an H200's wave is 132 CTAs); 2^20 is past any
+MAX_WAVE_SLOTS = 2**20
+# a stall of up to the row's own reads at one sigma: calibrated jitters are below 0.04 (fit_row_jitter's range),
+# and every unit of it adds the rows' reads again to the steps the replay walks
+MAX_ROW_JITTER = 1.0
 
 
 @dataclass(frozen=True)
@@ -138,13 +143,16 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
         spec = kernels.get(backend)
         backend_name, ex = spec.name, execution_facts(backend, hw).with_block_size(block_size)
         wave_size = spec.wave_size(hw) if wave_size is None else wave_size
-    wave = check_int("wave_size", wave_size, lo=1)
+    wave = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SLOTS)
     head_dim = check_int("head_dim", head_dim, lo=1)
     seed = check_seed("seed", seed)
     if l2_partitions not in (1, 2):
         raise ValueError(f"l2_partitions must be 1 or 2, got {l2_partitions}")
-    if not row_jitter >= 0.0:
-        raise ValueError(f"row_jitter must be >= 0, got {row_jitter}")
+    if not 0.0 <= row_jitter <= MAX_ROW_JITTER:
+        raise ValueError(f"row_jitter must be >= 0 and <= {MAX_ROW_JITTER}, got {row_jitter}")
+    if ex.kv_block_bytes(head_dim) > hw.l2_bytes:
+        raise ValueError(f"head_dim {head_dim}: one K/V block ({ex.kv_block_bytes(head_dim):,} bytes) is larger than "
+                         f"the {hw.l2_bytes:,}-byte L2 of {hw.name}; expected a head dimension a GPU's L2 can cache")
     dense = as_dense(mask)
     if dense.dim() == 4:
         dense = dense.reshape(-1, *dense.shape[-2:])

@@ -12,6 +12,10 @@ from wavealign.blockmask import check_int
 from wavealign.masks._common import check_flag
 from wavealign.reorderers.wavealign.stage1 import spatial_order
 
+# Stage 1's subspace iterations: the paper uses T = 10; a hundred times that is past any use, and a typo (1e9) would
+# hold a worker for days
+MAX_ITERS = 1_000
+
 
 def group(mask: torch.Tensor, *, wave_size: int, seed: int, iters: int, rayleigh_ritz: bool) -> torch.Tensor:
     """Stage 1 of every head (``wave_size`` is Stage 2's business)."""
@@ -22,5 +26,6 @@ reorderers.register(
     # iters: subspace iterations (T); rayleigh_ritz: rotate the converged 2-D subspace onto the singular vectors
     "wavealign", group, {"iters": 10, "rayleigh_ritz": True},
     "Stage 1: polar angle in the rank-2 subspace of the column-centered mask (matrix-free subspace iteration)",
-    reference="WaveAlign, Alg. 1", checks={"iters": partial(check_int, lo=1), "rayleigh_ritz": check_flag},
+    reference="WaveAlign, Alg. 1",
+    checks={"iters": partial(check_int, lo=1, hi=MAX_ITERS), "rayleigh_ritz": check_flag},
     cuda_graph=True)
