@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import shlex
+import tempfile
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -90,6 +92,40 @@ def check_device(parser: argparse.ArgumentParser, flag: str, value: str) -> torc
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         parser.error(f"{flag} {value!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s)")
     return device
+
+
+def output_folder(flag: str, value: str | Path) -> Path:
+    """``value`` as the folder a command writes its files into, made if missing and shown to take a file, before any
+    work: an existing file, ``/dev/null`` or a folder under ``/proc`` is a ``UsageError`` naming ``flag``, not a
+    traceback after the computation."""
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {str(path)!r} exists and is not a folder; expected a folder (made if missing)")
+    _check_writable(flag, path, "a writable folder")
+    return path
+
+
+def output_file(flag: str, value: str | Path) -> Path:
+    """``value`` as the file a command writes, checked before any work: not a folder, and its folder made if missing
+    and shown to take a file (a path under ``/proc`` is refused here, not after the computation). A character
+    device such as ``/dev/null`` is a file to write to, as a shell's redirection takes it."""
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"{flag} {str(path)!r} is a folder; expected the path of a file to write")
+    if not (path.exists() and not path.is_file()):  # a device or a pipe takes what is written as it is
+        _check_writable(flag, path.parent, "a file in a writable folder")
+    return path
+
+
+def _check_writable(flag: str, folder: Path, expected: str) -> None:
+    """``folder`` made if missing and a file made and removed in it; else a ``UsageError`` naming ``flag``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag} {str(folder)!r}: cannot make it or write a file in it ({exc.strerror or exc}); "
+                         f"expected {expected}") from None
 
 
 def check_at_least(parser: argparse.ArgumentParser, flag: str, value: int, least: int) -> None:

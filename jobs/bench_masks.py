@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from wavealign import kernels, masks, workloads
-from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
+from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list, output_folder
 from wavealign.kernels import LaunchShape
 from wavealign.measure import timing
 
@@ -154,6 +154,7 @@ def main(argv: list[str]) -> int:
     device = check_device(parser, "--device", args.device)
     if device.type != "cuda":
         parser.error(f"--device {args.device!r}: the benchmark times GPU kernels; expected a CUDA device")
+    out = None if args.out is None else output_folder("--out", args.out)
 
     rows: list[MaskBuildTiming] = []
     for count in frames:
@@ -169,16 +170,15 @@ def main(argv: list[str]) -> int:
             torch.cuda.empty_cache()
         del q, k, v
     print(table(rows))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         environment = {"gpu": torch.cuda.get_device_name(device), "torch": torch.__version__,
                        "host": platform.node(), "date": time.strftime("%Y-%m-%d"), "backend": args.backend,
                        "layer": args.layer, "step": args.step, "seed": args.seed}
-        (args.out / "bench_masks.json").write_text(json.dumps({"environment": environment,
+        (out / "bench_masks.json").write_text(json.dumps({"environment": environment,
                                                                "rows": [asdict(r) for r in rows]}, indent=1))
-        with (args.out / "bench_masks.csv").open("w", newline="") as f:
+        with (out / "bench_masks.csv").open("w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(asdict(rows[0])))
             writer.writeheader()
             writer.writerows(asdict(r) for r in rows)
-        (args.out / "bench_masks.md").write_text(table(rows) + "\n")
+        (out / "bench_masks.md").write_text(table(rows) + "\n")
     return 0 if all(r.same_mask_every_build for r in rows) else 1

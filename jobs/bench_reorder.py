@@ -9,10 +9,9 @@ import statistics
 from pathlib import Path
 
 import torch
-import yaml
 
-from wavealign import reorder, reorderers, synthetic
-from wavealign.jobs._args import Parser, check_at_least, check_device
+from wavealign import bounded, reorder, reorderers, synthetic
+from wavealign.jobs._args import Parser, check_at_least, check_device, output_file
 from wavealign.measure.timing import synced_clock
 
 MASKS = {"random": synthetic.random_mask, "planted": synthetic.planted_mask}
@@ -66,13 +65,15 @@ def main(argv: list[str]) -> int:
     for flag, value, least in (("--repeats", args.repeats, 1), ("--heads", args.heads, 1), ("--blocks", args.blocks, 1),
                                ("--wave-size", args.wave_size, 1), ("--iters", args.iters, 1)):
         check_at_least(parser, flag, value, least)
-    mask = MASKS[args.mask](args.heads, args.blocks, args.blocks, args.density, seed=0, device=args.device)
+    out = None if args.out is None else output_file("--out", args.out)
     params = {"iters": args.iters} if args.reorderer == "wavealign" else {}
     for item in args.param:
         key, sep, value = item.partition("=")
         if not sep:
             parser.error(f"--param {item!r}: expected NAME=VALUE")
-        params[key] = yaml.safe_load(value)
+        params[key] = bounded.load_yaml_text(value, f"--param {item!r}")
+    reorderers.get(args.reorderer).resolve(params)  # its own checks (iters at most MAX_ITERS), before the mask
+    mask = MASKS[args.mask](args.heads, args.blocks, args.blocks, args.density, seed=0, device=args.device)
     times, gpu_times = time_plan(mask, args.stages, args.wave_size, args.repeats, args.reorderer, **params)
     record = {
         "heads": args.heads, "blocks": args.blocks, "density": args.density, "mask": args.mask,
@@ -83,9 +84,8 @@ def main(argv: list[str]) -> int:
         "torch": torch.__version__, "threads": torch.get_num_threads(),
         "host": platform.node(), "processor": platform.processor() or platform.machine(),
     }
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=2))
+    if out is not None:
+        out.write_text(json.dumps(record, indent=2))
     print(f"reorder.plan {args.reorderer} {args.mask} {args.heads} heads x {args.blocks}x{args.blocks} @ "
           f"{args.density:.0%}, stages={args.stages} on {args.device}: median {record['median_ms']:.2f} ms "
           + (f"(GPU span {record['gpu_median_ms']:.2f} ms) " if gpu_times else "")

@@ -56,15 +56,14 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 import yaml
 
-from wavealign import hardware, kernels, sim, synthetic, workloads
-from wavealign.jobs._args import Parser
+from wavealign import bounded, hardware, kernels, sim, synthetic, workloads
+from wavealign.jobs._args import Parser, output_folder
 from wavealign.jobs._head_masks import add_workload_arguments, device_for, head_masks
 from wavealign.jobs._paper import (
     DENSITY_TOLERANCE_PTS,
@@ -520,16 +519,16 @@ def _check_ranges(args: argparse.Namespace, wl: workloads.Workload, base: HeadTy
     if args.replicates < 1 or args.restarts < 1 or not 0 < args.mix_step <= 0.5:
         raise ValueError(f"--replicates and --restarts must be >= 1 and --mix-step in (0, 0.5], got "
                          f"{args.replicates}, {args.restarts}, {args.mix_step}")
-    if not args.row_jitter >= 0:
-        raise ValueError(f"--row-jitter must be >= 0, got {args.row_jitter}")
+    if not 0 <= args.row_jitter <= sim.MAX_ROW_JITTER:
+        raise ValueError(f"--row-jitter must be in [0, {sim.MAX_ROW_JITTER}], got {args.row_jitter}")
 
 
 def _verified_config(path: str, generator: str) -> HeadTypesConfig:
     """The generator of a calibrated YAML (its ``generator`` section) for ``--verify-config``."""
     try:
-        document = yaml.safe_load(Path(path).read_text())
+        document = bounded.load_yaml(path, "--verify-config")
         return GENERATORS[generator].from_dict(document["generator"])
-    except (OSError, KeyError, TypeError, yaml.YAMLError, ValueError) as err:
+    except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"--verify-config {path!r}: expected a {generator} generator YAML with a 'generator' "
                          f"section ({type(err).__name__}: {err})") from None
 
@@ -586,8 +585,7 @@ def main(argv: list[str]) -> int:
                          f"{hardware.names()} the kernel runs on")
     sim_settings = SimSettings(args.hardware, args.kernel, wl.head_dim, args.block_size, args.row_jitter)
     at = [(s, layer, step) for s in seeds for layer, step in pairs]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_folder("--out", args.out)
     command = "wavealign calibrate-workload " + shlex.join(argv)
     workers = args.workers or min(16, multiprocessing.cpu_count())
     sampled = 0 if args.verify_config else len(settings) * len(HEAD_TYPES) * len(sharpness) * len(noise) * \

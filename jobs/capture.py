@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from wavealign.jobs._args import Parser
+from wavealign.jobs._args import Parser, output_folder
 
 EXTRAS = ("diffusers",)
 
@@ -57,6 +57,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if max(args.steps) >= args.num_steps:
         parser().error(f"--steps {args.steps} must be below --num-steps {args.num_steps}")
+    output_folder("--out", args.out)
     import torch
     from diffusers import WanPipeline
 

@@ -23,10 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from wavealign import hardware, inputs, kernels, masks, pipeline, placement, workloads
-from wavealign.jobs._args import Parser
+from wavealign import bounded, hardware, inputs, kernels, masks, pipeline, placement, workloads
+from wavealign.jobs._args import Parser, output_folder
 from wavealign.jobs._head_masks import add_workload_arguments
 from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
@@ -85,7 +83,12 @@ def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str,
             known = {m: sorted(masks.get(m).params) for m in methods}
             raise ValueError(f"--set {item!r}: expected METHOD.KEY=VALUE with METHOD in {methods} and KEY one of "
                              f"its params {known.get(method, known)}")
-        out[method][key] = yaml.safe_load(value)
+        out[method][key] = bounded.load_yaml_text(value, f"--set {item!r}")
+    for method, params in out.items():  # the method's own checks, before the first head is built
+        try:
+            masks.get(method).resolve(params)
+        except ValueError as exc:
+            raise ValueError(f"--set {method}: {exc}") from None
     return out
 
 
@@ -166,8 +169,9 @@ def main(argv: list[str]) -> int:
         raise ValueError(f"--kernel {args.kernel} does not run on --hardware {args.hardware}")
     overrides = parse_overrides(args.set, methods)
     picture_head = heads[0] if args.picture_head is None else args.picture_head
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if picture_head not in heads:
+        raise ValueError(f"--picture-head {picture_head}: expected one of the heads measured, {heads}")
+    out = output_folder("--out", args.out)
     command = "wavealign mask-fidelity " + shlex.join(argv)
     print(f"{args.model} {args.frames} frames {args.resolution}: {wl.seq_len} tokens "
           f"({wl.latent_frames} x {wl.grid_height} x {wl.grid_width}), {wl.num_blocks(args.block_size)} blocks of "

@@ -17,7 +17,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from wavealign.jobs._args import Parser, UsageError
+from wavealign.jobs._args import Parser, UsageError, output_folder
 
 EXTRAS = ("analysis",)  # logging to MLflow too where it is installed ([sweep])
 
@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.tracking_uri is not None:  # a scheme MLflow has no store for is refused here, not after its retries
+        from wavealign.orchestrator.config import check_tracking_uri
+
+        check_tracking_uri("--tracking-uri ", args.tracking_uri)
+    if args.out is not None:
+        output_folder("--out", args.out)
     from wavealign import analysis
     from wavealign.analysis.figures import mask_pictures
     from wavealign.analysis.load import DEFAULT_RUN_ROOT, is_run_root, is_unplaced, run_root_state

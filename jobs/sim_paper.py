@@ -26,9 +26,11 @@ from pathlib import Path
 import torch
 
 from wavealign import reorder, sim, synthetic
-from wavealign.jobs._args import Parser
+from wavealign.blockmask import check_fits, check_int
+from wavealign.jobs._args import Parser, output_folder
 from wavealign.jobs._paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
 from wavealign.jobs._records import write_csv
+from wavealign.masks import dense
 
 EXTRAS = ("sim",)
 
@@ -67,7 +69,7 @@ def synthetic_mask(kind: str, heads: int, blocks: int, density: float, seed: int
     """``kind`` "dense" or one of ``MASK_KINDS``, generated ``chunk`` heads at a time (chunk i uses seed + i)
     so the full 40 x 2840 x 2840 mask fits in memory while it is built."""
     if kind == "dense":
-        return torch.ones(heads, blocks, blocks, dtype=torch.bool)
+        return dense.full(heads, blocks, blocks)
     make, extra = MASK_KINDS[kind]
     parts = [make(min(chunk, heads - h0), blocks, blocks, density, seed=seed + i, **extra)
              for i, h0 in enumerate(range(0, heads, chunk))]
@@ -129,6 +131,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calibration-steps", type=int, default=5, help="bisection steps for row_jitter")
     args = parser.parse_args(argv)
+    output_folder("--out", args.out)
+    check_int("--heads", args.heads, lo=1)
+    check_int("--blocks", args.blocks, lo=1)
+    # the four masks (dense and MASK_KINDS) are held together while they are simulated
+    check_fits(f"--heads {args.heads} --blocks {args.blocks}: four masks of {args.heads} x {args.blocks}^2 blocks",
+               (1 + len(MASK_KINDS)) * args.heads * args.blocks**2)
     rows, extra = run(args.heads, args.blocks, args.density, args.seed, args.calibration_steps)
     write(rows, extra, args.out, "wavealign sim-paper " + shlex.join(argv))
     return 0

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wavealign import hardware, masks, pipeline, reorder, variants
-from wavealign.jobs._args import Parser
+from wavealign import bounded, hardware, masks, pipeline, reorder, variants
+from wavealign.jobs._args import Parser, output_folder
 from wavealign.jobs._records import write_csv
 from wavealign.records import Cell
 
@@ -83,13 +83,16 @@ class ValidationRow:
 
 
 def _table_rows(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text()
+    """The rows of a CSV, JSON or JSON-lines table, read through ``wavealign.bounded`` (a crafted file's size or
+    nesting is refused before it is parsed)."""
+    text = bounded.read_text(path, "measurements")
     if path.suffix == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
     elif text.lstrip().startswith("["):
-        rows = json.loads(text)
+        rows = bounded.load_json(text, f"measurements {path}")
     else:
-        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = [bounded.load_json(line, f"measurements {path} line {i + 1}")
+                for i, line in enumerate(text.splitlines()) if line.strip()]
     if not rows:
         raise ValueError(f"measurements {path} hold no rows")
     return rows
@@ -280,6 +283,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if not args.measurements.exists():
         parser.error(f"measurements {args.measurements} does not exist")
+    output_folder("--out", args.out)
     measured = (from_run_root(args.measurements) if args.measurements.is_dir()
                 else from_table(args.measurements, args.hardware, args.mask_density))
     rows = validate(measured, args.l2_partitions, args.row_jitter)

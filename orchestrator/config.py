@@ -26,12 +26,12 @@ from typing import Any
 from hydra import compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from wavealign import conf_dir, kernels, masks, measurers, placement, registry, reorder, reorderers, variants
+from wavealign import bounded, conf_dir, kernels, masks, measurers, placement, registry, reorder, reorderers, variants
 from wavealign import hardware as hardware_registry
-from wavealign.blockmask import MAX_SEED, check_int
+from wavealign.blockmask import MAX_SEED, check_fits, check_int
 from wavealign.orchestrator.dataset import SIM_BACKEND, SIM_DEFAULT_KERNEL, SIM_KERNEL
 from wavealign.orchestrator.redact import redact, redact_tree
 from wavealign.records import CPU, ORIGINAL_VARIANT
@@ -187,6 +187,8 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
     """Compose ``conf/config.yaml`` with ``overrides``, import its plugins and validate it; raises ``ConfigError``."""
     register_schema()
     overrides = list(overrides or [])
+    for override in overrides:
+        check_override(override)
     try:
         cfg = _compose(conf_dir, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -198,6 +200,34 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
     upgrade_first_spellings(cfg)
     validate(cfg, conf_dir)
     return cfg
+
+
+def check_override(override: str) -> None:
+    """What composition would take silently, refused: Hydra's own settings (``hydra.run.dir=...``: the sweep writes
+    under ``run_root``, never in Hydra's output folders), and a switch (a ``bool`` of the schema, such as
+    ``resume``) given anything but true or false (OmegaConf reads ``resume=2`` as true)."""
+    key, sep, value = override.partition("=")
+    path = key.lstrip("+~")
+    if path == "hydra" or path.startswith(("hydra.", "hydra/")):
+        raise ConfigError(f"{override}: Hydra's own settings do not apply to a sweep (it writes under run_root, "
+                          "never in Hydra's output folders); expected sweep keys (run_root=<folder> for where "
+                          "results go)")
+    if sep and not key.startswith("~") and _schema_type(path.split(".")) is bool and \
+            value.strip().lower() not in ("true", "false"):
+        raise ConfigError(f"{override}: {path} is a switch; expected {path}=true or {path}=false")
+
+
+def _schema_type(segments: list[str], schema: type = SweepConfig) -> Any:
+    """The schema's type of the key at ``segments`` (``["ray", "prefetch_inputs"]`` -> bool), or None."""
+    kind: Any = schema
+    for segment in segments:
+        if typing.get_origin(kind) is dict:
+            kind = typing.get_args(kind)[1]
+            continue
+        if not dataclasses.is_dataclass(kind):
+            return None
+        kind = typing.get_type_hints(kind).get(segment)
+    return kind
 
 
 def _empty_maps(cfg: DictConfig, overrides: list[str]) -> None:
@@ -252,12 +282,19 @@ def load_plugins(cfg: DictConfig) -> None:
     """Import the modules ``cfg.plugins`` names, here and (through ``WAVEALIGN_PLUGINS``) on every worker."""
     if not cfg.plugins:
         return
+    for name in cfg.plugins:
+        if not isinstance(name, str) or not MODULE_NAME.fullmatch(name):
+            raise ConfigError(f"plugins has {name!r}; expected the dotted name of an importable module "
+                              "(my_package.backends), not a path")
     known = registry.plugin_modules()
     os.environ[registry.PLUGINS_ENV] = ",".join([*known, *(p for p in cfg.plugins if p not in known)])
     try:
         registry.import_plugins()
     except ImportError as exc:
         raise ConfigError(f"plugins={list(cfg.plugins)}: {exc}") from None
+
+
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def search_dirs(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> list[Path]:
@@ -380,10 +417,22 @@ def _message(exc: BaseException) -> str:
     return " ".join(kept) or type(exc).__name__
 
 
+def entry_path(root: Path, group: str, name: Any) -> Path:
+    """``<root>/<group>/<name>.yaml``, where ``name`` (a workload, method, backend, ... a config names) is a plain
+    name: no folder separator and no leading dot, so that it names a file of that folder; else a ``ConfigError``
+    (``../../etc/x`` or ``/tmp/x`` read a YAML outside every config root). Links a config root holds are its
+    owner's to make and are followed."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ConfigError(f"{group} {name!r} is not a name; expected the stem of a conf/{group}/<name>.yaml")
+    return Path(root) / group / f"{name}.yaml"
+
+
 def group_entry(group: str, name: str, dirs: Sequence[Path] = (CONF_DIR,)) -> DictConfig:
-    """Read ``<dir>/<group>/<name>.yaml`` from the first of ``dirs`` that has it, against its schema (unknown
-    keys are an error)."""
-    found = [Path(d) / group / f"{name}.yaml" for d in dirs if (Path(d) / group / f"{name}.yaml").is_file()]
+    """Read ``<dir>/<group>/<name>.yaml`` from the first of ``dirs`` that has it (``entry_path``), against its
+    schema (unknown keys are an error). The file is read through the bounded YAML reader (``wavealign.bounded``:
+    no alias bomb, no Python tags), and a value that is an interpolation (``${oc.env:TOKEN}``) is refused
+    without resolving it: an entry is plain values, and resolving one could print a secret in an error."""
+    found = [path for d in dirs if (path := entry_path(Path(d), group, name)).is_file()]
     if not found:
         known = sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
         raise ConfigError(f"{group} {name!r} has no conf/{group}/{name}.yaml (searched {[str(d) for d in dirs]}); "
@@ -391,12 +440,33 @@ def group_entry(group: str, name: str, dirs: Sequence[Path] = (CONF_DIR,)) -> Di
     path = found[0]
     schema = WorkloadConfig if group == "workload" else NamedConfig
     try:
-        entry = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
+        loaded = OmegaConf.create(bounded.check_yaml(bounded.read_text(path, "config entry", bounded.MAX_YAML_BYTES),
+                                                     f"config entry {str(path)!r}") or {})
+        _refuse_interpolations(loaded, f"conf/{group}/{name}.yaml")
+        entry = OmegaConf.merge(OmegaConf.structured(schema), loaded)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     except OmegaConfBaseException as exc:
         raise ConfigError(f"conf/{group}/{name}.yaml: {_message(exc)}") from None
     if entry.name != name:
         raise ConfigError(f"conf/{group}/{name}.yaml declares name {entry.name!r}; expected {name!r}")
     return entry
+
+
+def _refuse_interpolations(node: Any, where: str) -> None:
+    """A ``ConfigError`` for the first value of ``node`` that is an interpolation, named by its key and its text
+    (never resolved)."""
+    container = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig | ListConfig) else node
+    todo: list[tuple[str, Any]] = [("", container)]
+    while todo:
+        key, value = todo.pop()
+        if isinstance(value, dict):
+            todo += [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            todo += [(f"{key}[{i}]", v) for i, v in enumerate(value)]
+        elif isinstance(value, str) and "${" in value:
+            raise ConfigError(f"{where}: {key}={value!r} is an interpolation; expected a plain value (a config "
+                              "root's entries are read as written, never resolved)")
 
 
 def method_names() -> list[str]:
@@ -426,6 +496,18 @@ RAY_ADDRESS = re.compile(rf"auto|local|ray://{_HOST}(:\d+)?|{_HOST}:\d+")
 MLFLOW_SCHEMES = frozenset({"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"})
 
 
+SWEEP_NAME = re.compile(r"[\w.+-]{1,100}")
+
+
+def check_tracking_uri(key: str, uri: Any) -> None:
+    """``uri`` None, a path or a URI of a scheme MLflow stores runs under; else a ``ConfigError`` naming ``key``
+    (``mlflow.tracking_uri=``, ``--tracking-uri ``) and the URI, its password redacted."""
+    if uri is not None and not (isinstance(uri, str) and uri and
+                                urllib.parse.urlparse(uri).scheme.split("+")[0] in MLFLOW_SCHEMES):
+        raise ConfigError(f"{key}{redact(repr(uri))}; expected null (<run_root>/mlflow.db), a path, or a URI with a "
+                          f"scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
+
+
 def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     """Check every key against the schema, names against the registries and numbers against their ranges; raise
     ``ConfigError``."""
@@ -441,6 +523,9 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
             raise ConfigError(f"variants.{name}: stages={variant.stages!r}, skip={variant.skip!r}; {name!r} is {what} "
                               f"(stages {fixed.stages!r}, skip {fixed.skip!r}) and is fixed; expected it unchanged "
                               "(add your own under another name)")
+    if not isinstance(cfg.name, str) or not SWEEP_NAME.fullmatch(cfg.name):
+        raise ConfigError(f"name={cfg.name!r}; expected a label of letters, digits, '_', '-', '.' or '+' (at most "
+                          "100): it names the sweep's MLflow run and its console lines")
     for key in ("batch_cells", "max_cells"):
         if cfg[key] < 1:
             raise ConfigError(f"{key}={cfg[key]}; expected >= 1")
@@ -450,6 +535,8 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
         value = cfg.ray[key]
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             raise ConfigError(f"ray.{key}={value!r}; expected null or an integer >= {least}")
+    if cfg.ray.object_store_mb is not None:
+        _check_fits("ray.object_store_mb", cfg.ray.object_store_mb * 2**20)
     for key in ("wait_timeout_s", "worker_start_timeout_s"):
         if not cfg.ray[key] > 0:  # nan too; inf waits for ever
             raise ConfigError(f"ray.{key}={cfg.ray[key]}; expected > 0")
@@ -457,11 +544,7 @@ def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     if address is not None and not (isinstance(address, str) and RAY_ADDRESS.fullmatch(address)):
         raise ConfigError(f"ray.address={address!r}; expected null (an embedded local Ray), 'auto' (the cluster "
                           "this machine is part of), 'host:port' (its head) or 'ray://host:port' (Ray Client)")
-    uri = cfg.mlflow.tracking_uri
-    if uri is not None and not (isinstance(uri, str) and uri and
-                                urllib.parse.urlparse(uri).scheme.split("+")[0] in MLFLOW_SCHEMES):
-        raise ConfigError(f"mlflow.tracking_uri={redact(repr(uri))}; expected null (<run_root>/mlflow.db), a path, "
-                          f"or a URI with a scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
+    check_tracking_uri("mlflow.tracking_uri=", cfg.mlflow.tracking_uri)
     if not isinstance(cfg.mlflow.experiment, str) or not cfg.mlflow.experiment.strip():
         raise ConfigError(f"mlflow.experiment={cfg.mlflow.experiment!r}; expected the name of an MLflow experiment")
     if not str(cfg.run_root).strip() or Path(cfg.run_root).resolve() == Path(Path(cfg.run_root).resolve().anchor):
@@ -638,6 +721,8 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     _check_integer(f"{where}.block_size", grid.block_size, 1, MAX_SEQ_K * 1000, null=True)
     _check_integer(f"{where}.reps", grid.reps, 1, MAX_REPS)
     _check_integer(f"{where}.warmup", grid.warmup, 0, MAX_REPS)
+    if cfg.ray.address is None:  # the cells run on this machine: its memory bounds them
+        _check_cell_sizes(where, grid, dirs)
     for method in grid.method:
         param_axes("method", method, grid, where, dirs)
     for backend in grid.backend:
@@ -676,6 +761,37 @@ def _check_integer(key: str, value: Any, lo: int, hi: int, null: bool = False, l
     except ValueError:
         got = f"{key} has {value!r}" if listed else f"{key}={value!r}"
         raise ConfigError(f"{got}; expected an integer in [{lo}, {hi:,}]" + (" or null" if null else "")) from None
+
+
+def _check_fits(what: str, nbytes: int) -> None:
+    """``blockmask.check_fits`` (``nbytes`` within this machine's memory) as a ``ConfigError``."""
+    try:
+        check_fits(what, nbytes)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _check_cell_sizes(where: str, grid: DictConfig, dirs: list[Path]) -> None:
+    """The largest cell of each workload, at the grid's longest ``seq_k`` and smallest block size, must fit in this
+    machine's memory, where a sweep on its embedded Ray runs it: at least its Q, K and V (2 bytes a number, as on a
+    GPU) and its bool block mask. A workload of 1e8 heads or a ``block_size`` of 1 (a 530 GB mask at 364K tokens)
+    is refused here, not by a worker's out-of-memory kill. (On a cluster, each worker's own allocations are checked
+    against its node, ``blockmask.check_fits``.)"""
+    block_size = min(block_size_for(grid, hw) for hw in grid.hardware)
+    longest = max(grid.seq_k)
+    for name in grid.workload:
+        wl = group_entry("workload", name, dirs)
+        if wl.captured is not None:
+            from wavealign import workloads
+
+            _, heads, tokens, head_dim = workloads.read_header(wl.captured).shape
+            heads = len(wl.heads)
+        else:
+            heads = len(wl.heads) if wl.model is not None else int(wl.num_heads)
+            tokens, head_dim = math.ceil(longest * 1000), int(wl.head_dim)
+        blocks = math.ceil(tokens / block_size)
+        _check_fits(f"{where}: a cell of workload {name!r} ({heads} heads x {tokens:,} tokens x {head_dim}, "
+                    f"block_size {block_size})", 3 * 2 * heads * tokens * head_dim + heads * blocks * blocks)
 
 
 def profile_hardware(grid: DictConfig, hw: str) -> str:

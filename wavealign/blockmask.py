@@ -72,6 +72,8 @@ def check_mask(mask: torch.Tensor, name: str = "mask") -> torch.Tensor:
         raise ValueError(f"{name} must be (H, MB, NB) or (B, H, MB, NB), got shape {tuple(mask.shape)}")
     if mask.numel() == 0:
         raise ValueError(f"{name} must not be empty, got shape {tuple(mask.shape)}")
+    if mask.is_meta:
+        raise ValueError(f"{name} is on the meta device (a shape without data); expected a mask on cpu or cuda")
     return mask
 
 

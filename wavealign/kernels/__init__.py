@@ -38,9 +38,10 @@ SCHEDULERS = ("streaming", "static-persistent")
 
 
 def check_qkv_tensors(**tensors: Any) -> None:
-    """Attention inputs (``q=..., k=..., v=...``) must be floating tensors of one dtype on one device: an
-    integer q would run in integer arithmetic (the reference rounds every output to 0), and a kernel reads
-    all three with one dtype from one device."""
+    """Attention inputs (``q=..., k=..., v=...``) must be floating tensors of one dtype on one device that holds
+    data: an integer q would run in integer arithmetic (the reference rounds every output to 0), a kernel reads all
+    three with one dtype from one device, and a ``meta`` tensor is a shape without data (every kernel failed on it
+    with a traceback of its own)."""
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a floating torch.Tensor, got {type(t).__name__}")
@@ -53,6 +54,10 @@ def check_qkv_tensors(**tensors: Any) -> None:
     if len({t.device for t in tensors.values()}) > 1:
         got = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
         raise ValueError(f"{names} must be on one device, got {got}")
+    for name, t in tensors.items():
+        if t.is_meta:
+            raise ValueError(f"{name} is on the meta device (a shape without data); expected a tensor on cpu or "
+                             "cuda")
 
 
 @dataclass(frozen=True)
@@ -174,9 +179,11 @@ def _always() -> bool:
     return True
 
 
-def _order_checked(plan: Callable[..., Launch]) -> Callable[..., Launch]:
-    """``plan`` taking its order through ``reorder.check_launch_order``: wherever a launch is planned, an order that
-    is not a ``RowOrder`` over the launch's (H, MB) is refused before any work."""
+def _checked_plan(plan: Callable[..., Launch], name: str, needs_gpu: bool) -> Callable[..., Launch]:
+    """``plan`` taking its order through ``reorder.check_launch_order`` and, for a backend that needs a GPU, refusing
+    q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder`` over the launch's
+    (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would compile for
+    minutes there before failing)."""
     if getattr(plan, "checks_order", False):
         return plan
 
@@ -184,10 +191,18 @@ def _order_checked(plan: Callable[..., Launch]) -> Callable[..., Launch]:
     def checked(mask, order, shape: LaunchShape, *args: Any, **options: Any) -> Launch:
         from wavealign import reorder
 
-        return plan(mask, reorder.check_launch_order(order, shape.heads, shape.q_blocks), shape, *args, **options)
+        order = reorder.check_launch_order(order, shape.heads, shape.q_blocks)
+        if needs_gpu and shape.device.type != "cuda":
+            raise ValueError(f"backend {name!r} runs on a CUDA GPU; q/k/v are on {shape.device}: move them to "
+                             f"cuda, or use a backend that runs on the CPU ({_cpu_backends()})")
+        return plan(mask, order, shape, *args, **options)
 
     checked.checks_order = True  # type: ignore[attr-defined]
     return checked
+
+
+def _cpu_backends() -> list[str]:
+    return [n for n in REGISTRY.names() if not REGISTRY.get(n).needs_gpu]
 
 
 @dataclass(frozen=True)
@@ -220,7 +235,7 @@ class Backend:
     check_options: Callable[[Mapping[str, Any], int], None] | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "plan", _order_checked(self.plan))
+        object.__setattr__(self, "plan", _checked_plan(self.plan, self.name, self.needs_gpu))
         object.__setattr__(self, "ctas_per_sm", MappingProxyType(dict(self.ctas_per_sm)))
         object.__setattr__(self, "execution_by_hardware", MappingProxyType(dict(self.execution_by_hardware)))
         if stray := sorted(set(self.execution_by_hardware) - set(self.ctas_per_sm)):

@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from wavealign import bounded
 from wavealign import hardware as hw_registry
 from wavealign.skip.mask_features import MODEL_FEATURES
 
@@ -80,7 +81,7 @@ class Profile:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"skip profile file {path} does not exist")
-        return cls.from_dict(yaml.safe_load(path.read_text()), str(path))
+        return cls.from_dict(bounded.load_yaml(path, "skip profile file"), str(path))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)

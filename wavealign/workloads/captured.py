@@ -10,7 +10,6 @@ File layout (format ``wavealign-qkv/1``), one file per (layer, denoising step) a
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+
+from wavealign import bounded
 
 FORMAT = "wavealign-qkv/1"
 
@@ -108,7 +109,9 @@ def read_header(path: str | Path) -> CapturedHeader:
 _DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
            "I64": torch.int64, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "F16": torch.float16,
            "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
-_MAX_HEADER_BYTES = 100_000_000  # what safetensors itself accepts
+# a wavealign-qkv/1 header names three tensors and a few metadata strings (a few hundred bytes); safetensors itself
+# accepts 100 MB, which a crafted file would fill with JSON for the parser to chew on
+_MAX_HEADER_BYTES = 2**20
 
 
 def _safetensors_header(path: Path) -> tuple[dict[str, tuple[torch.dtype, tuple[int, ...]]], dict[str, str]]:
@@ -123,11 +126,12 @@ def _safetensors_header(path: Path) -> tuple[dict[str, tuple[torch.dtype, tuple[
         head = fh.read(8)
         length = int.from_bytes(head, "little") if len(head) == 8 else -1
         if not 2 <= length <= min(_MAX_HEADER_BYTES, size - 8):
-            raise ValueError(f"{path} is not a safetensors file (no valid header length); {expected}")
-        try:
-            header = json.loads(fh.read(length))
-        except (UnicodeDecodeError, ValueError):
-            header = None
+            raise ValueError(f"{path} is not a safetensors file of a capture (no header length in [2, "
+                             f"{_MAX_HEADER_BYTES:,}] bytes inside the file); {expected}")
+        try:  # bounded: a header nested 100,000 deep is a RecursionError to Python's own parser
+            header = bounded.load_json(fh.read(length), "its header", _MAX_HEADER_BYTES)
+        except ValueError as exc:
+            raise ValueError(f"{path} is not a safetensors file ({exc}); {expected}") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path} is not a safetensors file (its header is not a JSON object); {expected}")
     meta = header.pop("__metadata__", None) or {}

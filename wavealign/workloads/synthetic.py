@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import torch
-import yaml
 
+from wavealign import bounded
 from wavealign.workloads.presets import Workload
 from wavealign.workloads.rope import apply_rope, pair_angles, positions
 
@@ -173,7 +173,7 @@ class HeadTypesConfig(abc.ABC):
 def _calibrated(cls: type[HeadTypesConfig]) -> HeadTypesConfig:
     if not cls.CALIBRATED_PATH.exists():
         return cls()
-    return cls.from_dict(yaml.safe_load(cls.CALIBRATED_PATH.read_text())["generator"])
+    return cls.from_dict(bounded.load_yaml(cls.CALIBRATED_PATH, "calibrated generator")["generator"])
 
 
 @dataclass(frozen=True)
