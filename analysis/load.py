@@ -45,11 +45,13 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
                              f"tracking_uri given and no {DEFAULT_RUN_ROOT}/mlflow.db")
         roots, sweep_ids = experiment_run_roots(str(runs), uri)
     frames = [dataset.read(root).to_pandas() for root in roots]
-    frame = pd.concat(frames, ignore_index=True) if frames else dataset.SCHEMA.empty_table().to_pandas()
     if sweep_ids is not None:
-        frame = frame[frame["sweep_id"].isin(sweep_ids)]
-    if latest_only and len(frame):
-        frame = latest_per_configuration(frame)
+        frames = [f[f["sweep_id"].isin(sweep_ids)] for f in frames]
+    if latest_only:  # a run root's own run sequence orders its rows; only rows of two run roots compare by clock
+        frames = [latest_per_configuration(f) if len(f) else f for f in frames]
+    frame = pd.concat(frames, ignore_index=True) if frames else dataset.SCHEMA.empty_table().to_pandas()
+    if latest_only and len(frames) > 1 and len(frame):
+        frame = latest_per_configuration(frame, order=("recorded_at",))
     frame = with_derived_columns(frame.reset_index(drop=True))
     frame.attrs.update(run_roots=[str(r) for r in roots], tracking_uri=uri)
     return frame
@@ -61,10 +63,12 @@ def configuration_columns(frame: pd.DataFrame) -> list[str]:
     return [f.name for f in fields(Cell) if f.name not in ("cell_id", "group_id") and f.name in frame.columns]
 
 
-def latest_per_configuration(frame: pd.DataFrame) -> pd.DataFrame:
-    """The newest row (by ``recorded_at``) of each cell configuration, a placed row before any newer unplaced one:
-    a later sweep that found no node of a GPU type says nothing about what an earlier one measured there."""
-    ranked = frame.assign(_placed=~is_unplaced(frame)).sort_values(["_placed", "recorded_at"], kind="stable")
+def latest_per_configuration(frame: pd.DataFrame, order: tuple[str, ...] = dataset.ORDER_COLUMNS) -> pd.DataFrame:
+    """The newest row (by ``order``: for the rows of one run root, ``dataset.ORDER_COLUMNS``, the run of the run root
+    then ``recorded_at``) of each cell configuration, a placed row before any newer unplaced one: a later sweep that
+    found no node of a GPU type says nothing about what an earlier one measured there."""
+    order = [c for c in order if c in frame.columns]
+    ranked = frame.assign(_placed=~is_unplaced(frame)).sort_values(["_placed", *order], kind="stable")
     return ranked.drop_duplicates(configuration_columns(frame), keep="last").drop(columns="_placed")
 
 
@@ -100,15 +104,26 @@ def _store_next_to(run_root: Path) -> str | None:
 
 
 def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path], set[str]]:
-    """Run roots and sweep ids of the sweep parent runs in ``experiment``."""
+    """Run roots and sweep ids of the sweep parent runs in ``experiment``; a ``ValueError`` naming the store (its
+    password redacted) where it does not answer (``mlflow_server.unanswered``, in seconds) or refuses the query."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from wavealign.orchestrator import mlflow_server
+    from wavealign.orchestrator.redact import redact
+
+    if (reason := mlflow_server.unanswered(tracking_uri)) is not None:
+        raise ValueError(f"runs={experiment!r}: MLflow at {redact(tracking_uri)} does not answer ({reason})")
     client = MlflowClient(tracking_uri=tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise ValueError(f"runs={experiment!r} {run_root_state(experiment)}, and no MLflow experiment of that "
-                         f"name is at {tracking_uri}")
-    parents = client.search_runs([found.experiment_id], f"tags.`{SWEEP_KIND_TAG}` = 'sweep'", max_results=1000)
+    try:
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            raise ValueError(f"runs={experiment!r} {run_root_state(experiment)}, and no MLflow experiment of that "
+                             f"name is at {redact(tracking_uri)}")
+        parents = client.search_runs([found.experiment_id], f"tags.`{SWEEP_KIND_TAG}` = 'sweep'", max_results=1000)
+    except MlflowException as exc:
+        raise ValueError(f"runs={experiment!r}: MLflow at {redact(tracking_uri)} cannot be read "
+                         f"({redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)})") from None
     roots: list[Path] = []
     for run in parents:
         for dataset_input in run.inputs.dataset_inputs if run.inputs else []:

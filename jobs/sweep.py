@@ -24,7 +24,8 @@ COMMAND = "wavealign sweep"  # how its stderr lines begin
 EXTRAS = ("sweep",)
 EXIT_CELLS_FAILED = 3  # one or more cells failed: their errors are in the summary and their rows
 EXIT_NOTHING_PLACED = 4  # every cell to run was unschedulable: no node has its GPU type (the summary says which)
-# the run root's storage refused a write (disk full, read-only, a file in a folder's place): one line names the path
+# the run root's storage refused a write (disk full, read-only, a file in a folder's place), or lost rows the sweep
+# wrote (a results file damaged or removed under it): one line names the path
 EXIT_STORAGE_REFUSED = 5
 
 USAGE = """usage: wavealign sweep [--dry-run | --cfg job] [KEY=VALUE ...]
@@ -123,12 +124,18 @@ def ended(cfg: DictConfig, outcome: SweepOutcome, command: str = COMMAND) -> int
     """How a command that ran a sweep (``command``: ``wavealign sweep``, ``wavealign bench-kernels``) ends: one
     stderr line for each loss the sweep's summary cannot show (a run root that refused a write; rows MLflow lacks,
     with the command that logs them), then its exit status (``exit_code``)."""
-    from wavealign.orchestrator import summary
+    from wavealign.orchestrator import dataset, summary
 
     if outcome.storage_error is not None:
         print(f"{command}: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
               "runs them)", file=sys.stderr)
-    if outcome.mlflow_down_reason is not None:  # MLflow is a view of Parquet: the exit status does not change
+    elif outcome.lost_rows:
+        print(f"{command}: {outcome.lost_rows} of the rows this run recorded are no longer in "
+              f"{dataset.results_dir(cfg.run_root)} (their file was damaged, moved or deleted while the sweep ran: "
+              "the warnings above name it); a resume runs those cells again", file=sys.stderr)
+    # MLflow is a view of Parquet: the exit status does not change (and a store that lacks none of the rows, as after a
+    # storage error that stopped the sweep before any row, needs no line)
+    if outcome.mlflow_down_reason is not None and outcome.mlflow_missing_rows:
         print(f"{command}: MLflow lacks {outcome.mlflow_missing_rows} of the sweep's rows "
               f"({outcome.mlflow_down_reason}); they are in Parquet, to log later: {summary.sync_command(cfg)}",
               file=sys.stderr)
@@ -147,7 +154,7 @@ def exit_code(outcome: SweepOutcome) -> int:
     """A sweep's exit status from its outcome (``sweep.SweepOutcome``)."""
     from wavealign.orchestrator import stop
 
-    if outcome.storage_error is not None:
+    if outcome.storage_error is not None or outcome.lost_rows:
         return EXIT_STORAGE_REFUSED
     if outcome.interrupted:  # 128 + the signal's number, as a shell reports a process that signal ended
         return stop.EXIT_CODES.get(outcome.terminated_by or "SIGINT", 130)

@@ -44,11 +44,13 @@ def main(argv: list[str]) -> int:
                 print(f"the store {store} {reason}; moved it to {moved} and rebuilding it from Parquet")
             tracker = tracking.Tracker(uri, cfg.mlflow.experiment, run_root=Path(cfg.run_root), warn=False)
             logged = record.sync(cfg.run_root, tracker)
-    except files.StorageError as exc:
+    except (files.StorageError, sqlite_store.StoreLocked) as exc:
         print(f"wavealign sync-mlflow: {exc}", file=sys.stderr)
         return 1
-    if not tracker.available:
-        print(f"wavealign sync-mlflow: MLflow at {redact(uri)} is unreachable: {tracker.down_reason}", file=sys.stderr)
+    if not tracker.available:  # a reason that names the store already (``sqlite_store.prepare``) is said as it is
+        reason = tracker.down_reason if redact(uri) in tracker.down_reason else \
+            f"MLflow at {redact(uri)} is unreachable: {tracker.down_reason}"
+        print(f"wavealign sync-mlflow: {reason}", file=sys.stderr)
         return 1
     print(f"logged {sum(logged.values())} missing rows over {len(logged)} sweeps to {redact(uri)}")
     print(f"MLflow: {tracking.ui_hint(uri, tracker.experiment_id, runnable('mlflow'))}")

@@ -33,12 +33,13 @@ import pyarrow.parquet as pq
 from wavealign.orchestrator import files
 from wavealign.records import Cell, CellResult, Environment
 
-SCHEMA_VERSION = 5  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
+SCHEMA_VERSION = 6  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
 #                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2);
 #                    4: inputs_prefetched;
 #                    5: measure and measure_params (wavealign.measurers): a simulated row names the backend it
 #                    models (no backend sim), and Nsight Compute is measure ncu (no ncu_requested column). Rows of
-#                    v4 and before are read as v5 writes them (``upgraded``)
+#                    v4 and before are read as v5 writes them (``upgraded``);
+#                    6: run_seq, the run of the run root that recorded a row: rows are ordered by it, not by a clock
 PARTITION_COLUMNS = ("hardware", "method")
 STATUSES = ("done", "failed", "unschedulable")
 
@@ -83,10 +84,42 @@ SCHEMA = pa.schema([
     *_record_fields(CellResult, skip=("cell_id", "group_id", "environment")),
     *_record_fields(Environment),
     ("ray_node_id", pa.string()), ("worker_pid", pa.int64()), ("started_at", _TS), ("finished_at", _TS),
-    ("recorded_at", _TS), ("cell_json", pa.string()), ("repro_command", pa.string()),
+    ("recorded_at", _TS), ("run_seq", pa.int64()), ("cell_json", pa.string()), ("repro_command", pa.string()),
 ], metadata={"wavealign.schema_version": str(SCHEMA_VERSION)})
 FILE_SCHEMA = pa.schema([f for f in SCHEMA if f.name not in PARTITION_COLUMNS], metadata=SCHEMA.metadata)
 CELL_COLUMNS = tuple(name for name, _ in _record_fields(Cell))
+# Which of two rows is newer: the later run of the run root (``run_seq``: 1, 2, ... per driver run, from what the run
+# root holds, ``next_run_seq``), then, within a run or between rows written before v6 (run_seq 0), the later
+# ``recorded_at``. Never the wall clock first: a host whose clock ran a year ahead once would otherwise have its
+# rows stay the newest over every later re-measurement.
+ORDER_COLUMNS = ("run_seq", "recorded_at")
+
+
+def order_key(row: dict[str, Any]) -> tuple:
+    """A row's place in ``ORDER_COLUMNS`` order (the newest sorts last)."""
+    return row.get("run_seq") or 0, row["recorded_at"]
+
+
+def newest_per_cell(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The newest row (``order_key``) of each ``cell_id`` among ``rows``."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if row["cell_id"] not in latest or order_key(row) >= order_key(latest[row["cell_id"]]):
+            latest[row["cell_id"]] = row
+    return latest
+
+
+def next_run_seq(run_root: str | Path, seen: int = 0) -> int:
+    """The ``run_seq`` of a new run of ``run_root``: one more than any its rows hold and ``seen`` (the largest a
+    caller found elsewhere, in the run records)."""
+    column = read(run_root, columns=["run_seq"]).column("run_seq")
+    return max(pc.max(column).as_py() or 0, seen) + 1
+
+
+# the most one row costs on disk while its sweep runs, before the end merges the sweep's files: a results file of one
+# row (a group of one cell, or batch_cells=1) is 33.2 KB, nearly all the footer of the schema's columns (measured
+# 2026-12-02: 1 row 33,206 bytes, 3 rows 33,761, 10 rows 35,597)
+ROW_BYTES = 34_000
 
 
 def _json(value: Any) -> str:
@@ -177,7 +210,7 @@ def compact(paths: list[Path], chunk: int = 256) -> list[Path]:
     merged one; returns the files left. A sweep of many small groups writes a file per group as they finish, and
     every later read of the folder pays per file (a 10,000-cell sweep: 3,000 files, 1 GB of reader memory). A driver
     stopped between writing a merged file and removing what it merged leaves those rows twice: ``read`` keeps each
-    result once (``distinct``)."""
+    result once (``distinct``). A file damaged or removed meanwhile is left out of the merge (``read_written``)."""
     by_folder: dict[Path, list[Path]] = defaultdict(list)
     for path in dict.fromkeys(paths):
         if path.is_file():
@@ -191,8 +224,10 @@ def compact(paths: list[Path], chunk: int = 256) -> list[Path]:
                 if len(part) == 1:
                     merged += part
                     continue
-                table = pa.concat_tables([pq.read_table(p, schema=FILE_SCHEMA) for p in part])
-                target = _write_file(folder, table.column("sweep_id")[0].as_py(), table)
+                table = read_written(folder.parents[2], part).select(FILE_SCHEMA.names)  # <root>/results/h=/m=
+                if table.num_rows == 0:
+                    continue
+                target = _write_file(folder, table.column("sweep_id")[0].as_py(), table.cast(FILE_SCHEMA))
                 for path in part:
                     if path != target:
                         path.unlink(missing_ok=True)
@@ -267,23 +302,45 @@ def trusted_files(run_root: str | Path, recheck: bool = False) -> list[Path]:
     trusted = []
     for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
         relative = path.relative_to(folder)
-        if any(part.startswith((".", "_")) for part in relative.parts) or not path.is_file():
+        if any(part.startswith((".", "_")) for part in relative.parts) or not (path.is_file() or path.is_symlink()):
             continue
-        key = path.resolve()
-        try:
-            version = _version(path)
-        except FileNotFoundError:  # moved away (quarantined by another reader) since the listing
-            continue
-        if not recheck and _TRUSTED.get(key) == version:
+        if _trusted(folder, path, recheck):
             trusted.append(path)
-            continue
-        reason = untrusted_reason(path, relative)
-        if reason is None:
-            _TRUSTED[key] = version
-            trusted.append(path)
-        else:
-            _quarantine(folder, relative, reason)
     return trusted
+
+
+def _trusted(folder: Path, path: Path, recheck: bool) -> bool:
+    """Whether the results file ``path`` under ``folder`` may be read (checked once per version, unless
+    ``recheck``); one that may not is quarantined (``_quarantine``), one gone meanwhile is only left out."""
+    if path.is_symlink():  # a link planted under results/ is never read through: its target is not ours
+        _quarantine(folder, path.relative_to(folder), "a symbolic link (not followed)")
+        return False
+    key = path.resolve()
+    try:
+        version = _version(path)
+    except FileNotFoundError:  # moved away (quarantined by another reader, removed) since the listing
+        return False
+    if not recheck and _TRUSTED.get(key) == version:
+        return True
+    reason = untrusted_reason(path, path.relative_to(folder))
+    if reason is not None:
+        _quarantine(folder, path.relative_to(folder), reason)
+        return False
+    _TRUSTED[key] = version
+    return True
+
+
+def read_written(run_root: str | Path, paths: list[Path], columns: list[str] | None = None) -> pa.Table:
+    """The rows of ``paths``, results files this driver wrote, as far as they are still there whole: one removed
+    since (``results/`` deleted) is left out, one changed since is checked again and, damaged, quarantined with
+    its warning (``_trusted``), so that the sweep reading its own files (MLflow's logging, the end's merge) goes
+    on with the rest instead of failing as bad input (pyarrow's ``ArrowInvalid`` is a ``ValueError``). A file
+    damaged without a change to its size or time fails its page checksums: every path is then checked again."""
+    folder = results_dir(run_root)
+    try:
+        return read_files(run_root, [p for p in paths if _trusted(folder, p, False)], columns)
+    except (pa.ArrowException, OSError):
+        return read_files(run_root, [p for p in paths if _trusted(folder, p, True)], columns)
 
 
 def _quarantine(folder: Path, relative: Path, reason: str) -> None:
@@ -315,6 +372,9 @@ def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expr
     except (pa.ArrowException, OSError):
         found = read_files(run_root, trusted_files(run_root, recheck=True), read_columns, filter)
     found = distinct(upgraded(found) if upgrading else found)
+    if "run_seq" in found.column_names:  # rows of v5 and before: older than any run that numbers its rows
+        found = found.set_column(found.column_names.index("run_seq"), "run_seq",
+                                 pc.fill_null(found.column("run_seq"), 0))
     return found if columns is None else found.select(columns)
 
 

@@ -36,6 +36,7 @@ class SweepOutcome:
     sweep_id: str
     run_root: Path
     tracking_uri: str | None
+    run_seq: int = 0  # this run's place among the run root's runs (``dataset.ORDER_COLUMNS``)
     experiment_id: str | None = None  # the MLflow experiment's id, for the UI's address
     counts: Counter = field(default_factory=Counter)
     rows: list[dict[str, Any]] = field(default_factory=list)
@@ -57,12 +58,16 @@ class SweepOutcome:
     cluster: dict[str, Any] | None = None  # the Ray cluster joined (``join.JoinedCluster``); None: no cell ran
     # the storage refused a write (disk full, read-only): what finished before it is recorded, the rest is not
     storage_error: files.StorageError | None = None
+    # rows this run wrote that its results no longer hold at the end: their file damaged (quarantined), moved or
+    # deleted while the sweep ran; a resume runs those cells again
+    lost_rows: int = 0
 
 
 def repro_command(cfg: DictConfig, cell: Cell) -> str:
     """The command that re-runs just ``cell``: the sweep's own overrides, that cell only, forced; without the
     password of a tracking URI (``redact``: give it through MLflow's environment variables instead)."""
-    return redact("wavealign sweep " + shlex.join([*cfg.overrides, f"only_cells=[{cell.cell_id}]", "force=true"]))
+    return "wavealign sweep " + shlex.join(redact(item) for item in [*cfg.overrides, f"only_cells=[{cell.cell_id}]",
+                                                                      "force=true"])
 
 
 class Recorder:
@@ -71,8 +76,8 @@ class Recorder:
     sweep; ``recorded_rows`` reads them back."""
 
     def __init__(self, cfg: DictConfig, plan: SweepPlan, tracker: tracking.Tracker | None,
-                 parent_run_id: str | None) -> None:
-        self.cfg, self.plan = cfg, plan
+                 parent_run_id: str | None, run_seq: int = 0) -> None:
+        self.cfg, self.plan, self.run_seq = cfg, plan, run_seq
         self.mlflow = (tracking.BackgroundLogger(tracker, parent_run_id, Path(cfg.run_root)) if tracker is not None
                        else None)
         self.buffer: list[dict[str, Any]] = []
@@ -92,7 +97,8 @@ class Recorder:
         status = extra.pop("status", None)
         error = extra.pop("error", None)
         row = dataset.make_row(cell, result, sweep_id=self.plan.sweep_id, sweep_name=self.cfg.name, status=status,
-                               error=error, extra={**extra, "repro_command": repro_command(self.cfg, cell)})
+                               error=error, extra={**extra, "repro_command": repro_command(self.cfg, cell),
+                                                        "run_seq": self.run_seq})
         self.buffer.append(row)
         if len(self.buffer) >= self.cfg.batch_cells:
             self.flush()
@@ -159,7 +165,8 @@ def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, 
     gpu_workers = sum(len(ws) for key, ws in workers.items() if key not in CPU_POOLS)
     outcome.gpu_workers = gpu_workers
     outcome.kernel_busy_fraction = kernel_busy_fraction(outcome.rows, outcome.dispatch_s, gpu_workers)
-    record = {"sweep_id": outcome.sweep_id, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    record = {"sweep_id": outcome.sweep_id, "run_seq": outcome.run_seq,
+              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "counts": dict(outcome.counts), "skipped_done": outcome.skipped_done, "interrupted": outcome.interrupted,
               "workers": {key: len(ws) for key, ws in workers.items()}, "startup_s": outcome.startup_s,
               "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
@@ -168,20 +175,40 @@ def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, 
     files.write_whole(path, json.dumps(record, indent=2, default=str))
 
 
-def latest_run_record(sweep_dir: Path) -> dict[str, Any] | None:
-    """The run record of the sweep's latest run that got to write one (names sort by time), or None. A record
-    that does not read as one (emptied, cut short, edited) is skipped with a warning naming it, and the one
-    before it is taken."""
-    for path in sorted(sweep_dir.glob(f"{_RUN_RECORD_PREFIX}*.json"), reverse=True):
+def run_records(sweep_dir: Path) -> list[dict[str, Any]]:
+    """The sweep's run records, oldest first: by ``run_seq`` (records before it have 0), then by name (the UTC time
+    of the run's end), never by the clock first (a run under a clock a year ahead must not stay the latest). A record
+    that does not read as one (emptied, cut short, edited) is skipped with a warning naming it."""
+    found = []
+    for path in sorted(sweep_dir.glob(f"{_RUN_RECORD_PREFIX}*.json")):
         try:
             record = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             _log.warning("skipped the damaged run record %s (%s)", path, str(exc).splitlines()[0])
             continue
         if isinstance(record, dict) and isinstance(record.get("interrupted"), bool):
-            return record
-        _log.warning("skipped the run record %s: not a wavealign run record", path)
-    return None
+            found.append((_run_seq(record), path.name, record))
+        else:
+            _log.warning("skipped the run record %s: not a wavealign run record", path)
+    return [record for _, _, record in sorted(found, key=lambda item: item[:2])]
+
+
+def _run_seq(record: dict[str, Any]) -> int:
+    return record["run_seq"] if type(record.get("run_seq")) is int else 0
+
+
+def latest_run_record(sweep_dir: Path) -> dict[str, Any] | None:
+    """The run record of the sweep's latest run that got to write one (``run_records``), or None."""
+    records = run_records(sweep_dir)
+    return records[-1] if records else None
+
+
+def next_run_seq(run_root: Path) -> int:
+    """The ``run_seq`` of a new run of ``run_root`` (``dataset.next_run_seq``), also past every run record: a run
+    that recorded no row still took its number."""
+    seen = [_run_seq(record) for folder in (Path(run_root) / "sweeps").glob("*")
+            if dataset.is_sweep_id(folder.name) for record in run_records(folder)]
+    return dataset.next_run_seq(run_root, max(seen, default=0))
 
 
 def sweep_folder(run_root: Path, sweep_id: str) -> Path:
@@ -234,6 +261,11 @@ def sync(run_root: str | Path, tracker: tracking.Tracker,
         if parent is None or have is None:
             break
         missing = [r for r in sweep_rows if r["result_id"] not in have]
+        if orphans := have - {r["result_id"] for r in sweep_rows}:
+            _log.warning("mlflow: %d child run(s) of sweep %s hold rows no longer in Parquet (their files were deleted "
+                         "or quarantined; the dataset is the record): tagged %s", len(orphans), sweep_id,
+                         tracking.ORPHAN_TAG)
+            tracker.flag_orphans(sweep_id, orphans)
         logged[sweep_id] = tracker.log_rows(parent, missing, abandon)
         if abandon():
             break

@@ -14,12 +14,15 @@ import re
 from typing import Any
 
 MASK = "***"
-# scheme://user:password@ -> scheme://user:***@ (a user name alone is kept: it is not a secret)
-_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@'\"]*):(?P<secret>[^@/\s'\"]*)@")
-# ?token=... / &password=... / ;api_key=... in a URI's query or parameters
-_QUERY = re.compile(r"(?P<head>[?&;](?:[A-Za-z0-9_.-]*?)(?:token|password|passwd|pwd|secret|api[_-]?key|"
-                    r"access[_-]?key|sig|signature|auth|credential)[A-Za-z0-9_.-]*=)(?P<secret>[^&;#\s'\"]+)",
-                    re.IGNORECASE)
+# scheme://user:password@ -> scheme://user:***@ (a user name alone is kept: it is not a secret). The user runs to
+# the first ``:`` (it may hold an unencoded ``@``: alice@corp.com); the password, to the last ``@`` before the next
+# blank: typed unencoded, it may hold ``@``, ``:``, ``/``, ``?``, ``#``, ``%`` and quotes (and a shell's or a
+# serializer's quoting around them). Only the host follows the last ``@``, so a non-secret ``@`` later in the same
+# word (``?mail=a@b``) hides a port and path too: too much hidden rather than a password shown
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:'\"]*):(?P<secret>\S*)@")
+# ?token=... / &password=... / ;api_key=... / #access_token=... in a URI's query, parameters or fragment
+_QUERY = re.compile(r"(?P<head>[?&;#](?:[A-Za-z0-9_.-]*?)(?:token|password|passwd|pwd|secret|key|sig|signature|"
+                    r"auth|credential|code)[A-Za-z0-9_.-]*=)(?P<secret>[^&;#\s'\"]+)", re.IGNORECASE)
 
 
 def redact(text: str) -> str:

@@ -25,7 +25,8 @@ import time
 import uuid
 from pathlib import Path
 
-from wavealign.orchestrator import files
+from wavealign.orchestrator import files, mlflow_server
+from wavealign.orchestrator.redact import redact
 
 STORE_NAME = "mlflow.db"
 # what SQLite keeps beside a database, named after it: the rollback journal, the write-ahead log and its index
@@ -35,11 +36,20 @@ SIDE_FILES = ("-journal", "-wal", "-shm")
 _URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), ("datasets", "dataset_source"),
                 ("logged_models", "artifact_location"), ("model_versions", "source"),
                 ("model_versions", "storage_location"))
+EMPTY_STORE_BYTES = 954_368  # a new store of MLflow 3.17's schema and no runs (measured 2026-12-02)
 _OUR_ARTIFACTS = re.compile(r"(file://.*?)/mlartifacts(?:/.*)?")
 
 
 class StoreUnusable(RuntimeError):
     """An sqlite store MLflow cannot use as it is; the message names it, why, and what to do."""
+
+
+class StoreLocked(StoreUnusable):
+    """An sqlite store another process holds locked: sound, but not usable now (never set aside for it)."""
+
+
+# how long the check waits for another process's lock on a store: MLflow's own writes hold it for milliseconds
+LOCK_WAIT_S = 2.0
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:
@@ -51,16 +61,21 @@ def prepare(tracking_uri: str, run_root: Path | None = None) -> None:
     """Before MLflow opens ``tracking_uri``: an sqlite store missing is created whole (artifacts under
     ``run_root/mlartifacts``), one present is checked (``StoreUnusable``), and one that is a run root's own
     (``run_root/mlflow.db``; without ``run_root``, an ``mlflow.db`` beside a ``results/`` folder) is relocated to
-    it. Other URIs are left to MLflow."""
+    it; inside a run root this driver holds, a store reached through a link is refused (``files.check_path``). A
+    server that does not answer is ``StoreUnusable`` at once (``mlflow_server.unanswered``); other URIs are left to
+    MLflow."""
     path = sqlite_path(tracking_uri)
     if path is None:
+        if (reason := mlflow_server.unanswered(tracking_uri)) is not None:
+            raise StoreUnusable(f"MLflow at {redact(tracking_uri)} does not answer ({reason})")
         return
+    files.check_path(path)
     if run_root is None and path.name == STORE_NAME and (path.parent / "results").is_dir():
         run_root = path.parent
     if not path.exists():
         create(path, (run_root or path.parent) / "mlartifacts")
         return
-    reason = problem(path)
+    reason = problem(path)  # StoreLocked
     if reason is not None:
         raise StoreUnusable(f"the store {path} {reason}: a sweep interrupted while it made the store, or another "
                             f"MLflow version; `wavealign sync-mlflow run_root={run_root or path.parent}` sets it aside "
@@ -96,14 +111,23 @@ def problem(path: Path) -> str | None:
     Opened for writing, though it only reads: a driver killed inside a commit leaves its half-written transaction
     in the file and the journal that undoes it beside it (a "hot journal"), and SQLite rolls that back on the next
     read, but only on a connection that may write; a read-only one fails ("attempt to write a readonly database"),
-    which would call a sound store unusable (https://www.sqlite.org/atomiccommit.html#hot_journals)."""
+    which would call a sound store unusable (https://www.sqlite.org/atomiccommit.html#hot_journals).
+
+    A store another process holds locked past ``LOCK_WAIT_S`` is ``StoreLocked`` (raised: it is not unusable, and
+    ``sync-mlflow`` must not set it aside), rather than waiting on it for minutes."""
     from mlflow.store.db.utils import _get_latest_schema_revision
 
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True)) as db:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True,
+                                                timeout=LOCK_WAIT_S)) as db:
             tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             revision = (db.execute("SELECT version_num FROM alembic_version").fetchone() or [None])[0] \
                 if "alembic_version" in tables else None
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise StoreLocked(f"the store {path} is locked by another process (held for over {LOCK_WAIT_S:g} s); "
+                              "try again once it is done") from None
+        return f"is not an SQLite database MLflow can read ({exc})"
     except sqlite3.DatabaseError as exc:
         return f"is not an SQLite database MLflow can read ({exc})"
     head = _get_latest_schema_revision()

@@ -26,11 +26,7 @@ from wavealign.orchestrator.redact import redact
 
 def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path) -> None:
     ids = {c.cell_id for c in plan.grid.cells}
-    latest: dict[str, dict[str, Any]] = {}
-    for row in dataset.read(cfg.run_root).to_pylist():
-        if row["cell_id"] in ids and (row["cell_id"] not in latest
-                                      or row["recorded_at"] >= latest[row["cell_id"]]["recorded_at"]):
-            latest[row["cell_id"]] = row
+    latest = dataset.newest_per_cell([row for row in dataset.read(cfg.run_root).to_pylist() if row["cell_id"] in ids])
     table = summary_table(list(latest.values()), f"sweep {cfg.name} ({plan.sweep_id})")
     measured = any(row["status"] == "done" for row in latest.values())
     if measured:  # a table of nothing but dashes says less than the reasons below

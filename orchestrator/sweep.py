@@ -9,6 +9,7 @@ Ctrl-C or SIGTERM, in any phase, stops submitting, records what finished and pri
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,11 +22,23 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.markup import escape
 
-from wavealign.orchestrator import config, dataset, dispatch, files, lock, netns, stop, tracking, watchdog
+from wavealign.orchestrator import config, dataset, dispatch, files, lock, netns, sqlite_store, stop, tracking, watchdog
 from wavealign.orchestrator.plan import SweepPlan, make_plan
 from wavealign.orchestrator.progress import SweepProgress
-from wavealign.orchestrator.record import Recorder, SweepOutcome, end_parent_run, sweep_folder, sync, write_run_record
+from wavealign.orchestrator.record import (
+    Recorder,
+    SweepOutcome,
+    end_parent_run,
+    next_run_seq,
+    sweep_folder,
+    sync,
+    write_run_record,
+)
 from wavealign.orchestrator.summary import print_summary, sync_command
+
+# the folders a sweep writes in its run root (MLflow's artifacts: those of a store of its own), each checked before
+# any work: writable, and not a link planted to send what it holds elsewhere
+RUN_ROOT_FOLDERS = ("results", "sweeps", "mlartifacts")
 
 
 def run(cfg: DictConfig, console: Console | None = None,
@@ -48,7 +61,7 @@ def run(cfg: DictConfig, console: Console | None = None,
         join.check_run_root(cfg.run_root)
         if not ray.is_initialized():
             join.check(cfg.ray.address)
-        files.check_writable(Path(cfg.run_root), ("results", "sweeps"))
+        files.check_writable(Path(cfg.run_root), RUN_ROOT_FOLDERS)
         with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):
             return _run(cfg, console, on_workers)
 
@@ -68,14 +81,17 @@ def _run(cfg: DictConfig, console: Console | None,
          on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None) -> SweepOutcome:
     console = console or Console()
     run_root = Path(cfg.run_root)
+    for top in (dataset.results_dir(run_root), run_root / "sweeps"):  # made now: one deleted mid-run is caught
+        files.make_dir(top)
     plan = make_plan(cfg)
+    uri = (cfg.mlflow.tracking_uri or tracking.default_tracking_uri(run_root)) if cfg.mlflow.enabled else None
+    check_free_space(run_root, len(plan.pending), uri)
     folder = sweep_folder(run_root, plan.sweep_id)
     config_path = files.write_whole(folder / "config.yaml", config.to_yaml(cfg))
-    uri = (cfg.mlflow.tracking_uri or tracking.default_tracking_uri(run_root)) if cfg.mlflow.enabled else None
     outcome = SweepOutcome(sweep_id=plan.sweep_id, run_root=run_root, tracking_uri=uri,
-                           skipped_done=plan.done_before)
+                           skipped_done=plan.done_before, run_seq=next_run_seq(run_root))
     tracker, parent = None, None
-    recorder = Recorder(cfg, plan, None, None)
+    recorder = Recorder(cfg, plan, None, None, outcome.run_seq)
     workers: dict[str, list[Any]] = {}
     try:
         if uri is not None:
@@ -92,7 +108,7 @@ def _run(cfg: DictConfig, console: Console | None,
             if not tracker.available:
                 console.print(f"[yellow]mlflow unreachable ({escape(str(tracker.down_reason))}); recording to Parquet "
                               f"only. Later: {escape(sync_command(cfg))}[/yellow]")
-        recorder = Recorder(cfg, plan, tracker, parent)
+        recorder = Recorder(cfg, plan, tracker, parent, outcome.run_seq)
         console.print(f"sweep {cfg.name} ({plan.sweep_id}): {len(plan.grid.cells)} cells, {plan.done_before} done "
                       f"earlier, {len(plan.pending)} to run; {sum(plan.grid.filtered.values())} combinations "
                       "filtered")
@@ -111,6 +127,26 @@ def _run(cfg: DictConfig, console: Console | None,
     with stop.deferred(), _parent_run_ended_on_error(tracker, parent):
         _end(cfg, plan, recorder, outcome, workers, tracker, parent, folder, console)
     return outcome
+
+
+# a sweep's own files beside its rows: config.yaml, the summary, a run record, and their copies as MLflow artifacts
+# (12 KB for a 10-cell sweep, 2026-12-02)
+SWEEP_FILES_BYTES = 64 * 1024
+
+
+def check_free_space(run_root: Path, cells: int, tracking_uri: str | None) -> None:
+    """Before any cell runs: the run root's file system, and a local MLflow store's, have room for what ``cells``
+    cells will write (``dataset.ROW_BYTES`` and ``tracking.CHILD_RUN_BYTES`` each, the sweep's own files, a new
+    store's schema), else a ``files.StorageError`` naming the figures: a sweep that cannot record its rows should not
+    compute them first."""
+    needed = {os.stat(run_root).st_dev: [run_root, SWEEP_FILES_BYTES + cells * dataset.ROW_BYTES]}
+    store = sqlite_store.sqlite_path(tracking_uri) if tracking_uri else None
+    if store is not None:
+        folder = next(p for p in (store.parent, *store.parent.parents) if p.exists())
+        entry = needed.setdefault(os.stat(folder).st_dev, [folder, 0])
+        entry[1] += cells * tracking.CHILD_RUN_BYTES + (0 if store.exists() else sqlite_store.EMPTY_STORE_BYTES)
+    for folder, size in needed.values():
+        files.check_free(folder, size, f"recording {cells} cell{'s' * (cells != 1)}")
 
 
 def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOutcome,
@@ -181,6 +217,10 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
     outcome.rows = recorder.recorded_rows()
     outcome.counts = Counter(r["status"] for r in outcome.rows)
     outcome.storage_error = recorder.storage_error
+    lost = set(recorder.written) - {r["result_id"] for r in outcome.rows}
+    outcome.lost_rows = len(lost)
+    if tracker is not None and lost:  # their child runs stay in MLflow, marked as rows Parquet no longer has
+        tracker.flag_orphans(plan.sweep_id, lost)
     summary_path = folder / "summary.txt"
     for step in (lambda: write_run_record(folder, outcome, workers),
                  lambda: print_summary(cfg, plan, outcome, console, summary_path)):
@@ -193,8 +233,8 @@ def _end(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: SweepOut
     if tracker is not None:
         if summary_path.is_file():
             tracker.log_dataset(parent, run_root=Path(cfg.run_root), summary_path=summary_path)
-        if outcome.storage_error is not None and not outcome.interrupted:
-            tracker.finish(parent, "FAILED")  # its run record may be missing: say so rather than FINISHED
+        if (outcome.storage_error is not None or outcome.lost_rows) and not outcome.interrupted:
+            tracker.finish(parent, "FAILED")  # its run record may be missing, its rows are: not FINISHED
         else:
             end_parent_run(tracker, parent, Path(cfg.run_root), plan.sweep_id)
         if not tracker.available:

@@ -22,13 +22,9 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
-
-# fail fast on an unreachable server instead of MLflow's minutes of retries; the sweep goes on without it
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
 
 import pyarrow as pa
 from mlflow.entities import Dataset, DatasetInput, Metric, Param, Run, RunTag
@@ -36,17 +32,23 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
-from wavealign.orchestrator import dataset, sqlite_store
+from wavealign.orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
 from wavealign.orchestrator.files import StorageError
 from wavealign.orchestrator.redact import redact
 from wavealign.records import ORIGINAL_VARIANT, order_name
 
 TAG = "wavealign."
+# on a child run whose row is no longer in Parquet (``record.sync`` finds them): MLflow is a view, and this part of it
+# shows a row the dataset lost
+ORPHAN_TAG = f"{TAG}in_parquet=0"
+# what one child run costs a local sqlite store, its params, metrics and tags (measured 2026-12-02: 10 runs of the
+# reference backend grew a new store from 954,368 to 1,150,976 bytes, 19.7 KB each)
+CHILD_RUN_BYTES = 20_000
 _IDS = ("cell_id", "group_id", "result_id", "sweep_id")
 # Generated from the dataset schema (itself generated from wavealign.records): a cell's config is its params;
 # ids and every other text or yes/no column its tags (the traceback stays in Parquet); numbers its metrics.
 PARAM_COLUMNS = tuple(c for c in dataset.CELL_COLUMNS if c not in _IDS)
-TAG_COLUMNS = (*_IDS, "worker_pid", *(f.name for f in dataset.SCHEMA
+TAG_COLUMNS = (*_IDS, "worker_pid", "run_seq", *(f.name for f in dataset.SCHEMA
                         if (pa.types.is_string(f.type) or pa.types.is_boolean(f.type))
                         and f.name not in (*_IDS, *PARAM_COLUMNS, "traceback", "cell_json", "sweep_name")))
 _MAX_VALUE_CHARS = 5000  # under MLflow's limits on param (6000) and tag (8000) values
@@ -193,24 +195,40 @@ class Tracker:
             return None
         return self._guard(lambda: self.client.get_run(run_id))
 
+    def _child_runs(self, sweep_id: str) -> Iterator[Run]:
+        """Every child run of ``sweep_id``, a page at a time."""
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id], f"tags.`{TAG}sweep_id` = '{sweep_id}' and tags.`{TAG}kind` = 'cell'",
+                max_results=1000, page_token=token)
+            yield from page
+            token = page.token
+            if not token:
+                return
+
     def logged_result_ids(self, sweep_id: str) -> set[str] | None:
         """``result_id`` of every complete child run of ``sweep_id``; incomplete ones are deleted."""
         def collect() -> set[str]:
-            found, token = set(), None
-            while True:
-                page = self.client.search_runs(
-                    [self.experiment_id], f"tags.`{TAG}sweep_id` = '{sweep_id}' and tags.`{TAG}kind` = 'cell'",
-                    max_results=1000, page_token=token)
-                for run in page:
-                    if run.data.tags.get(f"{TAG}logged") == "1":
-                        found.add(run.data.tags[f"{TAG}result_id"])
-                    else:  # created, then the driver died before its log_batch: log it again
-                        self.client.delete_run(run.info.run_id)
-                token = page.token
-                if not token:
-                    self.logged |= found
-                    return found
+            found = set()
+            for run in self._child_runs(sweep_id):
+                if run.data.tags.get(f"{TAG}logged") == "1":
+                    found.add(run.data.tags[f"{TAG}result_id"])
+                else:  # created, then the driver died before its log_batch: log it again
+                    self.client.delete_run(run.info.run_id)
+            self.logged |= found
+            return found
         return self._guard(collect)
+
+    def flag_orphans(self, sweep_id: str, result_ids: set[str]) -> None:
+        """Tag ``ORPHAN_TAG`` on the child runs of ``sweep_id`` whose rows (``result_ids``) Parquet no longer has."""
+        key, value = ORPHAN_TAG.split("=")
+
+        def flag() -> None:
+            for run in self._child_runs(sweep_id):
+                if run.data.tags.get(f"{TAG}result_id") in result_ids and run.data.tags.get(key) != value:
+                    self.client.set_tag(run.info.run_id, key, value)
+        self._guard(flag)
 
     def log_rows(self, parent_run_id: str | None, rows: Iterable[dict[str, Any]],
                  abandon: Callable[[], bool] = lambda: False) -> int:
@@ -285,7 +303,7 @@ class BackgroundLogger:
 
     def _drain(self) -> None:
         while (paths := self._queue.get()) is not None:
-            rows = dataset.read_files(self.run_root, paths).to_pylist()
+            rows = dataset.read_written(self.run_root, paths).to_pylist()  # what is still there, whole
             self.tracker.log_rows(self.parent_run_id, rows, self._abandoned.is_set)
 
     def close(self, abandon: Callable[[], bool] = lambda: False) -> bool:
@@ -355,10 +373,7 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
     ``record.write_run_record`` writes it). A run that ran no cell (a resume with every cell done) logs its wall times
     as ``resume_<key>`` instead, so that the parent keeps the ``startup_s`` and ``dispatch_s`` of the run that
     measured."""
-    latest: dict[str, dict[str, Any]] = {}
-    for row in sweep_rows:
-        if row["cell_id"] not in latest or row["recorded_at"] >= latest[row["cell_id"]]["recorded_at"]:
-            latest[row["cell_id"]] = row
+    latest = dataset.newest_per_cell(sweep_rows)
     metrics: dict[str, float] = {f"cells_{status}": sum(r["status"] == status for r in latest.values())
                                  for status in dataset.STATUSES}
     reordered = [r for r in latest.values() if r["status"] == "done" and r["variant"] != ORIGINAL_VARIANT]
