@@ -20,7 +20,7 @@ from test_reliability_runs import _parent_status, _sweep, _until
 
 from wavealign import bounded, kernels, masks, reorder, sim, synthetic, workloads
 from wavealign.jobs import cli
-from wavealign.orchestrator import config, plan, stop, watchdog
+from wavealign.orchestrator import config, dataset, plan, stop, watchdog
 
 # a small CPU-only grid (2 cells) the config cases start from
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
@@ -95,6 +95,24 @@ def test_a_safetensors_header_nested_deep_is_refused_not_a_recursion_error(tmp_p
                                          r"and objects 100,001 deep; expected at most 64\)"):
         workloads.read_header(path)
     assert peak_bytes(lambda: workloads.read_header(path)) < 16 * 2**20
+
+
+def test_a_results_file_made_to_expand_is_quarantined_from_its_footer_unread(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "results" / "hardware=cpu" / "method=random"
+    folder.mkdir(parents=True)
+    crafted = folder / "part-crafted.parquet"
+    batch = pa.table({"cell_json": ["x" * 200] * 100_000})  # one value, run-length encoded: 1,000,000 rows, 200 MB
+    with pq.ParquetWriter(crafted, batch.schema, write_page_checksum=True) as writer:
+        for _ in range(10):
+            writer.write_table(batch)
+    assert crafted.stat().st_size < 100_000
+    assert dataset.trusted_files(tmp_path) == []
+    moved = tmp_path / "results" / dataset.QUARANTINE / crafted.relative_to(tmp_path / "results")
+    reason = moved.with_name(moved.name + dataset.REASON_SUFFIX).read_text()
+    assert "1,000,000 rows in" in reason and "under 8 bytes a row" in reason
 
 
 @pytest.mark.parametrize("suffix", [".json", ".jsonl"])
