@@ -145,7 +145,8 @@ def make_dir(path: Path) -> Path:
             raise storage_error(folder, exc, "make the folder") from None
     if not path.is_dir():
         raise StorageError(f"cannot make the folder {path}: a file of that name is in the way")
-    check_path(path)  # the top folder just made is the one later writes must find
+    if missing:
+        check_path(path)  # the top folder just made is the one later writes must find
     return path
 
 
