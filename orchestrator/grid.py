@@ -20,7 +20,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from wavealign import fingerprint, kernels, masks, placement
+from wavealign import attention, fingerprint, kernels, masks, placement
 from wavealign import hardware as hardware_registry
 from wavealign.orchestrator.config import (
     CONF_DIR,
@@ -85,8 +85,9 @@ def expand(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> Grid:
 
 
 def count_cells(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> int:
-    """How many cells ``expand`` would make, from the axes' lengths, making none (a cell that two grids both
-    name counts twice): a sweep too large to enumerate is refused by its count."""
+    """How many cells ``expand`` would make at most, from the axes' lengths, making none (a cell that two grids both
+    name counts twice; an order filtered per method, such as ``curve`` on VSA, counts too): a sweep too large to
+    enumerate is refused by its count."""
     dirs = search_dirs(cfg, conf_dir)
     return sum(block.size for where, g in grids(cfg).items()
                for block in _blocks(where, g, _orders(where, g, cfg, dirs), dirs) if block.filtered is None)
@@ -144,8 +145,12 @@ def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -
                 for wl_name, method in itertools.product(g.workload, g.method):
                     reason = refused
                     wl = workloads_cfg[wl_name]
-                    if reason is None and wl.model is None and wl.captured is None and masks.get(method).needs_qk:
-                        reason = f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"
+                    if reason is None and wl.model is None and wl.captured is None:
+                        if masks.get(method).needs_qk:
+                            reason = f"method {method} needs a model's Q/K; workload {wl_name} is a bare shape"
+                        elif masks.get(method).needs_latent:
+                            reason = (f"method {method} needs the latent video (T, H, W); workload {wl_name} is a "
+                                      "bare shape")
                     reason = reason or placement.method_refused(backend_name, method)
                     yield _Block(hw, backend_name, backend_params, measure, measure_params, wl_name, method,
                                  method_axes[method], axis_product(method_axes[method]) * per_method, reason)
@@ -218,6 +223,10 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in orders:
                 stages, skip = variants[order.variant]
+                if stages in ("spatial", "both") and (refused := attention.order_refused(
+                        order.reorderer, masks.get(block.method).token_order is not None)):
+                    out.filtered[f"{refused} (method {block.method})"] += 1
+                    continue
                 cell = Cell(cell_id="", group_id=group_id, variant=order.variant, stages=stages, skip_mode=skip,
                             reorderer=order.reorderer, reorderer_params=order.reorderer_params, **base)
                 cell.cell_id = stable_hash(cell_identity(cell))

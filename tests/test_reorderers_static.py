@@ -200,3 +200,17 @@ def test_each_order_on_the_gpu_is_the_cpu_s_and_follows_a_new_mask(name, stages)
         mask = synthetic.random_mask(3, MB, 9, 0.4, seed=seed)
         on_gpu = plan(mask.cuda(), name, stages)
         assert torch.equal(on_gpu.perm.cpu(), plan(mask, name, stages).perm)
+
+
+def test_a_grid_filters_curve_on_a_token_ordered_method_and_says_why():
+    """VSA's rows are cubes of its own token order: no latent position to order by, so the cell is filtered (counted
+    under its reason), never run to fail."""
+    cfg = config.load(["grid.hardware=[cpu]", "grid.backend=[reference]", "grid.workload=[wan1.3b-480p-2h]",
+                       "grid.seq_k=[4]", "grid.method=[vsa,radial]", "grid.variant=[original,spatial]",
+                       "grid.reorderer=[curve,random]", "grid.measure=[timed]", "extra_grids={}"])
+    config.validate(cfg)
+    expanded = grid.expand(cfg)
+    runs = {(c.method, c.variant, c.reorderer) for c in expanded.cells}
+    assert ("vsa", "spatial", "curve") not in runs and ("radial", "spatial", "curve") in runs
+    assert ("vsa", "spatial", "random") in runs
+    assert [count for reason, count in expanded.filtered.items() if "'curve'" in reason and "vsa" in reason] == [1]

@@ -123,10 +123,8 @@ class AttentionStep:
         reorderer that declares one of ``reorderers.STEP_PARAMS`` gets this step's value of it; one that reads the
         latent position of a block (declares ``latent``) refuses a token-ordered mask."""
         declared = reorderers.get(self.reorderer).params
-        if self.token_ordered and "latent" in declared and stages in ("spatial", "both"):
-            raise ValueError(f"reorderer {self.reorderer!r} orders query blocks by their frame-major latent position, "
-                             "but this mask's rows are blocks of its method's own token order (cubes or clusters), "
-                             "which have none; expected a method without a token order")
+        if stages in ("spatial", "both") and (refused := order_refused(self.reorderer, self.token_ordered)):
+            raise ValueError(refused)
         facts = {"latent": self.latent, "block_size": self.block_size}
         params = {**self.reorderer_params, **{k: facts[k] for k in reorderers.STEP_PARAMS if k in declared}}
         return reorder.plan(mask, wave_size=self.wave_size, stages=stages, seed=self.seed, reorderer=self.reorderer,
@@ -155,6 +153,17 @@ class AttentionStep:
     def launch(self, mask: torch.Tensor, order: reorder.RowOrder | None, shape: LaunchShape) -> Launch:
         """``backend.plan``: the launch of ``mask`` in ``order`` for ``shape``."""
         return kernels.get(self.backend).plan(mask, order, shape, **self.backend_params)
+
+
+def order_refused(reorderer: str, token_ordered: bool) -> str | None:
+    """Why ``reorderer`` cannot order a mask whose rows are blocks of its method's own token order
+    (``token_ordered``: VSA cubes, SVG2 clusters), or None: one that reads a block's frame-major latent position
+    (declares ``latent``: ``curve``) finds none there. A sweep filters such cells as it expands its grid."""
+    if token_ordered and "latent" in reorderers.get(reorderer).params:
+        return (f"reorderer {reorderer!r} orders query blocks by their frame-major latent position, but this mask's "
+                "rows are blocks of its method's own token order (cubes or clusters), which have none; expected a "
+                "method without a token order")
+    return None
 
 
 def cell_latent(cell: Cell) -> tuple[int, int, int] | None:
