@@ -16,8 +16,10 @@ import shlex
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is checked: --help and a typo answer without it
+    import torch
 
 
 class UsageError(ValueError):
@@ -83,6 +85,8 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
 
 def check_device(parser: argparse.ArgumentParser, flag: str, value: str) -> torch.device:
     """``value`` as a torch device this machine has, else ``parser.error``."""
+    import torch
+
     try:
         device = torch.device(value)
     except RuntimeError:

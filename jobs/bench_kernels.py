@@ -31,14 +31,15 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from wavealign.analysis.load import load
-    from wavealign.analysis.tables import kernel_benchmark, to_markdown
-    from wavealign.jobs.sweep import EXIT_STORAGE_REFUSED, ended, run
     from wavealign.orchestrator import config
 
     respell_flags(argv, config.key_paths)
-    console = Console(width=160)
     cfg = config.load(["sweep=kernels", *argv])
+    from wavealign.analysis.load import load
+    from wavealign.analysis.tables import kernel_benchmark, to_markdown
+    from wavealign.jobs.sweep import EXIT_STORAGE_REFUSED, ended, run
+
+    console = Console(width=160)
     if (outcome := run(cfg, console, COMMAND)) is None:
         return EXIT_STORAGE_REFUSED
     frame = load(cfg.run_root)

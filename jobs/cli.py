@@ -13,6 +13,7 @@ exit 2; ``WAVEALIGN_TRACEBACK=1`` raises them instead, to show where.
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -165,23 +166,32 @@ def _run(argv: list[str]) -> int:
         return 0
     name = argv[0]
     if name not in commands():
-        return refuse("", f"unknown command {name!r}; expected one of {sorted(commands())} (wavealign --help)")
+        close = difflib.get_close_matches(name, list(commands()), n=1)
+        expected = f"did you mean {close[0]}?" if close else f"expected one of {sorted(commands())}"
+        return refuse("", f"unknown command {name!r}; {expected} (wavealign --help)")
     for extra in declared_extras(name):
         if (absent := missing_requirement(extra)) is not None:
             return refuse(name, _needs(extra, f"no {absent}"))
-    refusals: tuple[type[BaseException], ...] = (ValueError,)
+    module = None
     try:
         module = importlib.import_module(f"wavealign.jobs.{name.replace('-', '_')}")
-        refusals += getattr(module, "refusals", tuple)()
         return int(module.main(argv[1:]) or 0)
     except ModuleNotFoundError as exc:  # a package the command's EXTRAS do not name: say which extra brings it
         if os.environ.get("WAVEALIGN_TRACEBACK") or not exc.name or exc.name.split(".")[0] == "wavealign":
             raise
         return refuse(name, _needs(_extra_of(exc.name) or "all", f"no module {exc.name!r}"))
     except Exception as exc:
-        if os.environ.get("WAVEALIGN_TRACEBACK") or not isinstance(exc, refusals):
+        if os.environ.get("WAVEALIGN_TRACEBACK") or not _refused(exc, module):
             raise
         return refuse(name, exc)
+
+
+def _refused(exc: Exception, module: object) -> bool:
+    """Whether a command's failure is a refusal (one line, exit 2): a ``ValueError``, or one of its module's
+    ``refusals()``, asked only then (they may import Ray, which a mistyped argument need not wait for)."""
+    if isinstance(exc, ValueError):
+        return True
+    return isinstance(exc, getattr(module, "refusals", tuple)())
 
 
 def _extra_of(module: str) -> str | None:

@@ -84,12 +84,14 @@ def _main(argv: list[str]) -> int:
         print(USAGE + "\n" + (__doc__ or ""))
         return 0
     overrides, show_cfg = _options(argv)
-    from wavealign.orchestrator import config, netns, plan
+    from wavealign.orchestrator import config
+
+    cfg = config.load(overrides)
+    from wavealign.orchestrator import netns, plan
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
         console = Console(width=200)
-    cfg = config.load(overrides)
     if show_cfg:
         print(config.to_yaml(cfg), end="")
         return 0

@@ -27,12 +27,14 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from wavealign.orchestrator import config, dataset, files, lock, record, sqlite_store, tracking
-    from wavealign.orchestrator.redact import redact
-    from wavealign.orchestrator.summary import runnable
+    from wavealign.orchestrator import config
 
     respell_flags(argv, config.key_paths)
     cfg = config.load(argv)
+    from wavealign.orchestrator import dataset, files, lock, record, sqlite_store, tracking
+    from wavealign.orchestrator.redact import redact
+    from wavealign.orchestrator.summary import runnable
+
     if not dataset.results_dir(cfg.run_root).is_dir():  # a typo'd root would get an empty store and "0 logged"
         raise UsageError(f"run_root={cfg.run_root!r} has no results/ folder; expected the run root of a sweep")
     uri = cfg.mlflow.tracking_uri or tracking.default_tracking_uri(cfg.run_root)

@@ -5,6 +5,10 @@
 key fails at composition (one added with ``+`` fails in ``check_keys``); ``validate`` then checks every name
 against the project's registries, every method and backend parameter against its YAML, and every number against
 its range, before anything runs. Errors are ``ConfigError`` naming the offender.
+
+Importing this module costs Hydra and OmegaConf only: the library's registries (which import torch) are imported
+where a config is composed or validated, so that an override the schema alone refuses (``check_override``: a key
+it lacks, a value of the wrong type) and a flag's respelling (``key_paths``) answer in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -29,10 +33,8 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from wavealign import bounded, conf_dir, kernels, masks, measurers, placement, registry, reorder, reorderers, variants
+from wavealign import conf_dir, registry
 from wavealign import hardware as hardware_registry
-from wavealign.blockmask import MAX_SEED, check_fits, check_int
-from wavealign.orchestrator.dataset import SIM_BACKEND, SIM_DEFAULT_KERNEL, SIM_KERNEL
 from wavealign.orchestrator.redact import redact, redact_tree
 from wavealign.records import CPU, ORIGINAL_VARIANT
 
@@ -59,6 +61,8 @@ class VariantConfig:
 
 def _library_variants() -> dict[str, VariantConfig]:
     """The variants every sweep may name: ``wavealign.variants.VARIANTS`` (a sweep's ``variants:`` may add more)."""
+    from wavealign import variants
+
     return {name: VariantConfig(v.stages, v.skip) for name, v in variants.VARIANTS.items()}
 
 
@@ -185,10 +189,10 @@ def register_schema() -> None:
 
 def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictConfig:
     """Compose ``conf/config.yaml`` with ``overrides``, import its plugins and validate it; raises ``ConfigError``."""
-    register_schema()
     overrides = list(overrides or [])
     for override in overrides:
-        check_override(override)
+        check_override(override, conf_dir)
+    register_schema()  # the schema's variants import the library (and torch): after what the schema alone refuses
     try:
         cfg = _compose(conf_dir, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -202,32 +206,89 @@ def load(overrides: list[str] | None = None, conf_dir: Path = CONF_DIR) -> DictC
     return cfg
 
 
-def check_override(override: str) -> None:
-    """What composition would take silently, refused: Hydra's own settings (``hydra.run.dir=...``: the sweep writes
-    under ``run_root``, never in Hydra's output folders), and a switch (a ``bool`` of the schema, such as
-    ``resume``) given anything but true or false (OmegaConf reads ``resume=2`` as true)."""
+def check_override(override: str, conf_dir: Path = CONF_DIR) -> None:
+    """What the schema alone refuses, before composing (which imports the library's registries, and torch with
+    them), and what composition would take silently: Hydra's own settings (``hydra.run.dir=...``: the sweep writes
+    under ``run_root``, never in Hydra's output folders); a key no field of the schema has (``seq_k=`` for
+    ``grid.seq_k=``; one added with ``+``, or an entry of a map, is checked once composed); a switch (a ``bool`` of
+    the schema, such as ``resume``) given anything but true or false (OmegaConf reads ``resume=2`` as true); a
+    number, or a list of numbers, given text that is no number; a list given one value."""
     key, sep, value = override.partition("=")
     path = key.lstrip("+~")
     if path == "hydra" or path.startswith(("hydra.", "hydra/")):
         raise ConfigError(f"{override}: Hydra's own settings do not apply to a sweep (it writes under run_root, "
                           "never in Hydra's output folders); expected sweep keys (run_root=<folder> for where "
                           "results go)")
-    if sep and not key.startswith("~") and _schema_type(path.split(".")) is bool and \
-            value.strip().lower() not in ("true", "false"):
+    if not sep or key.startswith("~"):
+        return
+    found = _schema_field(path.split("."))
+    if found is None:
+        if not key.startswith("+") and not (Path(conf_dir) / path).is_dir():  # not a config group (sweep=)
+            raise ConfigError(not_a_key(override, nearest_key(path, key_paths())))
+        return
+    kind, owner, declared = found
+    if kind is bool and value.strip().lower() not in ("true", "false"):
         raise ConfigError(f"{override}: {path} is a switch; expected {path}=true or {path}=false")
+    element = typing.get_args(kind)[0] if typing.get_origin(kind) is list else None
+    if element is None and kind not in NUMBER_NAMES:
+        return
+    given = _parsed_value(override)
+    if not isinstance(given, str | int | float | list):  # a sweep (a,b), a map or unparsed: composition explains
+        return
+    what = "a grid axis" if owner is GridConfig else path
+    if element in NUMBER_NAMES or kind in NUMBER_NAMES:
+        texts = [item for item in (given if isinstance(given, list) else [given]) if isinstance(item, str)]
+        if any(not _reads_as_number(text) for text in texts):
+            if element is None:
+                raise ConfigError(f"{path}={value}: expected {NUMBER_NAMES[kind]}")
+            example = ",".join(str(v) for v in declared.default_factory())  # type: ignore[misc]
+            raise ConfigError(f"{path}={value}: {what} is a list of {NUMBER_NAMES[element].split()[-1]}s; "
+                              f"expected e.g. {path}=[{example}]")
+    if element is not None and not isinstance(given, list):
+        raise ConfigError(f"{path}={value}: {what} is a list; expected {path}=[{value}]")
 
 
-def _schema_type(segments: list[str], schema: type = SweepConfig) -> Any:
-    """The schema's type of the key at ``segments`` (``["ray", "prefetch_inputs"]`` -> bool), or None."""
+NUMBER_NAMES = {int: "an integer", float: "a number"}  # how an expected number is named: "expected an integer"
+
+
+def _schema_field(segments: list[str], schema: type = SweepConfig) -> tuple[Any, type | None, Any] | None:
+    """(type, the dataclass declaring it, its ``dataclasses.Field``) of the schema's key at ``segments``
+    (``["ray", "prefetch_inputs"]`` -> bool, RayConfig, the field); past a map of plain values
+    (``grid.method_params.xattention.threshold``) ``(Any, None, None)``; None where a dataclass on the way has no
+    such field."""
     kind: Any = schema
+    owner: type | None = None
+    declared: Any = None
     for segment in segments:
         if typing.get_origin(kind) is dict:
-            kind = typing.get_args(kind)[1]
+            kind, owner, declared = typing.get_args(kind)[1], None, None
             continue
         if not dataclasses.is_dataclass(kind):
+            return Any, None, None
+        fields = {f.name: f for f in dataclasses.fields(kind)}
+        if segment not in fields:
             return None
-        kind = typing.get_type_hints(kind).get(segment)
-    return kind
+        owner, declared, kind = kind, fields[segment], typing.get_type_hints(kind)[segment]
+    return kind, owner, declared
+
+
+def _parsed_value(override: str) -> Any:
+    """The value of ``override`` as Hydra's override grammar reads it (``[0,x]`` -> ``[0, 'x']``), or None where the
+    grammar does not read it (composition then names the mistake)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        return OverridesParser.create().parse_overrides([override])[0].value()
+    except HydraException:
+        return None
+
+
+def _reads_as_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _empty_maps(cfg: DictConfig, overrides: list[str]) -> None:
@@ -256,6 +317,8 @@ def upgrade_first_spellings(cfg: DictConfig) -> None:
       ``measure: [simulated]``, the sim backend's other params its ``measure_params.simulated``; a grid that lists
       real backends beside ``sim`` keeps them and its simulated cells move to an extra grid ``<name>_simulated``;
     - ``ncu: true`` measures the grid's ``timed`` cells with ``ncu``."""
+    from wavealign.orchestrator.dataset import SIM_BACKEND, SIM_DEFAULT_KERNEL, SIM_KERNEL
+
     with open_dict(cfg):
         for where, grid in list(grids(cfg).items()):
             if grid.ncu:
@@ -318,9 +381,6 @@ def _explain(message: str, conf_dir: Path, overrides: list[str]) -> str:
         key, value = ambiguous.groups()
         return (f"{key}={value}: a list is written in brackets, {key}=[{value}] (each value is a cell of this one "
                 f"sweep; to give one text with commas, quote it: {key}='{value}')")
-    if (scalar := re.search(r"is not a ListConfig.*Error merging override (\S+?)=(\S+)", message)) is not None:
-        key, value = scalar.groups()
-        return f"{key}={value}: a grid axis is a list; expected {key}=[{value}]"
     if (typed := re.search(r"Value '([^']*)' of type '\w+' could not be converted to (\w+).*Error merging override "
                            r"(\S+?)=", message)) is not None:
         value, kind, key = typed.groups()
@@ -356,7 +416,6 @@ def _missing_key_hint(key: str, path: str, conf_dir: Path, overrides: list[str])
     the config composed without that override (``seq_k`` -> ``grid.seq_k``), or ``+`` to give a method, backend,
     measurer or reorderer parameters its sweep preset does not set."""
     given = next((o for o in overrides if o.lstrip("+~").split("=")[0] == path), path)
-    value = given.partition("=")[2]
     segments = path.split(".")
     parent = ".".join(segments[:segments.index(key)]) if key in segments else path.rpartition(".")[0]
     if parent.endswith("_params"):  # a name the preset gives no parameters: a new entry of the map
@@ -366,15 +425,30 @@ def _missing_key_hint(key: str, path: str, conf_dir: Path, overrides: list[str])
         composed = _compose(conf_dir, [o for o in overrides if o is not given])
     except (HydraException, OmegaConfBaseException):
         return None
-    near = nearest_key(path, config_paths(composed))
+    return not_a_key(given, nearest_key(path, config_paths(composed)))
+
+
+def not_a_key(given: str, near: str | None) -> str:
+    """The message for an override ``given`` whose key the config lacks, with the key it most likely meant."""
+    value = given.partition("=")[2]
     expected = f"did you mean {near}={value}?" if near else "see wavealign sweep --cfg job for the keys"
     return f"{given} is not a sweep config key; {expected}"
 
 
-def key_paths(conf_dir: Path = CONF_DIR) -> list[str]:
-    """The full dotted path of every key of the default sweep config (``conf/config.yaml`` composed as it is)."""
-    register_schema()
-    return config_paths(_compose(conf_dir, []))
+def key_paths() -> list[str]:
+    """The full dotted path of every key the schema declares (``grid.seq_k``, ``ray.address``), read from its
+    dataclasses, so without composing (which imports the library's registries); the entries of its maps (a
+    preset's ``extra_grids``, a method's parameters) are a composed config's (``config_paths``)."""
+    return _schema_paths(SweepConfig)
+
+
+def _schema_paths(schema: type, prefix: str = "") -> list[str]:
+    paths = []
+    for key, kind in typing.get_type_hints(schema).items():
+        paths.append(f"{prefix}{key}")
+        if dataclasses.is_dataclass(kind):
+            paths += _schema_paths(kind, f"{prefix}{key}.")
+    return paths
 
 
 def config_paths(node: DictConfig, prefix: str = "") -> list[str]:
@@ -432,6 +506,8 @@ def group_entry(group: str, name: str, dirs: Sequence[Path] = (CONF_DIR,)) -> Di
     schema (unknown keys are an error). The file is read through the bounded YAML reader (``wavealign.bounded``:
     no alias bomb, no Python tags), and a value that is an interpolation (``${oc.env:TOKEN}``) is refused
     without resolving it: an entry is plain values, and resolving one could print a secret in an error."""
+    from wavealign import bounded
+
     found = [path for d in dirs if (path := entry_path(Path(d), group, name)).is_file()]
     if not found:
         known = sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
@@ -471,16 +547,22 @@ def _refuse_interpolations(node: Any, where: str) -> None:
 
 def method_names() -> list[str]:
     """Mask methods a cell may name: the ``wavealign.masks`` registry."""
+    from wavealign import masks
+
     return masks.available()
 
 
 def backend_names() -> list[str]:
     """Backends a cell may name: the ``wavealign.kernels`` registry."""
+    from wavealign import kernels
+
     return kernels.names()
 
 
 def reorderer_names() -> list[str]:
     """Reorderers a cell may name: the ``wavealign.reorderers`` registry."""
+    from wavealign import reorderers
+
     return reorderers.names()
 
 
@@ -511,6 +593,8 @@ def check_tracking_uri(key: str, uri: Any) -> None:
 def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     """Check every key against the schema, names against the registries and numbers against their ranges; raise
     ``ConfigError``."""
+    from wavealign import variants
+
     check_keys(cfg)
     for name, variant in cfg.variants.items():
         if variant.stages not in variants.STAGES:
@@ -596,6 +680,8 @@ def declared_params(kind: str, name: str) -> dict[str, Any]:
     """What ``kind`` (method, backend, measure or reorderer) ``name`` declares a sweep may set, with its defaults:
     the entry's own module is the one place they are written (a method's workload identity, filled from the cell,
     left out)."""
+    from wavealign import kernels, masks, measurers, reorderers
+
     if kind == "method":
         return {k: v for k, v in masks.get(name).params.items() if k not in masks.IDENTITY_PARAMS}
     registry = {"backend": kernels.get, "measure": measurers.get, "reorderer": reorderers.get}[kind]
@@ -611,6 +697,8 @@ def param_axes(kind: str, name: str, grid: DictConfig, where: str,
     option through); no axis may be empty, numbers must be finite, and a method's, measurer's or reorderer's own
     checks pass (the ones its builds use), so a bad value stops the sweep here instead of failing every cell.
     Checks across two params (flexprefill's max_budget >= min_budget) run only where a cell builds its mask."""
+    from wavealign import masks, measurers, reorderers
+
     declared = declared_params(kind, name)
     passes_any = not declared and kind == "backend" and _passes_any_option(name)
     entry: dict[str, Any] = OmegaConf.to_container(group_entry(kind, name, dirs).params)  # type: ignore[assignment]
@@ -647,6 +735,8 @@ def param_axes(kind: str, name: str, grid: DictConfig, where: str,
 def _passes_any_option(backend: str) -> bool:
     """Whether the backend's planner takes any option (``**options``, e.g. FlexAttention's kernel_options), which
     its YAML, declaring none, cannot list."""
+    from wavealign import kernels
+
     parameters = inspect.signature(kernels.get(backend).plan).parameters.values()
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
 
@@ -678,6 +768,8 @@ def _check_names(where: str, values, known: list[str]) -> None:
 def _check_placement(where: str, grid: DictConfig, name: str) -> None:
     """A backend a grid names must run on (or be simulated for) one of the grid's hardware with one of its
     measurers (``wavealign.placement``); the combinations that cannot are filtered when the grid expands."""
+    from wavealign import placement
+
     reasons: dict[str, None] = {}  # in order, once each
     for measure, hw in itertools.product(grid.measure, grid.hardware):
         reason = placement.hardware_refused(hw, name, measure)
@@ -689,6 +781,9 @@ def _check_placement(where: str, grid: DictConfig, name: str) -> None:
 
 
 def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Path]) -> None:
+    from wavealign import measurers, reorder
+    from wavealign.blockmask import MAX_SEED
+
     for axis in AXES:
         if len(grid[axis]) == 0:
             raise ConfigError(f"{where}.{axis}=[] is empty; expected at least one value (each list is an axis of the "
@@ -754,6 +849,8 @@ def _check_integer(key: str, value: Any, lo: int, hi: int, null: bool = False, l
     """``value`` of ``key`` (one item of it where ``listed``, an axis) an integer in [lo, hi], or None where ``null``,
     as the library takes one (``blockmask.check_int``: a boolean, a float or text is not an integer); else a
     ``ConfigError``."""
+    from wavealign.blockmask import check_int
+
     if value is None and null:
         return
     try:
@@ -765,6 +862,8 @@ def _check_integer(key: str, value: Any, lo: int, hi: int, null: bool = False, l
 
 def _check_fits(what: str, nbytes: int) -> None:
     """``blockmask.check_fits`` (``nbytes`` within this machine's memory) as a ``ConfigError``."""
+    from wavealign.blockmask import check_fits
+
     try:
         check_fits(what, nbytes)
     except ValueError as exc:
@@ -807,6 +906,8 @@ def block_size_for(grid: DictConfig, hw: str) -> int:
 def _check_backend_options(where: str, grid: DictConfig, name: str, axes: dict[str, list[Any]]) -> None:
     """Each combination of the backend's parameters passes its own launch checks (``Backend.check_options``) for
     every mask block size the grid's cells get (``block_size``, else each GPU's default)."""
+    from wavealign import kernels
+
     check = kernels.get(name).check_options
     if check is None:
         return

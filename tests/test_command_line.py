@@ -17,7 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 # (command line, what the one line must say); RUN_ROOT is a folder that does not exist
 MISTAKES = [
-    (["sweep", "grid.seq_k=abc"], "a grid axis is a list; expected grid.seq_k=[abc]"),
+    (["sweep", "grid.seq_k=abc"], "grid.seq_k=abc: a grid axis is a list of numbers; expected e.g. grid.seq_k=[4.0]"),
+    (["sweep", "grid.seed=abc"], "a grid axis is a list of integers; expected e.g. grid.seed=[0]"),
+    (["sweep", "grid.seq_k=148"], "a grid axis is a list; expected grid.seq_k=[148]"),
+    (["swep"], "unknown command 'swep'; did you mean sweep?"),
     (["sweep", "grid.seq_k=148,364"], "a list is written in brackets, grid.seq_k=[148,364]"),
     (["sweep", "-m", "grid.seq_k=[148,364]"], "there is no multirun; a list is an axis of one sweep"),
     (["sweep", "--multirun"], "give the values in brackets: grid.seq_k=[148,364]"),
@@ -66,7 +69,7 @@ def test_a_mistake_is_one_whole_line_on_stderr_and_exit_2(argv, says, columns, t
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and err.endswith("\n"), err
-    assert err.startswith(f"wavealign {argv[0]}: " if argv[0] != "no-such-command" else "wavealign: ")
+    assert err.startswith(f"wavealign {argv[0]}: " if argv[0] in cli.commands() else "wavealign: ")
     assert says.replace("RUN_ROOT", missing) in err, err
     assert list(tmp_path.iterdir()) == []  # nothing written: no run root, no output folder
 

@@ -79,3 +79,43 @@ def test_a_later_unplaced_row_never_hides_an_earlier_measurement_of_the_same_con
     dataset.write(tmp_path, [dataset.make_row(cell, pipeline.run_cell(cell), sweep_id=SWEEP, sweep_name="smoke")])
     dataset.write(tmp_path, [_unplaced_row(cell, sweep_id="fedcba9876543210")])
     assert analysis.load(tmp_path)["status"].tolist() == ["done"]
+
+
+# --- the first answer: help and mistakes before the heavy machinery ----------------------------------------------
+
+# the commands whose module imports none of them at its top (the others' --help still waits for torch)
+LIGHT_COMMANDS = ("sweep", "report", "sync-mlflow", "bench-kernels", "refresh-profiles", "bench-orchestration",
+                  "capture")
+# command lines whose answer (help, or one line naming the mistake) needs none of torch, Ray or MLflow; their import
+# is seconds on a 2-core machine, the answer a few tenths
+LIGHT_ANSWERS = [["--help"], ["swep"], ["sweep", "grid.seed=abc"], ["sweep", "seq_k=[148]"], ["sweep", "--bogus"],
+                 ["report", "--bogus"], ["sync-mlflow", "--bogus"], ["bench-kernels", "--bogus"],
+                 ["refresh-profiles", "--bogus"], *([name, "--help"] for name in LIGHT_COMMANDS)]
+HEAVY = ("torch", "ray", "mlflow")
+
+
+def test_help_and_a_mistyped_argument_answer_before_torch_ray_or_mlflow_is_imported():
+    program = ("import contextlib, io, sys\nfrom wavealign.jobs import cli\n"
+               f"for argv in {LIGHT_ANSWERS!r}:\n"
+               "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+               "        status = cli.main(argv)\n"
+               f"    heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+               "    if heavy or status not in (0, 2):\n"
+               "        sys.exit(f'{argv}: exit {status}, imported {heavy}')\n")
+    ran = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+
+
+def test_a_mistyped_command_gets_the_nearest_one(capsys):
+    assert cli.main(["swep"]) == cli.EXIT_BAD_INPUT
+    assert "did you mean sweep?" in capsys.readouterr().err
+
+
+def test_a_list_axis_given_text_that_is_no_number_suggests_a_list_that_composes(capsys):
+    assert cli.main(["sweep", "grid.seed=abc"]) == cli.EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert "[abc]" not in error
+    suggested = re.search(r"expected e\.g\. (\S+)", error).group(1)
+    from wavealign.orchestrator import config
+
+    assert config.load(["sweep=smoke", suggested]).grid.seed == config.GridConfig().seed
