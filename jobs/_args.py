@@ -11,6 +11,7 @@ Two spellings of arguments exist, and each kind of command keeps one: the comman
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import shlex
 import tempfile
@@ -33,8 +34,7 @@ class Parser(argparse.ArgumentParser):
     own line breaks."""
 
     def __init__(self, command: str, doc: str | None, **kwargs) -> None:
-        super().__init__(prog=f"wavealign {command}", description=doc,
-                         formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+        super().__init__(prog=f"wavealign {command}", description=doc, formatter_class=_HelpFormatter, **kwargs)
         self._argv: list[str] = []
 
     def parse_args(self, args: Sequence[str] | None = None, namespace=None):  # type: ignore[override]
@@ -81,6 +81,60 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
         path = key if key in keys else nearest_key(key, keys) or key
         spelled = f"{path}={value}" if value else f"{path}=VALUE"
         raise UsageError(f"{item}: this command takes key=value arguments, not flags; expected {spelled}")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The docstring's own line breaks; an argument's ``RegistryChoices`` left unread (argparse would list them in
+    its help line whether the help names them or not)."""
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        if isinstance(action.choices, RegistryChoices):
+            action = copy.copy(action)
+            action.choices = None
+        return super()._expand_help(action)
+
+
+class RegistryChoices:
+    """A registry's names as argparse ``choices``, read when an argument is checked against them, so the registry's
+    module (which may import torch) is imported for a value given, not for ``--help`` or another mistake. Give the
+    argument a ``metavar``: argparse lists its choices in the usage line otherwise."""
+
+    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
+        self._names = names
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+
+def _model_names() -> list[str]:
+    from wavealign import workloads
+
+    return workloads.models()
+
+
+def _generator_names() -> list[str]:
+    from wavealign import workloads
+
+    return workloads.generator_names()
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
+    """--model, --frames, --resolution (default: the paper's Wan2.1-14B 401 frames at 720p = 363,600 tokens),
+    --generator (None: the library's default, ``workloads.generator_name``), --seed, --block-size and (``device``)
+    --device: the workload arguments mask-fidelity and calibrate-workload share."""
+    parser.add_argument("--model", default="wan2.1-14b", choices=RegistryChoices(_model_names), metavar="MODEL",
+                        help="a model preset of wavealign.workloads (default: %(default)s; a wrong one lists them)")
+    parser.add_argument("--frames", type=int, default=401)
+    parser.add_argument("--resolution", default="720p")
+    parser.add_argument("--generator", choices=RegistryChoices(_generator_names), metavar="GENERATOR",
+                        help="the synthetic Q/K/V generator (default: the library's; a wrong one lists them)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--block-size", type=int, default=128)
+    if device:
+        parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
 
 
 def check_device(parser: argparse.ArgumentParser, flag: str, value: str) -> torch.device:

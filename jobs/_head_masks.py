@@ -1,10 +1,8 @@
-"""The workload arguments mask-fidelity and calibrate-workload share, and calibrate-workload's head-by-head masks
-under candidate generator configs (which no sweep cell can name), built by ``masks.build_for_heads`` as a sweep
-cell builds them."""
+"""Calibrate-workload's head-by-head masks under candidate generator configs (which no sweep cell can name), built
+by ``masks.build_for_heads`` as a sweep cell builds them."""
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -13,20 +11,6 @@ import torch
 
 from wavealign import masks, workloads
 from wavealign.workloads import HeadTypesConfig
-
-
-def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
-    """--model, --frames, --resolution (default: the paper's Wan2.1-14B 401 frames at 720p = 363,600 tokens),
-    --generator, --seed, --block-size and (``device``) --device."""
-    parser.add_argument("--model", default="wan2.1-14b", choices=workloads.models())
-    parser.add_argument("--frames", type=int, default=401)
-    parser.add_argument("--resolution", default="720p")
-    parser.add_argument("--generator", default=workloads.DEFAULT_GENERATOR, choices=workloads.generator_names(),
-                        help="the synthetic Q/K/V generator (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--block-size", type=int, default=128)
-    if device:
-        parser.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if present)")
 
 
 def device_for(name: str | None) -> torch.device:

@@ -63,8 +63,8 @@ import torch
 import yaml
 
 from wavealign import bounded, hardware, kernels, sim, synthetic, workloads
-from wavealign.jobs._args import Parser, output_folder
-from wavealign.jobs._head_masks import add_workload_arguments, device_for, head_masks
+from wavealign.jobs._args import Parser, add_workload_arguments, output_folder
+from wavealign.jobs._head_masks import device_for, head_masks
 from wavealign.jobs._paper import (
     DENSITY_TOLERANCE_PTS,
     L2_RATIO_TOLERANCE,
@@ -562,6 +562,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=None, help="simulator processes (default: CPUs, max 16)")
     parser.add_argument("--install", action="store_true", help="make the fit the generator's shipped values")
     args = parser.parse_args(argv)
+    args.generator = workloads.generator_name(args.generator)
 
     wl = workloads.preset(args.model, args.frames, args.resolution)
     generator = GENERATORS[args.generator]

@@ -11,6 +11,9 @@ GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 101 latent frames = 3636
     wavealign mask-fidelity --out docs/mask_fidelity --heads 8          # on a GPU machine: masks built there
 CPU, a small smoke run:
     wavealign mask-fidelity --out /tmp/mf --model wan2.1-1.3b --frames 9 --resolution 480p --heads 2
+
+Before any mask it prints an estimate of the builds' time; one past ten minutes (the paper's case on a CPU: hours)
+runs only with --yes.
 """
 
 from __future__ import annotations
@@ -18,21 +21,28 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wavealign import bounded, hardware, inputs, kernels, masks, pipeline, placement, workloads
-from wavealign.jobs._args import Parser, output_folder
-from wavealign.jobs._head_masks import add_workload_arguments
+from wavealign import hardware
+from wavealign.jobs._args import Parser, UsageError, add_workload_arguments, output_folder
 from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._records import write_csv
-from wavealign.masks._draw import save_mask_png
 from wavealign.records import Cell
 
+if TYPE_CHECKING:  # the library's masks and workloads import torch: main imports them once its arguments parse
+    import torch
+
+    from wavealign import workloads
+
 EXTRAS = ("sim", "analysis")
+# an estimate past this asks for --yes: a run of tens of minutes is chosen, never met by accident
+CONFIRM_ABOVE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,8 @@ def _parse_heads(spec: str, num_heads: int) -> list[int]:
 
 def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str, Any]]:
     """``["xattention.threshold=0.8", ...]`` -> {"xattention": {"threshold": 0.8}}; values are YAML scalars."""
+    from wavealign import bounded, masks
+
     out: dict[str, dict[str, Any]] = {m: {} for m in methods}
     for item in items:
         name, _, value = item.partition("=")
@@ -95,6 +107,8 @@ def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str,
 def head_cells(args: argparse.Namespace, wl: workloads.Workload, heads: list[int], methods: list[str],
                overrides: dict[str, dict[str, Any]]) -> list[Cell]:
     """One simulated sweep cell per (head, method): what a sweep of this workload, layer, step and head runs."""
+    from wavealign import kernels
+
     wave = kernels.get(args.kernel).wave_size(args.hardware)
     return [Cell(cell_id=f"{method}-head{head}", group_id=f"{method}-head{head}", hardware=args.hardware,
                  profile_hardware=args.hardware, backend=args.kernel, measure="simulated", method=method,
@@ -143,6 +157,34 @@ def _write_outputs(out: Path, rows: list[FidelityRow], command: str, seq_len: in
     return summary
 
 
+def estimate_s(cells: list[Cell], device: torch.device) -> float:
+    """Seconds to build the masks of ``cells``, to its order of magnitude: each head's dense query-key products
+    (2 N^2 d) at the rate this device multiplies one 1,024-query block against 4,096 keys (measured here, in
+    tenths of a second). The methods score samples and pooled blocks rather than every pair, and add steps of their
+    own. On a 2-core CPU it said 4 s for 8 masks of 14,040 tokens that took 2.6 s, and 3.6 h for the paper's 32 masks
+    of 363,600 tokens, of which 2 had taken 10 minutes."""
+    import torch
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # as wavealign.inputs draws Q/K/V
+    head_dim = max(cell.head_dim for cell in cells)
+    q = torch.randn(1024, head_dim, device=device, dtype=dtype)
+    k = torch.randn(head_dim, 4096, device=device, dtype=dtype)
+    times = []
+    for _ in range(4):
+        start = time.perf_counter()
+        torch.matmul(q, k)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    flop_per_s = 2 * q.shape[0] * k.shape[1] * head_dim / statistics.median(times[1:])
+    return sum(2 * cell.seq_len_tokens ** 2 * cell.head_dim * cell.num_heads for cell in cells) / flop_per_s
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min" if seconds >= 60 else \
+        f"{seconds:.0f} s"
+
+
 def main(argv: list[str]) -> int:
     parser = Parser("mask-fidelity", __doc__)
     parser.add_argument("--out", default="wavealign-runs/mask-fidelity", help="output folder")
@@ -157,8 +199,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--hardware", default="h100", choices=hardware.names(),
                         help="the GPU simulated for the L2 hit, and whose wave the features use (Table I: h100)")
     parser.add_argument("--kernel", default="fa4", help="the backend whose launch is simulated (Table I: fa4)")
+    parser.add_argument("--yes", action="store_true",
+                        help=f"run even when the estimate passes {CONFIRM_ABOVE_S / 60:.0f} minutes")
     args = parser.parse_args(argv)
+    from wavealign import inputs, kernels, masks, pipeline, placement, workloads
+    from wavealign.masks._draw import save_mask_png
 
+    args.generator = workloads.generator_name(args.generator)
     wl = workloads.preset(args.model, args.frames, args.resolution)
     heads = _parse_heads(args.heads, wl.heads)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -171,17 +218,26 @@ def main(argv: list[str]) -> int:
     picture_head = heads[0] if args.picture_head is None else args.picture_head
     if picture_head not in heads:
         raise ValueError(f"--picture-head {picture_head}: expected one of the heads measured, {heads}")
+    cells = head_cells(args, wl, heads, methods, overrides)
+    device = placement.device(cells[0])
+    estimate = estimate_s(cells, device)
+    scale = (f"{args.model} {args.frames} frames {args.resolution}: {wl.seq_len:,} tokens "
+             f"({wl.latent_frames} x {wl.grid_height} x {wl.grid_width}), {wl.num_blocks(args.block_size)} blocks of "
+             f"{args.block_size}; layer {args.layer}, step {args.step}, heads {heads}")
+    said = (f"{len(cells)} mask{'s' * (len(cells) != 1)} of {wl.seq_len:,} tokens on the {device.type.upper()}: "
+            f"about {_duration(estimate)}")
+    if estimate > CONFIRM_ABOVE_S and not args.yes:
+        raise UsageError(f"{said} (estimate: their dense query-key products at this machine's measured rate); "
+                         f"to run it, add --yes; for a smoke run, a smaller scale: --model wan2.1-1.3b --frames 9 "
+                         f"--resolution 480p --heads 2")
     out = output_folder("--out", args.out)
     command = "wavealign mask-fidelity " + shlex.join(argv)
-    print(f"{args.model} {args.frames} frames {args.resolution}: {wl.seq_len} tokens "
-          f"({wl.latent_frames} x {wl.grid_height} x {wl.grid_width}), {wl.num_blocks(args.block_size)} blocks of "
-          f"{args.block_size}; layer {args.layer}, step {args.step}, heads {heads}; {args.kernel} on "
-          f"{args.hardware} simulated", flush=True)
+    print(f"{scale}; {args.kernel} on {args.hardware} simulated; {said}", flush=True)
 
     rows: list[FidelityRow] = []
     types = {spec.head: spec.head_type for spec in workloads.head_specs(
         wl, heads, layer=args.layer, step=args.step, seed=args.seed, config=workloads.generator(args.generator))}
-    for cell in head_cells(args, wl, heads, methods, overrides):
+    for cell in cells:
         [r] = pipeline.run_group([cell])
         if r.status != "done":
             raise RuntimeError(f"{cell.method} failed on head {cell.heads[0]} of {args.model} at {wl.seq_len} "

@@ -85,12 +85,13 @@ def test_a_later_unplaced_row_never_hides_an_earlier_measurement_of_the_same_con
 
 # the commands whose module imports none of them at its top (the others' --help still waits for torch)
 LIGHT_COMMANDS = ("sweep", "report", "sync-mlflow", "bench-kernels", "refresh-profiles", "bench-orchestration",
-                  "capture")
+                  "capture", "mask-fidelity")
 # command lines whose answer (help, or one line naming the mistake) needs none of torch, Ray or MLflow; their import
 # is seconds on a 2-core machine, the answer a few tenths
 LIGHT_ANSWERS = [["--help"], ["swep"], ["sweep", "grid.seed=abc"], ["sweep", "seq_k=[148]"], ["sweep", "--bogus"],
                  ["report", "--bogus"], ["sync-mlflow", "--bogus"], ["bench-kernels", "--bogus"],
-                 ["refresh-profiles", "--bogus"], *([name, "--help"] for name in LIGHT_COMMANDS)]
+                 ["refresh-profiles", "--bogus"], ["mask-fidelity", "--bogus"],
+                 *([name, "--help"] for name in LIGHT_COMMANDS)]
 HEAVY = ("torch", "ray", "mlflow")
 
 
@@ -98,7 +99,10 @@ def test_help_and_a_mistyped_argument_answer_before_torch_ray_or_mlflow_is_impor
     program = ("import contextlib, io, sys\nfrom wavealign.jobs import cli\n"
                f"for argv in {LIGHT_ANSWERS!r}:\n"
                "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
-               "        status = cli.main(argv)\n"
+               "        try:\n"
+               "            status = cli.main(argv)\n"
+               "        except SystemExit as exc:  # argparse's --help\n"
+               "            status = exc.code\n"
                f"    heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
                "    if heavy or status not in (0, 2):\n"
                "        sys.exit(f'{argv}: exit {status}, imported {heavy}')\n")
@@ -119,3 +123,27 @@ def test_a_list_axis_given_text_that_is_no_number_suggests_a_list_that_composes(
     from wavealign.orchestrator import config
 
     assert config.load(["sweep=smoke", suggested]).grid.seed == config.GridConfig().seed
+
+
+# --- mask-fidelity ----------------------------------------------------------------------------------------------
+
+def test_mask_fidelity_at_the_papers_scale_on_a_cpu_states_its_estimate_and_asks_for_yes_before_any_work(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    from wavealign.jobs import mask_fidelity
+
+    assert cli.main(["mask-fidelity"]) == cli.EXIT_BAD_INPUT
+    out, error = capsys.readouterr()
+    assert out == "" and "32 masks of 363,600 tokens on the CPU: about" in error and "add --yes" in error
+    hours = float(re.search(r"about ([\d.]+) h", error).group(1))
+    assert hours * 3600 > mask_fidelity.CONFIRM_ABOVE_S
+    assert list(tmp_path.iterdir()) == []  # no output folder: nothing began
+
+
+def test_mask_fidelity_at_a_small_scale_prints_its_estimate_and_runs_without_yes(tmp_path, capsys):
+    from wavealign.jobs import mask_fidelity
+
+    argv = ["--out", str(tmp_path), "--model", "wan2.1-1.3b", "--frames", "9", "--resolution", "480p", "--heads", "1",
+            "--methods", "xattention"]
+    assert mask_fidelity.main(argv) == 0
+    assert "1 mask of" in capsys.readouterr().out and (tmp_path / "rows.csv").is_file()
