@@ -3,7 +3,7 @@
 # whole model on a new family. One step per device call, each under 9 minutes; from the repository root, with
 # FA4, ray/hydra/mlflow-skinny and diffusers staged (../fa4-flashinfer/host_env.sh, ../../../../shared/device/):
 #
-#   OUT=<folder> bash benchmarks/results/beyond-h200/run.sh STEP
+#   OUT=<folder> bash benchmarks/results/beyond-h200/run.sh STEP [KEY=VALUE ...]
 #
 #   gpu-tests  pytest -m gpu on the modules this issue touched                                        ~2 min
 #   t364       sweep=beyond_h200's timed cells at 363,600 tokens x 40 heads (grid + orders)           ~8 min
@@ -16,6 +16,8 @@
 #   python benchmarks/results/beyond-h200/table.py OUT/t364 OUT/t148 > benchmarks/results/beyond-h200/table.md
 set -u
 step=${1:-}
+shift
+extra=("$@")  # further overrides of sweep=beyond_h200 (t364, t148), e.g. grid.reps=3 extra_grids.orders.reps=3
 OUT=${OUT:-/tmp/beyond-out}
 mkdir -p "$OUT/$step"
 export PYTHONUNBUFFERED=1 WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -41,9 +43,10 @@ case "$step" in
     echo "pytest rc=$?"
     tail -n 15 "$OUT/$step/pytest_gpu_h200.txt" ;;
   t364)
-    sweep 560 'grid.seq_k=[364]' 'extra_grids.orders.seq_k=[364]' '~extra_grids.ncu' '~extra_grids.ncu_orders' ;;
+    sweep 560 'grid.seq_k=[364]' 'extra_grids.orders.seq_k=[364]' '~extra_grids.ncu' '~extra_grids.ncu_orders' \
+      "${extra[@]}" ;;
   t148)
-    sweep 560 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' ;;
+    sweep 560 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' "${extra[@]}" ;;
   e2e)
     for method in ${METHODS:-xattention vsa radial}; do
       timeout "${E2E_LIMIT:-280}" "${cli[@]}" bench-e2e --frames 401 --method "$method" --variants never,always \
