@@ -43,10 +43,10 @@ case "$step" in
     echo "pytest rc=$?"
     tail -n 15 "$OUT/$step/pytest_gpu_h200.txt" ;;
   t364)
-    sweep 560 'grid.seq_k=[364]' 'extra_grids.orders.seq_k=[364]' '~extra_grids.ncu' '~extra_grids.ncu_orders' \
+    sweep "${SWEEP_LIMIT:-560}" 'grid.seq_k=[364]' 'extra_grids.orders.seq_k=[364]' '~extra_grids.ncu' '~extra_grids.ncu_orders' \
       "${extra[@]}" ;;
   t148)
-    sweep 560 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' "${extra[@]}" ;;
+    sweep "${SWEEP_LIMIT:-560}" 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' "${extra[@]}" ;;
   e2e)
     for method in ${METHODS:-xattention vsa radial}; do
       timeout "${E2E_LIMIT:-280}" "${cli[@]}" bench-e2e --frames 401 --method "$method" --variants never,always \

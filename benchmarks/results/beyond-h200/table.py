@@ -1,7 +1,7 @@
 """The table and figure of sweep=beyond_h200 from its run roots: per mask family, length and launch order, the
-density, kernel and plan time, the kernel and net speedup over the original order (``wavealign.analysis.table2``,
-the report's own Table II), Nsight Compute's L2 hit and HBM read against the original order's, and the cells that
-did not run (with why).
+density, kernel time (median, and its IQR over the repetitions as a % of it) and plan time, the kernel and net
+speedup over the original order (``wavealign.analysis.table2``, the report's own Table II), Nsight Compute's L2 hit
+and HBM read against the original order's, and the cells that did not run (with why).
 
     python benchmarks/results/beyond-h200/table.py OUT RUN_ROOT_OR_TAR...   # writes OUT/beyond_h200.{csv,md,png}
 """
@@ -49,11 +49,14 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     original = done[done["stages"] == "none"]
     density = original.groupby(KEYS)["density"].mean().rename("density")
     read = done.assign(order=[order_label(s, r) for s, r in zip(done["stages"], done["reorderer"], strict=True)])
+    iqr = read.assign(kernel_iqr_pct=100 * read["kernel_ms_iqr"] / read["kernel_ms_median"])
+    iqr = iqr.groupby([*KEYS, "order"])["kernel_iqr_pct"].mean()
     read = read.groupby([*KEYS, "order"])["ncu_dram_read_bytes"].mean()
     base = read.xs("Original", level="order")
     ratio = (read / base.reindex(read.index.droplevel("order")).to_numpy()).rename("hbm_read_vs_original")
-    rows = rows.join(density, on=KEYS).join(ratio, on=[*KEYS, "order"])
-    return rows[[*KEYS, "order", "density", "kernel_ms", "reorder_ms", "speedup", "speedup_with_overhead",
+    rows = rows.join(density, on=KEYS).join(iqr, on=[*KEYS, "order"]).join(ratio, on=[*KEYS, "order"])
+    return rows[[*KEYS, "order", "density", "kernel_ms", "kernel_iqr_pct", "reorder_ms", "speedup",
+                 "speedup_with_overhead",
                  "l2_hit_pct", "hbm_read_vs_original", "cells"]]
 
 
