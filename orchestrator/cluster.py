@@ -10,6 +10,7 @@ GPU types are matched by Ray's node label ``ray.io/accelerator-type``, which Ray
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections import Counter
@@ -76,10 +77,14 @@ class CellRunner:
     its ``InputCache`` (the inputs it keeps for its next group, and the ones it prefetches). A plain class, so that
     tests can subclass it (e.g. to inject a worker death)."""
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "wavealign worker") -> None:
         from wavealign.inputs import InputCache
 
+        self.name = name
         self.inputs = InputCache()
+
+    def __repr__(self) -> str:  # Ray's dashboard ("Repr") and its log prefix name the actor by it
+        return self.name
 
     def where(self) -> dict[str, Any]:
         ctx = ray.get_runtime_context()
@@ -101,19 +106,27 @@ class CellRunner:
 
 
 CellWorker = ray.remote(CellRunner)
+# numbers the workers this process starts: a Ray actor's name is unique in its namespace (this driver's), and a
+# killed worker's name is released only once Ray has it dead
+_WORKER_NUMBERS = itertools.count()
 
 
-def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory) -> list[Any]:
+def start_workers(hardware: str, count: int, max_retries: int, inv: Inventory, sweep: str = "wavealign") -> list[Any]:
     """Up to ``count`` actors for ``hardware``: one whole GPU of that type each (never more than the
-    cluster has), or one CPU each for the CPU pools (``cpu``, ``simulator``)."""
+    cluster has), or one CPU each for the CPU pools (``cpu``, ``simulator``). Each is named (Ray's actor name and
+    its repr) after the ``sweep`` and its placement: ``wavealign smoke 0123abcd cpu worker 0``, not ``CellRunner``."""
     # a dead worker is always restarted (max_restarts is a lifetime count: a long sweep would otherwise lose
     # the type's only worker after a few deaths); each group is retried at most max_retries times
     restart = {"max_restarts": -1, "max_task_retries": max_retries}
+
+    def named(**options: Any) -> Any:
+        name = f"{sweep} {hardware} worker {next(_WORKER_NUMBERS)}"
+        return CellWorker.options(name=name, **options, **restart).remote(name)
+
     if hardware in CPU_POOLS:
-        return [CellWorker.options(num_cpus=1, **restart).remote() for _ in range(count)]
+        return [named(num_cpus=1) for _ in range(count)]
     workers: list[Any] = []
     for selector, gpus in inv.selectors_for(hardware):
         take = min(gpus, count - len(workers))
-        workers += [CellWorker.options(num_cpus=1, num_gpus=1, label_selector=selector, **restart).remote()
-                    for _ in range(take)]
+        workers += [named(num_cpus=1, num_gpus=1, label_selector=selector) for _ in range(take)]
     return workers

@@ -28,6 +28,11 @@ from wavealign.placement import CPU_POOLS, POOL_WORKERS, WAITS_FOR, pool
 from wavealign.records import ORIGINAL_VARIANT, Cell
 
 
+def sweep_label(name: str, sweep_id: str) -> str:
+    """How Ray's dashboard and ``ray list`` show a sweep's job, worker actors and group tasks."""
+    return f"wavealign {name} {sweep_id}"
+
+
 def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[list[Cell]]], set[str]]:
     """Pending cells grouped per placement, and the ids of baselines added to them.
 
@@ -67,10 +72,11 @@ def predicted_cost(group: list[Cell]) -> float:
 
 
 def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder: Recorder,
-                progress: SweepProgress, console: Console) -> dict[str, list[Any]]:
+                progress: SweepProgress, console: Console, sweep: str = "wavealign") -> dict[str, list[Any]]:
     """One actor per GPU of each needed type (cells of absent types become unschedulable), then the CPU pools' actors
     on the CPUs the GPU actors leave: one for the cells timed on a CPU (``POOL_WORKERS``), so that no two time on one
-    machine at once; as many as the CPUs left allow for simulated cells."""
+    machine at once; as many as the CPUs left allow for simulated cells. Each actor is named after the ``sweep``
+    (``sweep_label``) and its placement."""
     from wavealign.orchestrator import cluster
 
     inv = cluster.inventory()
@@ -94,11 +100,11 @@ def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder:
                     recorder.add(cell, None, status="unschedulable", error=reason)
                 progress.add(hw, unschedulable=len(recorder.recordable(group)))
             continue
-        workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv)
+        workers[hw] = cluster.start_workers(hw, len(queues[hw]), cfg.ray.max_retries, inv, sweep)
     for key in (k for k in CPU_POOLS if k in queues):
         spare = inv.cpus - sum(len(ws) for ws in workers.values())
         count = max(1, min(spare, len(queues[key]), POOL_WORKERS.get(key, spare)))
-        workers[key] = cluster.start_workers(key, count, cfg.ray.max_retries, inv)
+        workers[key] = cluster.start_workers(key, count, cfg.ray.max_retries, inv, sweep)
     return workers
 
 
@@ -140,8 +146,10 @@ def fail_unstarted(queues: dict[str, deque[list[Cell]]], workers: dict[str, list
 
 
 def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]], recorder: Recorder,
-             progress: SweepProgress, probe_timeout_s: float, console: Console, prefetch: bool = False) -> bool:
-    """Keep every worker busy with one group at a time until the queues drain; True if interrupted.
+             progress: SweepProgress, probe_timeout_s: float, console: Console, prefetch: bool = False,
+             sweep: str = "wavealign") -> bool:
+    """Keep every worker busy with one group at a time until the queues drain; True if interrupted. Each group's Ray
+    task is named after the ``sweep`` and the group (``wavealign smoke 0123abcd group 89ab...``).
 
     A worker that died on a group (Ray's retries spent) is asked ``where`` once: Ray restarts it, and it takes
     the next group if it answers within ``probe_timeout_s``; otherwise it is dropped.
@@ -180,7 +188,8 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
                         upcoming = reserve_next(queue, holds[id(actor)])
                     if upcoming is not None:
                         reserved[id(actor)] = (key, upcoming)
-                    inflight[actor.run.remote(group, upcoming)] = (key, actor, group)
+                    call = actor.run.options(name=f"{sweep} group {group[0].group_id}")
+                    inflight[call.remote(group, upcoming)] = (key, actor, group)
                     progress.add(key, running=len(recorder.recordable(group)))
                 coming = any(k == key for k, _, _ in (*inflight.values(), *probes.values()))
                 if queue and not idle[key] and not coming:

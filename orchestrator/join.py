@@ -13,6 +13,11 @@ a second, where Ray's own connect retries for 20 s and ends in a traceback.
 
 Inside a Ray job (``ray job submit``, a KubeRay RayJob) the job's runtime_env already carries the code (its
 ``working_dir``), and ``ray.init`` refuses a runtime_env key given twice: the driver adds only what the job's lacks.
+
+What Ray prints on the driver is kept off stdout, where the sweep's results go: the raylets' reports (a worker that
+died, a task to be retried) go to stderr, and the embedded Ray is started with ``RAY_AUTH_MODE=token`` set (where
+the user set no mode), Ray's own setting for the token authentication its ``ray.init`` turns on by default since
+2.59 (https://docs.ray.io/en/latest/ray-security/token-auth.html), so that it does not warn on every run that it did.
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ from ray._common.utils import get_ray_address_file
 from ray._private import services
 from ray._private.authentication.authentication_token_setup import (
     AUTH_MODE_ENV_VAR,
+    _enable_token_auth,
     ensure_token_if_auth_enabled,
     maybe_enable_token_auth_if_token_available,
 )
 from ray._private.runtime_env.constants import RAY_JOB_CONFIG_JSON_ENV_VAR
 from ray._private.utils import read_ray_address
 from ray.exceptions import AuthenticationError
+from ray.job_config import JobConfig
 
 import wavealign
 from wavealign.orchestrator import cluster
@@ -194,16 +201,19 @@ def shipped_runtime_env(job_env: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | None = None,
-            object_store_mb: int | None = None) -> Target | None:
+            object_store_mb: int | None = None, job_name: str | None = None) -> Target | None:
     """Join the cluster ``address`` names (``resolve``), or start an embedded local Ray; the target joined, None if
-    this process had joined one already."""
+    this process had joined one already. ``job_name`` names this driver's Ray job (the dashboard's Jobs "Name": its
+    metadata's ``job_name``; a job from ``ray job submit`` keeps the one it was submitted with)."""
     if ray.is_initialized():
         return None
+    _raylet_reports_to_stderr()
     target = resolve(address)
+    job_config = JobConfig(metadata={"job_name": job_name} if job_name else {})
     if target.address != EMBEDDED:
         try:
             ray.init(address=target.address, runtime_env=shipped_runtime_env(job_runtime_env()), log_to_driver=False,
-                     logging_level="WARNING")
+                     logging_level="WARNING", job_config=job_config)
         except AuthenticationError:  # Ray Client's refusal (a head's GCS is checked before: ``check``)
             raise CannotJoin(f"{target.found}: the cluster refused this driver's Ray token; expected "
                              f"{TOKEN_HELP}") from None
@@ -212,10 +222,30 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
     env_vars = {k: os.environ[k] for k in ("PYTHONPATH", PLUGINS_ENV) if os.environ.get(k)}
     if wavealign.CHECKOUT:
         env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [str(wavealign.CHECKOUT), env_vars.get("PYTHONPATH")]))
+    if AUTH_MODE_ENV_VAR not in os.environ:  # the user's mode wins; else Ray 2.59+'s default, without its warning
+        _enable_token_auth()  # Ray's own step: RAY_AUTH_MODE=token, and this process's Ray config told so
     ray.init(address=EMBEDDED, num_cpus=num_cpus, num_gpus=num_gpus, runtime_env={"env_vars": env_vars},
              include_dashboard=False, object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
-             log_to_driver=False, logging_level="WARNING")
+             log_to_driver=False, logging_level="WARNING", job_config=job_config)
     return target
+
+
+def _raylet_reports_to_stderr() -> None:
+    """Ray's driver prints its raylets' reports (a worker that died, a task to be retried: ``(raylet) ...``) to stdout,
+    marked not an error (``ray._private.worker.listen_error_messages``), even with ``log_to_driver=False``: they
+    explain a failure, so they go to stderr, where the sweep's own reasons go. Installed once, before ``ray.init``
+    starts the thread that prints them."""
+    from ray._private import worker
+
+    printer = worker.print_to_stdstream
+    if getattr(printer, "raylet_reports_to_stderr", False):
+        return
+
+    def print_raylet_reports_to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        printer({**data, "is_err": True} if data.get("pid") == "raylet" else data, ignore_prefix)
+
+    print_raylet_reports_to_stderr.raylet_reports_to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_raylet_reports_to_stderr
 
 
 @dataclass(frozen=True)

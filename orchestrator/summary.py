@@ -1,6 +1,7 @@
 """The end of a sweep: the table of the latest row of every cell of the grid (also written to ``summary.txt``),
 this run's counts, where the results are, and what to do next (log to MLflow later, resume, read the failures),
-each as a command that runs as printed from where the sweep ran (``runnable``)."""
+each as a command that runs as printed from where the sweep ran (``runnable``). What explains an exit status other
+than 0 (an interruption, the cells that failed or that no node could take) goes to stderr; the rest to stdout."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from wavealign.orchestrator.record import SweepOutcome
 from wavealign.orchestrator.redact import redact
 
 
-def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path) -> None:
+def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path,
+                  errors: Console | None = None) -> None:
+    """The summary on ``console``, and what explains a status other than 0 on ``errors`` (default: stderr)."""
     ids = {c.cell_id for c in plan.grid.cells}
     latest = dataset.newest_per_cell([row for row in dataset.read(cfg.run_root).to_pylist() if row["cell_id"] in ids])
     table = summary_table(list(latest.values()), f"sweep {cfg.name} ({plan.sweep_id})")
@@ -47,16 +50,17 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
             "tables, one HTML page)")
     if outcome.tracking_uri:
         say(f"MLflow:  {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id, runnable('mlflow'))}")
+    errors = errors or Console(stderr=True, soft_wrap=True)
     if outcome.interrupted:
-        console.print("[yellow]interrupted: finished cells are recorded; run the same command again to resume "
-                      "(resume=true skips them)[/yellow]")
+        errors.print("[yellow]interrupted: finished cells are recorded; run the same command again to resume "
+                     "(resume=true skips them)[/yellow]")
     groups = reasons(outcome.rows)
     for (status, error), rows in groups[:MAX_REASONS]:
         where = ", ".join(sorted({f"{r['hardware']}/{r['backend']}" for r in rows}))
-        console.print(Text.assemble((status, "red" if status == "failed" else "yellow"),
-                                    f" {len(rows)} cell{'s' * (len(rows) != 1)} ({where}): {error}"))
+        errors.print(Text.assemble((status, "red" if status == "failed" else "yellow"),
+                                   f" {len(rows)} cell{'s' * (len(rows) != 1)} ({where}): {error}"))
     if len(groups) > MAX_REASONS:
-        console.print(f"... and {len(groups) - MAX_REASONS} more reasons (the rows' 'error' and 'traceback' columns)")
+        errors.print(f"... and {len(groups) - MAX_REASONS} more reasons (the rows' 'error' and 'traceback' columns)")
 
 
 MAX_REASONS = 5  # the reasons a summary prints, most cells first

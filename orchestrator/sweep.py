@@ -160,19 +160,21 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
     from wavealign.orchestrator import join
 
     owns_ray = not ray.is_initialized()
+    label = dispatch.sweep_label(cfg.name, plan.sweep_id)
     # an embedded Ray this driver starts is stopped with it even if it is killed outright
     embedded = owns_ray and join.resolve(cfg.ray.address).address == join.EMBEDDED
     guard = watchdog.start() if embedded else None
     try:
         with stop.around_ray_init():
-            target = join.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb)
+            target = join.connect(cfg.ray.address, cfg.ray.num_cpus, cfg.ray.num_gpus, cfg.ray.object_store_mb,
+                                  job_name=label)
         joined = join.joined(target)
         console.print(str(joined), markup=False, highlight=False, soft_wrap=True)
         outcome.cluster = dataclasses.asdict(joined)
         queues, recorder.baselines = dispatch.queues(plan.pending, plan.grid.cells)
         with SweepProgress(dict(plan.pending_by_placement()), console, enabled=cfg.progress) as progress:
             started = time.monotonic()
-            workers.update(dispatch.start_pools(cfg, queues, recorder, progress, console))
+            workers.update(dispatch.start_pools(cfg, queues, recorder, progress, console, label))
             # wait until every worker is up, so that start-up is not counted as cell time
             up, where = dispatch.await_workers(workers, cfg.ray.worker_start_timeout_s, console)
             workers.clear()
@@ -186,7 +188,7 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
             try:
                 outcome.interrupted = dispatch.dispatch(queues, workers, recorder, progress,
                                                         cfg.ray.worker_start_timeout_s, console,
-                                                        prefetch=cfg.ray.prefetch_inputs)
+                                                        prefetch=cfg.ray.prefetch_inputs, sweep=label)
                 recorder.flush()
             finally:
                 outcome.dispatch_s = time.monotonic() - started

@@ -7,7 +7,13 @@ its ``wavealign.logged`` tag is set, in the same ``log_batch`` call as its param
 
 A sweep's parent run carries its grids and variants as params (``grid.backend`` = ``["reference"]``), and, when
 the sweep ends, its cell counts, wall times and median speedups as metrics; it is RUNNING while a driver runs the
-sweep (reopened on resume) and FINISHED, KILLED or FAILED after.
+sweep (reopened on resume) and FINISHED, KILLED or FAILED after. A child run's name leads with what tells it from
+its neighbours in the runs table: method, length and launch order, then hardware/backend and the cell id.
+
+MLflow 3's UI shows an experiment either as GenAI work, where a run opens on its "Evaluations" tab, or as machine
+learning, where it opens as an ordinary run with its params and metrics: the experiment tag ``mlflow.experimentKind``
+decides (``genai_development`` or ``custom_model_development``), and the UI infers and saves one where it is
+unset (MLflow's ``server/js`` experiment-kind inference). The sweep's experiment is tagged machine learning.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ SWEEP_PARAM_SECTIONS = ("grid", "extra_grids", "variants")
 # MLflow 3's UI opens an experiment on its GenAI pages; this query opens its runs table ("Model training")
 UI_RUNS_QUERY = "workflowType=machine_learning"
 MLFLOW_UI_ADDRESS = "http://127.0.0.1:5000"  # where `mlflow ui` serves by default
+# MLflow 3's UI opens a run of an experiment of this kind as an ordinary run, not on GenAI's "Evaluations" tab
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 _log = logging.getLogger(__name__)
 # MLflow's sqlite layer logs every database error with its traceback before raising it; the Tracker reports each
@@ -137,11 +145,14 @@ class Tracker:
         sqlite_store.prepare(self.tracking_uri, run_root)
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         found = self.client.get_experiment_by_name(self.experiment_name)
+        key, kind = EXPERIMENT_KIND
         if found is not None:
+            if key not in found.tags:  # one made before the tag: a kind the user set (or the UI saved) is kept
+                self.client.set_experiment_tag(found.experiment_id, key, kind)
             return found.experiment_id
         local = not self.tracking_uri.startswith(("http://", "https://", "databricks"))
         location = (Path(run_root) / "mlartifacts").resolve().as_uri() if (run_root and local) else None
-        return self.client.create_experiment(self.experiment_name, artifact_location=location)
+        return self.client.create_experiment(self.experiment_name, artifact_location=location, tags={key: kind})
 
     def parent_run(self, sweep_id: str, sweep_name: str, config_path: Path | None = None) -> str | None:
         """The sweep's parent run (found again on resume; its status unchanged), with the resolved config as
@@ -249,8 +260,7 @@ class Tracker:
         start_ms = int(_epoch_s(started) * 1000) if started is not None else None
         run = self.client.create_run(
             self.experiment_id, start_time=start_ms,
-            run_name=f"{row['hardware']}/{row['backend']}/{row['method']}/"
-                     f"{order_name(row['variant'], row.get('reorderer'))}/{row['cell_id'][:8]}",
+            run_name=run_name(row),
             tags={"mlflow.parentRunId": parent_run_id, f"{TAG}kind": "cell",
                   f"{TAG}sweep_id": row["sweep_id"], f"{TAG}result_id": row["result_id"]})
         params = [Param(k, _text(row[k])) for k in PARAM_COLUMNS if row.get(k) is not None]
@@ -277,6 +287,13 @@ class Tracker:
                 self.client.log_artifact(parent_run_id, str(summary_path))
         if parent_run_id is not None:
             self._guard(attach)
+
+
+def run_name(row: dict[str, Any]) -> str:
+    """A child run's name, what tells it from its neighbours first (the runs table cuts long names):
+    ``xattention 147,600 wavealign h100/fa4 1a2b3c4d``."""
+    return (f"{row['method']} {row['seq_len_tokens']:,} {order_name(row['variant'], row.get('reorderer'))} "
+            f"{row['hardware']}/{row['backend']} {row['cell_id'][:8]}")
 
 
 def has_dataset(run: Run, run_root: Path) -> bool:

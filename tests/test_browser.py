@@ -93,12 +93,18 @@ def test_the_mlflow_ui_lists_the_sweep_s_cells(smoke, browser, tmp_path):
         # the sweep's parent run and its cells: the table counts them all
         page.wait_for_selector(f"text={cells + 1} matching runs", timeout=60_000)
         # open the parent run's row (the button in its Run Name cell): the cells are listed by name,
-        # hardware/backend/method/variant/id
+        # method length order hardware/backend id (tracking.run_name)
         page.locator('[role=gridcell][col-id*="Run Name"] button').first.click()
-        page.wait_for_selector("text=/^h100\\/sim\\/planted\\//", timeout=30_000)
-        listed = page.locator("text=/^(h100|a40|cpu)\\/(sim|reference)\\//").count()
+        page.wait_for_selector("text=/^planted [0-9,]+ /", timeout=30_000)
+        listed = page.locator("text=/^[a-z0-9_-]+ [0-9,]+ \\S+ (h100|a40|cpu)\\//").count()
         assert listed >= min(cells, 10), f"the runs table shows {listed} of {cells} cell runs"  # the rows in view
         screenshot(page, "mlflow-runs.png")
+        # the sweep's parent run opens as an ordinary run (its params), not on GenAI's Evaluations tab
+        client = tracking.MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+        [parent] = client.search_runs([outcome.experiment_id], f"tags.`{tracking.TAG}kind` = 'sweep'")
+        page.goto(f"{base}/#/experiments/{outcome.experiment_id}/runs/{parent.info.run_id}")
+        page.wait_for_selector("text=Parameters", timeout=30_000)
+        assert "evaluations" not in page.url
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=60)

@@ -3,6 +3,8 @@ the newcomer met it (the installed ``wavealign`` script, a fresh folder), one be
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -147,3 +149,85 @@ def test_mask_fidelity_at_a_small_scale_prints_its_estimate_and_runs_without_yes
             "--methods", "xattention"]
     assert mask_fidelity.main(argv) == 0
     assert "1 mask of" in capsys.readouterr().out and (tmp_path / "rows.csv").is_file()
+
+
+# --- Ray: what a local run prints where, and how the dashboard names a sweep ---------------------------------------
+
+RAY_PROGRAM = """
+import json, os, signal, sys
+import ray
+from wavealign.orchestrator import cluster, join
+
+label = sys.argv[1]
+join.connect(None, num_cpus=1, job_name=label)
+[worker] = cluster.start_workers("cpu", 1, 0, cluster.inventory(), label)
+named = ray.get_actor(f"{label} cpu worker 0")  # Ray's actor name: the dashboard's Name column
+jobs = ray._private.worker.global_worker.gcs_client.get_all_job_info().values()
+
+@ray.remote(max_retries=0, num_cpus=0)
+def dies():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+try:
+    ray.get(dies.remote())  # the raylet reports the dead worker to this driver
+except ray.exceptions.WorkerCrashedError:
+    pass
+found = {"repr": ray.get(named.__ray_call__.remote(repr)), "jobs": [dict(j.config.metadata) for j in jobs]}
+ray.shutdown()
+print(json.dumps(found), file=sys.stderr)
+"""
+
+
+def test_a_local_ray_keeps_stdout_clean_warns_nothing_of_its_token_and_names_the_sweep(tmp_path):
+    label = "wavealign smoke 0123456789abcdef"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    ran = subprocess.run([sys.executable, "-c", RAY_PROGRAM, label], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout == ""  # the raylet's "(raylet) A worker died ..." went to stderr
+    assert "(raylet)" in ran.stderr and "A worker died" in ran.stderr
+    assert "RAY_AUTH_MODE=disabled to opt out" not in ran.stderr
+    found = json.loads(ran.stderr.strip().splitlines()[-1])
+    assert found["repr"] == f"{label} cpu worker 0"
+    assert {"job_name": label} in found["jobs"]
+
+
+# --- MLflow: names that lead with what differs, an experiment of machine learning ----------------------------------
+
+def test_a_child_run_name_leads_with_method_length_and_order_and_the_experiment_is_machine_learning(tmp_path):
+    from wavealign.orchestrator import tracking
+
+    cell = _cell(0)
+    row = dataset.make_row(cell, pipeline.run_cell(cell), sweep_id=SWEEP, sweep_name="smoke")
+    name = tracking.run_name(row)
+    assert name.startswith(f"{cell.method} {cell.seq_len_tokens:,} {cell.variant} ")
+    tracker = tracking.Tracker(tracking.default_tracking_uri(tmp_path), "wavealign", run_root=tmp_path)
+    parent = tracker.parent_run(SWEEP, "smoke")
+    tracker.log_rows(parent, [row])
+    [child] = tracker.client.search_runs([tracker.experiment_id], f"tags.`{tracking.TAG}kind` = 'cell'")
+    assert child.info.run_name == name
+    key, kind = tracking.EXPERIMENT_KIND
+    assert tracker.client.get_experiment(tracker.experiment_id).tags[key] == kind
+
+
+# --- the sweep's summary: what explains a non-zero exit is on stderr ---------------------------------------------
+
+def test_an_interrupted_sweep_s_line_and_its_unplaced_cells_reasons_go_to_stderr(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+    from rich.console import Console
+
+    from wavealign.orchestrator.record import SweepOutcome
+    from wavealign.orchestrator.summary import print_summary
+
+    cell = _cell(1, "h100")
+    row = _unplaced_row(cell)
+    dataset.write(tmp_path, [row])
+    outcome = SweepOutcome(sweep_id=SWEEP, run_root=tmp_path, tracking_uri=None, rows=[row], interrupted=True)
+    print_summary(OmegaConf.create({"name": "smoke", "run_root": str(tmp_path)}),
+                  SimpleNamespace(grid=SimpleNamespace(cells=[cell]), sweep_id=SWEEP), outcome, Console(),
+                  tmp_path / "summary.txt")
+    out, err = capsys.readouterr()
+    assert "this run:" in out and "interrupted:" not in out and "unschedulable 1 cell" not in out
+    assert "interrupted: finished cells are recorded" in err and "unschedulable 1 cell (h100/reference)" in err

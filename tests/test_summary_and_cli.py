@@ -327,7 +327,7 @@ def summary_of(tmp_path, rows: list[dict], cells: list[Cell]) -> str:
     console = Console(record=True, width=200)
     print_summary(OmegaConf.create({"name": "t", "run_root": str(tmp_path)}),
                   SimpleNamespace(grid=SimpleNamespace(cells=cells), sweep_id=SWEEP), outcome, console,
-                  tmp_path / "summary.txt")
+                  tmp_path / "summary.txt", errors=console)
     return console.export_text()
 
 
@@ -388,7 +388,7 @@ def test_a_sweep_of_gpu_cells_on_a_machine_without_that_gpu_exits_4_saying_why(t
     code = sweep_job.main(["~sweep", "grid.hardware=[h100]", "grid.backend=[reference]", "grid.method=[random]",
                            "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "progress=false", "mlflow.enabled=false",
                            "ray.num_cpus=1", "ray.num_gpus=0", f"run_root={tmp_path}"])
-    out = " ".join(capsys.readouterr().out.split())
+    out, err = capsys.readouterr()
     assert code == sweep_job.EXIT_NOTHING_PLACED == 4
-    assert "unschedulable 2 cells (h100/reference): no alive Ray node has a GPU labelled" in out
-    assert " report --run-root " not in out
+    assert "unschedulable 2 cells (h100/reference): no alive Ray node has a GPU labelled" in " ".join(err.split())
+    assert " report --run-root " not in out and "unschedulable 2 cells" not in out  # the reason is on stderr
