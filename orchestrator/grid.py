@@ -85,12 +85,20 @@ def expand(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> Grid:
 
 
 def count_cells(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> int:
-    """How many cells ``expand`` would make at most, from the axes' lengths, making none (a cell that two grids both
-    name counts twice; an order filtered per method, such as ``curve`` on VSA, counts too): a sweep too large to
-    enumerate is refused by its count."""
+    """How many cells ``expand`` would make, from the axes' lengths, making none (a cell that two grids both
+    name counts twice): a sweep too large to enumerate is refused by its count."""
     dirs = search_dirs(cfg, conf_dir)
     return sum(block.size for where, g in grids(cfg).items()
                for block in _blocks(where, g, _orders(where, g, cfg, dirs), dirs) if block.filtered is None)
+
+
+@dataclass(frozen=True)
+class _Order:
+    """One launch order a grid asks of every mask: a variant, and the reorderer (with params) of its spatial stage."""
+
+    variant: str
+    reorderer: str
+    reorderer_params: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -107,17 +115,10 @@ class _Block:
     workload: str
     method: str
     method_axes: dict[str, list[Any]]
+    orders: list[_Order]  # the grid's launch orders this method's masks take
+    refused_orders: Counter  # why the others cannot order them (reason -> cells of this block)
     size: int
     filtered: str | None
-
-
-@dataclass(frozen=True)
-class _Order:
-    """One launch order a grid asks of every mask: a variant, and the reorderer (with params) of its spatial stage."""
-
-    variant: str
-    reorderer: str
-    reorderer_params: dict[str, Any]
 
 
 def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> list[_Order]:
@@ -136,7 +137,8 @@ def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> lis
 def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -> Iterator[_Block]:
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
     method_axes = {m: param_axes("method", m, g, where, dirs) for m in g.method}
-    per_method = len(g.seq_k) * len(g.wave_size) * len(g.seed) * len(orders)
+    per_order = len(g.seq_k) * len(g.wave_size) * len(g.seed)
+    taken = {m: _orders_taken(m, orders) for m in g.method}
     measure_options = {m: param_combinations(param_axes("measure", m, g, where, dirs)) for m in g.measure}
     for hw, backend_name, measure in itertools.product(g.hardware, g.backend, g.measure):
         for backend_params in param_combinations(param_axes("backend", backend_name, g, where, dirs)):
@@ -152,8 +154,26 @@ def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -
                             reason = (f"method {method} needs the latent video (T, H, W); workload {wl_name} is a "
                                       "bare shape")
                     reason = reason or placement.method_refused(backend_name, method)
+                    kept, refused_orders = taken[method]
+                    cells = axis_product(method_axes[method]) * per_order
                     yield _Block(hw, backend_name, backend_params, measure, measure_params, wl_name, method,
-                                 method_axes[method], axis_product(method_axes[method]) * per_method, reason)
+                                 method_axes[method], kept, Counter({r: n * cells for r, n in refused_orders.items()}),
+                                 cells * len(kept), reason)
+
+
+def _orders_taken(method: str, orders: list[_Order]) -> tuple[list[_Order], Counter]:
+    """The orders a method's masks take, and why the others are refused (``attention.order_refused``: ``curve`` on
+    VSA's cubes), with how many of ``orders`` each reason refuses."""
+    token_ordered = masks.get(method).token_order is not None
+    kept, refused = [], Counter()
+    for order in orders:
+        spatial = order.reorderer != NO_REORDERER
+        reason = spatial and attention.order_refused(order.reorderer, token_ordered)
+        if reason:
+            refused[f"{reason} (method {method})"] += 1
+        else:
+            kept.append(order)
+    return kept, refused
 
 
 def _shape(wl: DictConfig, seq_k: float) -> tuple[int, int | None]:
@@ -205,8 +225,9 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
     variants = {name: (v.stages, v.skip) for name, v in cfg.variants.items()}
     for block in _blocks(where, g, orders, dirs):
         if block.filtered is not None:
-            out.filtered[block.filtered] += block.size
+            out.filtered[block.filtered] += block.size + sum(block.refused_orders.values())
             continue
+        out.filtered.update(block.refused_orders)
         hw = block.hardware
         profile = profile_hardware(g, hw)
         hw_spec = hardware_registry.get(profile)
@@ -221,12 +242,8 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
                 measure=block.measure, measure_params=block.measure_params, reps=reps, warmup=warmup,
                 **shapes[block.workload, seq_k])
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
-            for order in orders:
+            for order in block.orders:
                 stages, skip = variants[order.variant]
-                if stages in ("spatial", "both") and (refused := attention.order_refused(
-                        order.reorderer, masks.get(block.method).token_order is not None)):
-                    out.filtered[f"{refused} (method {block.method})"] += 1
-                    continue
                 cell = Cell(cell_id="", group_id=group_id, variant=order.variant, stages=stages, skip_mode=skip,
                             reorderer=order.reorderer, reorderer_params=order.reorderer_params, **base)
                 cell.cell_id = stable_hash(cell_identity(cell))
