@@ -218,6 +218,7 @@ def main(argv: list[str]) -> int:
     picture_head = heads[0] if args.picture_head is None else args.picture_head
     if picture_head not in heads:
         raise ValueError(f"--picture-head {picture_head}: expected one of the heads measured, {heads}")
+    out = output_folder("--out", args.out)  # a bad argument is said before the estimate's question
     cells = head_cells(args, wl, heads, methods, overrides)
     device = placement.device(cells[0])
     estimate = estimate_s(cells, device)
@@ -230,7 +231,6 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"{said} (estimate: their dense query-key products at this machine's measured rate); "
                          f"to run it, add --yes; for a smoke run, a smaller scale: --model wan2.1-1.3b --frames 9 "
                          f"--resolution 480p --heads 2")
-    out = output_folder("--out", args.out)
     command = "wavealign mask-fidelity " + shlex.join(argv)
     print(f"{scale}; {args.kernel} on {args.hardware} simulated; {said}", flush=True)
 
