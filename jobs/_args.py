@@ -121,6 +121,13 @@ def _generator_names() -> list[str]:
     return workloads.generator_names()
 
 
+def add_generator_argument(parser: argparse.ArgumentParser) -> None:
+    """--generator: a synthetic Q/K/V generator of ``wavealign.workloads`` (None: the library's default, as
+    ``workloads.generator`` takes it)."""
+    parser.add_argument("--generator", choices=RegistryChoices(_generator_names), metavar="GENERATOR",
+                        help="the synthetic Q/K/V generator (default: the library's; a wrong one lists them)")
+
+
 def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
     """--model, --frames, --resolution (default: the paper's Wan2.1-14B 401 frames at 720p = 363,600 tokens),
     --generator (None: the library's default, ``workloads.generator_name``), --seed, --block-size and (``device``)
@@ -129,8 +136,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True)
                         help="a model preset of wavealign.workloads (default: %(default)s; a wrong one lists them)")
     parser.add_argument("--frames", type=int, default=401)
     parser.add_argument("--resolution", default="720p")
-    parser.add_argument("--generator", choices=RegistryChoices(_generator_names), metavar="GENERATOR",
-                        help="the synthetic Q/K/V generator (default: the library's; a wrong one lists them)")
+    add_generator_argument(parser)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--block-size", type=int, default=128)
     if device:

@@ -31,17 +31,13 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from wavealign import hardware, inputs, kernels, mask_file, masks, reorder, workloads
-from wavealign.integrations import diffusers as wa
 from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
-from wavealign.kernels import LaunchShape
-from wavealign.measure import timing
-from wavealign.measure.timing import synced_clock
 from wavealign.records import Cell
+
+if TYPE_CHECKING:  # torch, the library and diffusers: each function imports what it runs, once arguments parse
+    import torch
 
 EXTRAS = ("diffusers",)
 
@@ -95,6 +91,7 @@ def amdahl_bound(kernel: KernelTiming, layers: int, original_forward_ms: float) 
 def random_transformer(config: str, device: str, layers: int | None = None) -> torch.nn.Module:
     """A Wan transformer of ``config`` (its first ``layers`` blocks when given), built on ``device`` with diffusers'
     own random initialisation, in bf16."""
+    import torch
     from diffusers import WanTransformer3DModel
 
     with torch.device(device):
@@ -118,6 +115,10 @@ def calibrated_mask(config: str, frames: int, resolution: str, method: str, path
     """Build ``method``'s mask on the calibrated synthetic workload of the model and video shape (all heads, the
     model's mid-depth layer, mid-denoising) the way a sweep cell on that workload builds it
     (``inputs.build``), save it at ``path``, and return its density."""
+    import torch
+
+    from wavealign import inputs, mask_file, workloads
+
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
     # the inputs' fields of a cell on this workload; the rest (hardware, a simulated measurer: no Q/K/V kept)
     # only place the cell
@@ -139,11 +140,16 @@ class LiveEstimator:
     gathers of Q/K/V and one scatter of Q's size, standing in for the output's way back to the original order."""
 
     def __init__(self, method: str, model: str, block_size: int, latent: tuple[int, int, int] | None) -> None:
+        from wavealign import masks
+
         self.method, self.model, self.block_size, self.latent = method, model, block_size, latent
         self.store = {"tuned_config": masks.TunedConfigs(method)} if masks.get(method).tuned else {}
         self.calls_ms: list[float] = []
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> None:
+        from wavealign import masks
+        from wavealign.measure.timing import synced_clock
+
         start = synced_clock(q.device)
         identity = masks.identity_params(self.method, model=self.model, layer=layer, heads=list(range(q.shape[1])),
                                          latent=self.latent)
@@ -159,6 +165,8 @@ def installed_variant(model: torch.nn.Module, variant: str, kernel_mask: KernelM
     """The model with ``variant``'s self-attention installed (the stock processors for ``dense``), running
     ``kernel_mask`` in every layer, each layer's call preceded by ``estimator`` when given; the stock processors back
     on leaving."""
+    from wavealign.integrations import diffusers as wa
+
     if variant == "dense":
         yield None
         return
@@ -187,6 +195,8 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
     """Median forward time of ``variant`` over ``forwards`` forwards, CUDA events around the whole forward and
     around every self-attention module, after one forward of ``warmup`` (a one-block copy compiles every kernel of
     these shapes; None: the first of the model's own forwards is the warm-up)."""
+    import torch
+
     cuda = inputs["hidden_states"].is_cuda
     spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     hooks = []
@@ -232,6 +242,12 @@ def time_kernel(mask: torch.Tensor, tokens: int, head_dim: int, backend: str, bl
                 device: str, reps: int = 3) -> KernelTiming:
     """The backend's launch on ``mask`` (H, MB, NB) alone, original order and WaveAlign's (both stages, the backend's
     wave on this GPU), on random bf16 Q/K/V of one layer's shape: CUDA events, L2 flushed, medians."""
+    import torch
+
+    from wavealign import hardware, kernels, reorder
+    from wavealign.kernels import LaunchShape
+    from wavealign.measure import timing
+
     gen = torch.Generator(device=device).manual_seed(0)
     q, k, v = (torch.randn(1, mask.shape[0], tokens, head_dim, generator=gen, device=device, dtype=torch.bfloat16)
                for _ in range(3))
@@ -245,6 +261,8 @@ def time_kernel(mask: torch.Tensor, tokens: int, head_dim: int, backend: str, bl
 
 
 def _event_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    import torch
+
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     return start, end
@@ -284,6 +302,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, help="write the timings as JSON here")
     args = parser.parse_args(argv)
+    import torch
+
+    from wavealign import kernels, mask_file, masks, workloads
 
     variants = choices_list(parser, "--variants", args.variants, VARIANTS)
     if args.forwards < 1:

@@ -23,13 +23,19 @@ import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from wavealign.jobs._args import (
+    Parser,
+    add_generator_argument,
+    check_at_least,
+    check_device,
+    choices_list,
+    output_folder,
+)
 
-from wavealign import kernels, masks, workloads
-from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list, output_folder
-from wavealign.kernels import LaunchShape
-from wavealign.measure import timing
+if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
+    import torch
 
 METHODS = ("xattention", "spargeattn", "minference", "flexprefill", "radial", "vsa")
 FRAMES = (81, 161, 241, 321, 401, 481)  # Wan2.1's video lengths: 75,600 .. 435,600 tokens at 720p
@@ -58,6 +64,8 @@ class MaskBuildTiming:
 
 
 def _synced_ms(fn, device: torch.device) -> tuple[object, float]:
+    from wavealign.measure import timing
+
     start = timing.synced_clock(device)
     value = fn()
     return value, (timing.synced_clock(device) - start) * 1e3
@@ -68,6 +76,12 @@ def measure(method: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, f
             block_size: int = 128) -> MaskBuildTiming:
     """One row: ``method``'s builds on q, k, v (1, H, N, D) of a ``latent`` (T, H, W) video and ``backend``'s
     attention on its mask."""
+    import torch
+
+    from wavealign import kernels, masks
+    from wavealign.kernels import LaunchShape
+    from wavealign.measure import timing
+
     heads = q.shape[1]
     store = {"tuned_config": masks.TunedConfigs(method)} if masks.get(method).tuned else {}
     identity = masks.identity_params(method, model="wan2.1-14b", layer=layer, heads=list(range(heads)),
@@ -126,8 +140,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--layer", type=int, default=20)
     parser.add_argument("--step", type=int, default=25)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--generator", default=workloads.DEFAULT_GENERATOR, choices=workloads.generator_names(),
-                        help="the synthetic Q/K/V generator (default: %(default)s)")
+    add_generator_argument(parser)
     parser.add_argument("--backend", default="fa4", help="the kernel timed on each mask")
     parser.add_argument("--builds", type=int, default=3, help="cached builds timed after the first")
     parser.add_argument("--reps", type=int, default=3, help="timed attention repetitions")
@@ -135,6 +148,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, help="write the rows (JSON, CSV) and the table (markdown) here")
     args = parser.parse_args(argv)
+    import torch
+
+    from wavealign import kernels, workloads
 
     methods = choices_list(parser, "--methods", args.methods, METHODS)
     try:

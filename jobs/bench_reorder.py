@@ -7,14 +7,20 @@ import json
 import platform
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from wavealign.jobs._args import Parser, RegistryChoices, check_at_least, check_device, output_file
 
-from wavealign import bounded, reorder, reorderers, synthetic
-from wavealign.jobs._args import Parser, check_at_least, check_device, output_file
-from wavealign.measure.timing import synced_clock
+if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
+    import torch
 
-MASKS = {"random": synthetic.random_mask, "planted": synthetic.planted_mask}
+MASKS = ("random", "planted")  # wavealign.synthetic's <name>_mask: iid random, or planted prototypes
+
+
+def _stages() -> tuple[str, ...]:
+    from wavealign import reorder
+
+    return reorder.STAGES
 
 
 def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reorderer: str = "wavealign",
@@ -22,6 +28,11 @@ def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reo
     """Milliseconds of each of ``repeats`` plans, after one warm-up plan where the reorderer needs one: the wall
     clock from a synchronised start to a synchronised end (host work included), and on CUDA the GPU's span between
     two events (an empty list on a CPU)."""
+    import torch
+
+    from wavealign import reorder, reorderers
+    from wavealign.measure.timing import synced_clock
+
     def plan() -> None:
         reorder.plan(mask, wave_size=wave_size, stages=stages, reorderer=reorderer, **params)
 
@@ -47,17 +58,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--heads", type=int, default=40)
     parser.add_argument("--blocks", type=int, default=2840, help="query = kv blocks per head (2840: 364K tokens)")
     parser.add_argument("--density", type=float, default=0.25)
-    parser.add_argument("--stages", default="both", choices=reorder.STAGES)
-    parser.add_argument("--reorderer", default="wavealign", help=f"one of {reorderers.names()}")
+    parser.add_argument("--stages", default="both", choices=RegistryChoices(_stages), metavar="STAGES",
+                        help="wavealign.reorder's stages (default: %(default)s; a wrong one lists them)")
+    parser.add_argument("--reorderer", default="wavealign",
+                        help="a reorderer of wavealign.reorderers (default: %(default)s; a wrong one lists them)")
     parser.add_argument("--iters", type=int, default=10, help="Stage 1's subspace iterations (reorderer wavealign)")
     parser.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help="a reorderer parameter (repeatable), e.g. --param preset=default")
-    parser.add_argument("--mask", default="random", choices=sorted(MASKS), help="iid random, or planted prototypes")
+    parser.add_argument("--mask", default="random", choices=MASKS, help="iid random, or planted prototypes")
     parser.add_argument("--wave-size", type=int, default=132)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, help="write the timings as JSON here")
     args = parser.parse_args(argv)
+    import torch
+
+    from wavealign import bounded, reorderers, synthetic
 
     if args.reorderer not in reorderers.names():
         parser.error(f"--reorderer {args.reorderer!r}: expected one of {reorderers.names()}")
@@ -73,7 +89,8 @@ def main(argv: list[str]) -> int:
             parser.error(f"--param {item!r}: expected NAME=VALUE")
         params[key] = bounded.load_yaml_text(value, f"--param {item!r}")
     reorderers.get(args.reorderer).resolve(params)  # its own checks (iters at most MAX_ITERS), before the mask
-    mask = MASKS[args.mask](args.heads, args.blocks, args.blocks, args.density, seed=0, device=args.device)
+    build = getattr(synthetic, f"{args.mask}_mask")
+    mask = build(args.heads, args.blocks, args.blocks, args.density, seed=0, device=args.device)
     times, gpu_times = time_plan(mask, args.stages, args.wave_size, args.repeats, args.reorderer, **params)
     record = {
         "heads": args.heads, "blocks": args.blocks, "density": args.density, "mask": args.mask,

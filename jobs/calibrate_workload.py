@@ -56,15 +56,9 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
-import yaml
-
-from wavealign import bounded, hardware, kernels, sim, synthetic, workloads
 from wavealign.jobs._args import Parser, add_workload_arguments, output_folder
-from wavealign.jobs._head_masks import device_for, head_masks
 from wavealign.jobs._paper import (
     DENSITY_TOLERANCE_PTS,
     L2_RATIO_TOLERANCE,
@@ -74,7 +68,13 @@ from wavealign.jobs._paper import (
 )
 from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._records import write_csv
-from wavealign.workloads import GENERATORS, HEAD_TYPES, HeadProfile, HeadTypesConfig
+
+if TYPE_CHECKING:  # numpy, torch and the library: each function imports what it runs, once arguments parse
+    import numpy as np
+    import torch
+
+    from wavealign import workloads
+    from wavealign.workloads import HeadProfile, HeadTypesConfig
 
 EXTRAS = ("sim",)
 
@@ -220,6 +220,8 @@ def launch_l2(heads: list[np.ndarray], shape: tuple[int, int], settings: SimSett
     ``heads`` (each ``np.packbits`` of an (MB, NB) bool mask) in the original order, K/V and Q reads as
     ``sim.simulate`` counts them; with ``primer``, after a head that leaves them as a layer's earlier heads would
     (``_primed``). Module level so a process pool can run it."""
+    import numpy as np
+
     mask = np.stack([np.unpackbits(h, count=shape[0] * shape[1]).reshape(shape) for h in heads]).astype(bool)
     return _per_head(mask, settings, primer)
 
@@ -227,6 +229,10 @@ def launch_l2(heads: list[np.ndarray], shape: tuple[int, int], settings: SimSett
 def random_launch_l2(densities: list[float], shape: tuple[int, int], settings: SimSettings, seed: int,
                      primer: bool = False) -> np.ndarray:
     """``launch_l2`` of the iid random control: one head per density, each Bernoulli(density) blocks (seed + i)."""
+    import numpy as np
+
+    from wavealign import synthetic
+
     mask = np.concatenate([synthetic.random_mask(1, *shape, d, seed=seed + i).numpy()
                            for i, d in enumerate(densities)])
     return _per_head(mask, settings, primer)
@@ -239,11 +245,20 @@ def _primed(mask: np.ndarray) -> np.ndarray:
     On the cluster generator's heads at 364K the mean per-head error against the same heads in an 8-head launch
     falls from +7.2 / +4.1 / +3.7 / +1.8 pts (MInference / FlexPrefill / XAttention / SpargeAttn alone) to
     -5.5 / -0.9 / -2.6 / -0.4."""
+    import numpy as np
+
+    from wavealign import synthetic
+
     primer = synthetic.fixed_nnz_mask(1, *mask.shape[1:], float(mask.mean()), nnz_spread=0.99, seed=1).numpy()
     return np.concatenate([primer, mask])
 
 
 def _per_head(mask: np.ndarray, s: SimSettings, primer: bool) -> np.ndarray:
+    import numpy as np
+    import torch
+
+    from wavealign import kernels, sim
+
     r = sim.simulate(torch.from_numpy(_primed(mask) if primer else mask), order=None, hardware=s.hardware,
                      backend=s.kernel, head_dim=s.head_dim, block_size=s.block_size, row_jitter=s.row_jitter)
     q_bytes = kernels.get(s.kernel).execution.with_block_size(s.block_size).q_block_bytes(s.head_dim)
@@ -252,6 +267,8 @@ def _per_head(mask: np.ndarray, s: SimSettings, primer: bool) -> np.ndarray:
 
 
 def _packed(mask: torch.Tensor) -> np.ndarray:
+    import numpy as np
+
     return np.packbits(mask.cpu().numpy().reshape(-1))
 
 
@@ -280,6 +297,9 @@ def sample(wl: workloads.Workload, base: HeadTypesConfig, settings: list[dict[st
            log=print) -> list[SampleRow]:
     """Phase 1: every method's density and simulated L2 counts on sampled heads of every (setting, type,
     candidate), and the iid control's at the same densities."""
+    from wavealign.jobs._head_masks import head_masks
+    from wavealign.workloads import HEAD_TYPES
+
     rng = random.Random(seed)
     draws = [(rng.choice(layers), rng.choice(steps), rng.randrange(wl.heads)) for _ in range(replicates)]
     nb = wl.num_blocks(block_size)
@@ -305,6 +325,8 @@ def sample(wl: workloads.Workload, base: HeadTypesConfig, settings: list[dict[st
 
 def _simplex(parts: int, step: float) -> np.ndarray:
     """Every mix of ``parts`` non-negative shares in multiples of ``step`` summing to 1: (n, parts)."""
+    import numpy as np
+
     units = round(1 / step)
     rows = [c for c in itertools.product(range(units + 1), repeat=parts - 1) if sum(c) <= units]
     return np.array([[*c, units - sum(c)] for c in rows], dtype=np.float64) / units
@@ -337,6 +359,10 @@ def fit(rows: list[SampleRow], *, mix_step: float, restarts: int, seed: int, l2_
 def _fit_setting(rows: list[SampleRow], setting: dict[str, Any], *, mix_step: float, restarts: int, seed: int,
                  l2_target: str) -> Fit:
     """One setting's best candidate per type and mix, by alternating minimisation."""
+    import numpy as np
+
+    from wavealign.workloads import HEAD_TYPES
+
     candidates = sorted({(r.sharpness_multiplier, r.noise) for r in rows})
     shape = (len(HEAD_TYPES), len(candidates), len(METHODS))
     density, hits, lookups, random_hits, random_lookups, count = (np.zeros(shape) for _ in range(6))
@@ -404,6 +430,10 @@ def verify(wl: workloads.Workload, cfg: HeadTypesConfig, at: list[tuple[int, int
     """Phase 3: every method over whole layers of ``cfg`` at each (seed, layer, step) of ``at``, each layer's heads
     one launch, beside the iid control at the same densities; and Table I's random control. ``sim_settings`` None:
     densities alone, the L2 figures NaN (a robustness check over many scenes, minutes of simulation spared)."""
+    import numpy as np
+
+    from wavealign.jobs._head_masks import head_masks
+
     nb = wl.num_blocks(block_size)
     table_random = None if sim_settings is None else \
         pool.submit(random_launch_l2, [random_density] * wl.heads, (nb, nb), sim_settings, random_seed)
@@ -439,6 +469,8 @@ def residuals(rows: list[VerifyRow]) -> dict[str, dict[str, Any]]:
     """Per method, the mean over verified layers of density, L2 hit and its ratio to the iid control, their
     distance to the targets, and the spread over the layers (min, max and how many land within the density
     tolerance)."""
+    import numpy as np
+
     out = {}
     for method in [*METHODS, "random"]:
         mine = [r for r in rows if r.method == method]
@@ -471,6 +503,8 @@ def _mark(ok: bool) -> str:
 def markdown(found: dict[str, dict[str, Any]], command: str, l2_target: str, fitted: Fit | None = None) -> str:
     """The verified figures against Table I (which L2 figure the fit targeted is said; '-' where not simulated), the
     spread over layers when there are several, and the fit's choice."""
+    from wavealign.workloads import HEAD_TYPES
+
     lines = [f"`{command}`", "", f"L2 target of the fit: {l2_target}.", "",
              f"| method | density | Table I | error (pts, goal +-{DENSITY_TOLERANCE_PTS:g}) | L2 hit (sim) | Table I | "
              f"error (pts, goal +-{L2_TOLERANCE_PTS:g}) | L2 / iid control | Table I | error (goal "
@@ -508,6 +542,8 @@ def markdown(found: dict[str, dict[str, Any]], command: str, l2_target: str, fit
 def _check_ranges(args: argparse.Namespace, wl: workloads.Workload, base: HeadTypesConfig, sharpness: list[float],
                   noise: list[float], layers: list[int], steps: list[int], at: list[tuple[int, int]],
                   seeds: list[int]) -> None:
+    from wavealign import sim
+
     for name, values, ok in (("--sharpness", sharpness, lambda x: x > 0), ("--noise", noise, lambda x: 0 <= x <= 1),
                              ("--layers", [*layers, *(p[0] for p in at)], lambda x: 0 <= x < wl.layers),
                              ("--steps", [*steps, *(p[1] for p in at)], lambda x: 0 <= x < base.num_steps),
@@ -525,6 +561,9 @@ def _check_ranges(args: argparse.Namespace, wl: workloads.Workload, base: HeadTy
 
 def _verified_config(path: str, generator: str) -> HeadTypesConfig:
     """The generator of a calibrated YAML (its ``generator`` section) for ``--verify-config``."""
+    from wavealign import bounded
+    from wavealign.workloads import GENERATORS
+
     try:
         document = bounded.load_yaml(path, "--verify-config")
         return GENERATORS[generator].from_dict(document["generator"])
@@ -562,6 +601,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workers", type=int, default=None, help="simulator processes (default: CPUs, max 16)")
     parser.add_argument("--install", action="store_true", help="make the fit the generator's shipped values")
     args = parser.parse_args(argv)
+    import torch
+    import yaml
+
+    from wavealign import hardware, kernels, workloads
+    from wavealign.jobs._head_masks import device_for
+    from wavealign.workloads import GENERATORS, HEAD_TYPES
+
     args.generator = workloads.generator_name(args.generator)
 
     wl = workloads.preset(args.model, args.frames, args.resolution)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import torch
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
-from wavealign import kernels, reorder, synthetic
 from wavealign.jobs._args import Parser
+
+if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
+    import torch
+
+    from wavealign import reorder
 
 EXTRAS = ("sweep",)  # rich, for the table
 
 
 def wave_union_blocks(mask: torch.Tensor, order: reorder.RowOrder, wave_size: int) -> torch.Tensor:
     """Mean number of distinct K/V blocks a wave of ``wave_size`` launch slots touches, per head."""
+    import torch
+
+    from wavealign import reorder
+
     rows = reorder.permute_mask(mask, order)
     h, mb, nb = rows.shape
     pad = (-mb) % wave_size
@@ -29,6 +35,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wave-size", type=int, default=132)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    from wavealign import kernels, reorder, synthetic
 
     mask = synthetic.planted_mask(args.heads, args.q_blocks, args.q_blocks, args.density, seed=args.seed)
     table = Table(title=f"K/V blocks touched per wave of {args.wave_size} rows "

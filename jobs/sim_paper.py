@@ -22,15 +22,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-
-from wavealign import reorder, sim, synthetic
-from wavealign.blockmask import check_fits, check_int
 from wavealign.jobs._args import Parser, output_folder
 from wavealign.jobs._paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
 from wavealign.jobs._records import write_csv
-from wavealign.masks import dense
+
+if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
+    import torch
 
 EXTRAS = ("sim",)
 
@@ -56,27 +55,35 @@ class SimPaperRow:
     simulate_wall_s: float
 
 
-# kind -> (generator, extra arguments); "random" is iid Bernoulli (binomial row NNZ, the paper's control),
-# "random-equal-nnz" gives every row exactly density x NB blocks, a lock-step control
+# kind -> (its wavealign.synthetic generator, extra arguments); "random" is iid Bernoulli (binomial row NNZ, the
+# paper's control), "random-equal-nnz" gives every row exactly density x NB blocks, a lock-step control
 MASK_KINDS = {
-    "random": (synthetic.random_mask, {}),
-    "random-equal-nnz": (synthetic.fixed_nnz_mask, {"nnz_spread": 0.0}),
-    "planted": (synthetic.planted_mask, {}),
+    "random": ("random_mask", {}),
+    "random-equal-nnz": ("fixed_nnz_mask", {"nnz_spread": 0.0}),
+    "planted": ("planted_mask", {}),
 }
 
 
 def synthetic_mask(kind: str, heads: int, blocks: int, density: float, seed: int, chunk: int = 4) -> torch.Tensor:
     """``kind`` "dense" or one of ``MASK_KINDS``, generated ``chunk`` heads at a time (chunk i uses seed + i)
     so the full 40 x 2840 x 2840 mask fits in memory while it is built."""
+    import torch
+
+    from wavealign import synthetic
+    from wavealign.masks import dense
+
     if kind == "dense":
         return dense.full(heads, blocks, blocks)
-    make, extra = MASK_KINDS[kind]
+    name, extra = MASK_KINDS[kind]
+    make = getattr(synthetic, name)
     parts = [make(min(chunk, heads - h0), blocks, blocks, density, seed=seed + i, **extra)
              for i, h0 in enumerate(range(0, heads, chunk))]
     return torch.cat(parts)
 
 
 def run(heads: int, blocks: int, density: float, seed: int, calibration_steps: int) -> tuple[list[SimPaperRow], dict]:
+    from wavealign import reorder, sim
+
     masks = {kind: synthetic_mask(kind, heads, blocks, density if kind != "dense" else 1.0, seed)
              for kind in ("dense", *MASK_KINDS)}
     start = time.perf_counter()
@@ -107,6 +114,8 @@ def run(heads: int, blocks: int, density: float, seed: int, calibration_steps: i
 
 
 def write(rows: list[SimPaperRow], extra: dict, out: Path, command: str) -> None:
+    import torch
+
     out.mkdir(parents=True, exist_ok=True)
     write_csv(out / "results.csv", SimPaperRow, rows)
     meta = {"command": command, "date_utc": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}",
@@ -131,6 +140,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calibration-steps", type=int, default=5, help="bisection steps for row_jitter")
     args = parser.parse_args(argv)
+    from wavealign.blockmask import check_fits, check_int
+
     output_folder("--out", args.out)
     check_int("--heads", args.heads, lo=1)
     check_int("--blocks", args.blocks, lo=1)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wavealign import bounded, hardware, masks, pipeline, reorder, variants
+from wavealign import hardware
 from wavealign.jobs._args import Parser, output_folder
 from wavealign.jobs._records import write_csv
 from wavealign.records import Cell
@@ -41,9 +41,6 @@ EXTRAS = ("sim", "analysis")
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
             "l2_hit_pct", "dram_read_bytes", "kernel_ms")
-# legacy tables name the stages by the sweep's forced variants' names
-VARIANT_STAGES = {name: v.stages for name, v in variants.VARIANTS.items() if v.skip == "force"}
-STAGES = reorder.STAGES
 L2_MAE_GOAL_PTS = 5.0
 DRAM_RATIO_GOAL = 0.15
 # generator arguments a legacy row may carry, by mask kind (the method's own params)
@@ -85,6 +82,8 @@ class ValidationRow:
 def _table_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a CSV, JSON or JSON-lines table, read through ``wavealign.bounded`` (a crafted file's size or
     nesting is refused before it is parsed)."""
+    from wavealign import bounded
+
     text = bounded.read_text(path, "measurements")
     if path.suffix == ".csv":
         rows = list(csv.DictReader(text.splitlines()))
@@ -105,14 +104,18 @@ def _number(row: dict[str, Any], key: str, kind: type = float) -> Any:
 
 def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
     """The measured cells of a legacy NCU table (see the module docstring)."""
+    from wavealign import masks, reorder, variants
+
+    # legacy tables name the stages by the sweep's forced variants' names
+    variant_stages = {name: v.stages for name, v in variants.VARIANTS.items() if v.skip == "force"}
     measured = []
     for i, row in enumerate(_table_rows(path)):
         missing = [c for c in REQUIRED if row.get(c) in (None, "")]
         if missing:
             raise ValueError(f"measurements {path} row {i} lacks columns {missing}; expected {list(REQUIRED)}")
-        stages = VARIANT_STAGES.get(row["stages"], row["stages"])
-        if stages not in STAGES:
-            raise ValueError(f"row {i}: stages must be one of {STAGES} or {list(VARIANT_STAGES)}, "
+        stages = variant_stages.get(row["stages"], row["stages"])
+        if stages not in reorder.STAGES:
+            raise ValueError(f"row {i}: stages must be one of {reorder.STAGES} or {list(variant_stages)}, "
                              f"got {row['stages']!r}")
         kind = row["mask_kind"]
         if row.get("mask_file"):
@@ -173,7 +176,7 @@ def as_simulated(m: Measured, l2_partitions: int | None, row_jitter: float) -> C
 def validate(measured: list[Measured], l2_partitions: int | None = None,
              row_jitter: float = 0.0) -> list[ValidationRow]:
     """Simulate every measured cell through the pipeline (one mask per group) and pair it with its measurement."""
-    from wavealign import kernels
+    from wavealign import kernels, pipeline
 
     rows = []
     key = lambda m: m.cell.group_id  # noqa: E731

@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 import yaml
 
 from wavealign import workloads
@@ -116,7 +117,7 @@ def test_sampling_is_seeded(base):
     wl = workloads.preset("wan2.1-1.3b", 5, "480p")
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         runs = [cal.sample(wl, base, [{}], [1.0], [0.1], replicates=1, layers=[0, 3], steps=[0, 20], seed=7,
-                           block_size=64, device=cal.torch.device("cpu"), sim_settings=SIM, pool=pool,
+                           block_size=64, device=torch.device("cpu"), sim_settings=SIM, pool=pool,
                            log=lambda *a, **k: None) for _ in range(2)]
     assert runs[0] == runs[1]
     assert {r.method for r in runs[0]} == set(cal.METHODS) and {r.head_type for r in runs[0]} == set(HEAD_TYPES)

@@ -85,15 +85,10 @@ def test_a_later_unplaced_row_never_hides_an_earlier_measurement_of_the_same_con
 
 # --- the first answer: help and mistakes before the heavy machinery ----------------------------------------------
 
-# the commands whose module imports none of them at its top (the others' --help still waits for torch)
-LIGHT_COMMANDS = ("sweep", "report", "sync-mlflow", "bench-kernels", "refresh-profiles", "bench-orchestration",
-                  "capture", "mask-fidelity")
 # command lines whose answer (help, or one line naming the mistake) needs none of torch, Ray or MLflow; their import
 # is seconds on a 2-core machine, the answer a few tenths
-LIGHT_ANSWERS = [["--help"], ["swep"], ["sweep", "grid.seed=abc"], ["sweep", "seq_k=[148]"], ["sweep", "--bogus"],
-                 ["report", "--bogus"], ["sync-mlflow", "--bogus"], ["bench-kernels", "--bogus"],
-                 ["refresh-profiles", "--bogus"], ["mask-fidelity", "--bogus"],
-                 *([name, "--help"] for name in LIGHT_COMMANDS)]
+LIGHT_ANSWERS = [["--help"], ["swep"], ["sweep", "grid.seed=abc"], ["sweep", "seq_k=[148]"],
+                 *([name, flag] for name in cli.commands() for flag in ("--help", "--bogus"))]
 HEAVY = ("torch", "ray", "mlflow")
 
 
