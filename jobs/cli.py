@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -27,8 +28,10 @@ _NOT_COMMANDS = {"cli"}
 EXIT_BAD_INPUT = 2
 
 
+@functools.cache
 def _modules() -> dict[str, ast.Module]:
-    """Command name -> its module's syntax tree (read, not imported: a command's imports may need an extra)."""
+    """Command name -> its module's syntax tree (read, not imported: a command's imports may need an extra); read
+    once a process."""
     found = {}
     for path in sorted(Path(__file__).parent.glob("*.py")):
         if path.stem.startswith("_") or path.stem in _NOT_COMMANDS:
