@@ -18,6 +18,7 @@ unset (MLflow's ``server/js`` experiment-kind inference). The sweep's experiment
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -34,6 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 from mlflow.entities import Dataset, DatasetInput, Metric, Param, Run, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
@@ -148,7 +150,8 @@ class Tracker:
         key, kind = EXPERIMENT_KIND
         if found is not None:
             if key not in found.tags:  # one made before the tag: a kind the user set (or the UI saved) is kept
-                self.client.set_experiment_tag(found.experiment_id, key, kind)
+                with contextlib.suppress(MlflowException):  # a view's setting: a store that refuses it still logs
+                    self.client.set_experiment_tag(found.experiment_id, key, kind)
             return found.experiment_id
         local = not self.tracking_uri.startswith(("http://", "https://", "databricks"))
         location = (Path(run_root) / "mlartifacts").resolve().as_uri() if (run_root and local) else None

@@ -134,7 +134,7 @@ def test_mask_fidelity_at_the_papers_scale_on_a_cpu_states_its_estimate_and_asks
     assert out == "" and "32 masks of 363,600 tokens on the CPU: about" in error and "add --yes" in error
     hours = float(re.search(r"about ([\d.]+) h", error).group(1))
     assert hours * 3600 > mask_fidelity.CONFIRM_ABOVE_S
-    assert list(tmp_path.iterdir()) == []  # no output folder: nothing began
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing began (--out is checked, and made, first)
 
 
 def test_mask_fidelity_at_a_small_scale_prints_its_estimate_and_runs_without_yes(tmp_path, capsys):
@@ -203,6 +203,9 @@ def test_a_child_run_name_leads_with_method_length_and_order_and_the_experiment_
     assert child.info.run_name == name
     key, kind = tracking.EXPERIMENT_KIND
     assert tracker.client.get_experiment(tracker.experiment_id).tags[key] == kind
+    made_before = tracker.client.create_experiment("made-before")  # an experiment of an earlier version: no kind
+    again = tracking.Tracker(tracking.default_tracking_uri(tmp_path), "made-before", run_root=tmp_path)
+    assert again.experiment_id == made_before and again.client.get_experiment(made_before).tags[key] == kind
 
 
 # --- the sweep's summary: what explains a non-zero exit is on stderr ---------------------------------------------
