@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
+from test_reliability_runs import _holder
 from test_reliability_stores import SWEEP, _cells, _flip_bytes, _rows
 
 from wavealign.analysis.load import latest_per_configuration
@@ -28,23 +29,12 @@ from wavealign.jobs import sweep as sweep_job
 from wavealign.orchestrator import dataset, files, lock, record, sqlite_store, sweep, tracking
 from wavealign.orchestrator.redact import redact
 
-REPO = Path(__file__).resolve().parent.parent
 ONE_CELL = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
             "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]", "grid.reps=1", "grid.warmup=0",
             "progress=false", "ray.num_cpus=1"]
 
 
 # --- item 2: one driver per run root, whatever happens to .lock ---
-
-def _holder(run_root: Path) -> subprocess.Popen:
-    """Another driver holding the run root until killed."""
-    code = ("from wavealign.orchestrator import lock\nimport time\n"
-            f"with lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n"
-            "    print('held', flush=True)\n    time.sleep(300)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
 
 @contextlib.contextmanager
 def _held_elsewhere(run_root: Path):

@@ -36,32 +36,30 @@ PASSWORD = "p@ss/w0rd"
 
 
 @contextlib.contextmanager
+def _child_until_ready(code: str, ready: str):
+    """A Python child running ``code`` for the block, once it has printed ``ready``."""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == ready
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def holding(run_root: Path):
     """Another driver holding ``run_root`` (``lock.hold``) for the block."""
-    code = ("from wavealign.orchestrator import lock\nimport time\n"
-            f"with lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n    print('held', flush=True)\n"
-            "    time.sleep(600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "held"
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
+    return _child_until_ready(
+        "from wavealign.orchestrator import lock\nimport time\n"
+        f"with lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n    print('held', flush=True)\n"
+        "    time.sleep(600)\n", "held")
 
 
-@contextlib.contextmanager
 def store_locked(store: Path):
     """Another process in an exclusive transaction on the sqlite ``store`` for the block."""
-    code = (f"import sqlite3, time\ndb = sqlite3.connect({str(store)!r}, isolation_level=None)\n"
-            "db.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(600)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        proc.kill()
-        proc.wait()
+    return _child_until_ready(
+        f"import sqlite3, time\ndb = sqlite3.connect({str(store)!r}, isolation_level=None)\n"
+        "db.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\ntime.sleep(600)\n", "locked")
 
 
 @contextlib.contextmanager
