@@ -114,7 +114,7 @@ def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
 
 
 def _flops(cells: pd.DataFrame) -> pd.Series:
-    """Attention forward FLOPs the mask leaves (``wavealign.measure.derived.attention_flops``, vectorised)."""
+    """Attention forward FLOPs the mask leaves (``wavealign.metrics.attention_flops``, vectorised)."""
     return 4.0 * cells["seq_len_tokens"] ** 2 * cells["head_dim"] * cells["num_heads"] * cells["density"]
 
 
@@ -512,7 +512,7 @@ def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_t
     """Fig. 14: one head's block mask before and after reordering, in full and zoomed to the first wave.
 
     The mask is regenerated from the cell's recorded config with ``wavealign.inputs.build`` (the
-    sweep's own mask-building code) and reordered with ``wavealign.reorder.plan`` using the cell's stages,
+    sweep's own mask-building code) and reordered with ``wavealign.launch_order.plan`` using the cell's stages,
     wave size and seed. Without ``cell_id``, the longest reordered cell up to ``max_seq_len_tokens``
     (building a mask from Q/K on the CPU costs time) is drawn, preferring Q/K-free synthetic masks and a
     density near 25%.
@@ -557,7 +557,7 @@ def _rebuild_and_reorder(config: dict):
     """The cell's first head's mask, rebuilt with the sweep's own code, and the same head reordered."""
     import dataclasses
 
-    from wavealign import inputs, placement, reorder
+    from wavealign import inputs, launch_order, placement
     from wavealign.attention import AttentionStep
     from wavealign.records import Cell
 
@@ -570,7 +570,7 @@ def _rebuild_and_reorder(config: dict):
     head = mask[:1]
     cell.stages = cell.stages if cell.stages != "none" else "both"
     order = AttentionStep.for_cell(cell).plan_order(head, cell.stages)  # the cell's own reorderer and its params
-    return cell, head.cpu(), reorder.permute_mask(head, order).cpu()
+    return cell, head.cpu(), launch_order.permute_mask(head, order).cpu()
 
 
 def _draw_masks(cell, head, after, title: str) -> Figure:

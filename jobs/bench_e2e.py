@@ -117,7 +117,8 @@ def calibrated_mask(config: str, frames: int, resolution: str, method: str, path
     (``inputs.build``), save it at ``path``, and return its density."""
     import torch
 
-    from wavealign import inputs, mask_file, workloads
+    from wavealign import inputs, workloads
+    from wavealign.masks import npz
 
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
     # the inputs' fields of a cell on this workload; the rest (hardware, a simulated measurer: no Q/K/V kept)
@@ -129,7 +130,7 @@ def calibrated_mask(config: str, frames: int, resolution: str, method: str, path
                 model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
                 layer=wl.layers // 2, step=25, generator=workloads.DEFAULT_GENERATOR)
     mask, _ = inputs.build(cell, torch.device(device))
-    mask_file.save(path, mask.cpu())
+    npz.save(path, mask.cpu())
     return float(mask.float().mean())
 
 
@@ -148,7 +149,7 @@ class LiveEstimator:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> None:
         from wavealign import masks
-        from wavealign.measure.timing import synced_clock
+        from wavealign.instruments.timing import synced_clock
 
         start = synced_clock(q.device)
         identity = masks.identity_params(self.method, model=self.model, layer=layer, heads=list(range(q.shape[1])),
@@ -244,15 +245,15 @@ def time_kernel(mask: torch.Tensor, tokens: int, head_dim: int, backend: str, bl
     wave on this GPU), on random bf16 Q/K/V of one layer's shape: CUDA events, L2 flushed, medians."""
     import torch
 
-    from wavealign import hardware, kernels, reorder
+    from wavealign import hardware, kernels, launch_order
+    from wavealign.instruments import timing
     from wavealign.kernels import LaunchShape
-    from wavealign.measure import timing
 
     gen = torch.Generator(device=device).manual_seed(0)
     q, k, v = (torch.randn(1, mask.shape[0], tokens, head_dim, generator=gen, device=device, dtype=torch.bfloat16)
                for _ in range(3))
     shape = LaunchShape.of(q, k, block_size, v=v)
-    order = reorder.plan(mask, wave_size=kernels.get(backend).wave_size(hardware.detect().name), stages="both")
+    order = launch_order.plan(mask, wave_size=kernels.get(backend).wave_size(hardware.detect().name), stages="both")
     timed = []
     for planned in (None, order):
         launch = kernels.get(backend).plan(mask, planned, shape)
@@ -285,7 +286,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")
     parser.add_argument("--method", default="xattention", help="the mask method built on the calibrated workload (a "
                                                                "static one, such as radial: run in every layer)")
-    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.mask_file .npz) instead")
+    parser.add_argument("--mask", type=Path, help="replay this saved mask (wavealign.masks.npz .npz) instead")
     parser.add_argument("--estimator", default="live", choices=ESTIMATORS,
                         help="live: run --method on every layer's live Q/K inside the timed forward, its mask "
                              "discarded (the kernel replays the calibrated one); none: replay only")
@@ -304,7 +305,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from wavealign import kernels, mask_file, masks, workloads
+    from wavealign import kernels, masks, workloads
+    from wavealign.masks import npz
 
     variants = choices_list(parser, "--variants", args.variants, VARIANTS)
     if args.forwards < 1:
@@ -350,7 +352,7 @@ def main(argv: list[str]) -> int:
                 mask_path = Path(tmp) / "mask.npz"
                 density = calibrated_mask(args.config, args.frames, args.resolution, args.method, mask_path,
                                           args.device)
-            mask = mask_file.load(mask_path)
+            mask = npz.load(mask_path)
             density = float(mask.float().mean()) if density is None else density
             if mask.shape[-2:] != (blocks, blocks):
                 parser.error(f"--mask {mask_path} is {tuple(mask.shape)}; the latent {latent} has {tokens} tokens = "

@@ -64,7 +64,7 @@ class MaskBuildTiming:
 
 
 def _synced_ms(fn, device: torch.device) -> tuple[object, float]:
-    from wavealign.measure import timing
+    from wavealign.instruments import timing
 
     start = timing.synced_clock(device)
     value = fn()
@@ -79,8 +79,8 @@ def measure(method: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, f
     import torch
 
     from wavealign import kernels, masks
+    from wavealign.instruments import timing
     from wavealign.kernels import LaunchShape
-    from wavealign.measure import timing
 
     heads = q.shape[1]
     store = {"tuned_config": masks.TunedConfigs(method)} if masks.get(method).tuned else {}

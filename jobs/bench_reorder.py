@@ -1,4 +1,4 @@
-"""Time reorder.plan on a CPU or a GPU for one mask shape, with WaveAlign's Stage 1 or any reorderer; prints the
+"""Time launch_order.plan on a CPU or a GPU for one mask shape, with WaveAlign's Stage 1 or any reorderer; prints the
 median. A reorderer that needs no warm-up (a compiled host library) is timed from its first call."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from wavealign.jobs._args import Parser, RegistryChoices, check_at_least, check_
 if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
     import torch
 
-MASKS = ("random", "planted")  # wavealign.synthetic's <name>_mask: iid random, or planted prototypes
+MASKS = ("random", "planted")  # wavealign.masks.synthetic's <name>_mask: iid random, or planted prototypes
 
 
 def _stages() -> tuple[str, ...]:
-    from wavealign import reorder
+    from wavealign import launch_order
 
-    return reorder.STAGES
+    return launch_order.STAGES
 
 
 def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reorderer: str = "wavealign",
@@ -30,11 +30,11 @@ def time_plan(mask: torch.Tensor, stages: str, wave_size: int, repeats: int, reo
     two events (an empty list on a CPU)."""
     import torch
 
-    from wavealign import reorder, reorderers
-    from wavealign.measure.timing import synced_clock
+    from wavealign import launch_order, reorderers
+    from wavealign.instruments.timing import synced_clock
 
     def plan() -> None:
-        reorder.plan(mask, wave_size=wave_size, stages=stages, reorderer=reorderer, **params)
+        launch_order.plan(mask, wave_size=wave_size, stages=stages, reorderer=reorderer, **params)
 
     if reorderers.get(reorderer).needs_warmup:
         plan()
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--blocks", type=int, default=2840, help="query = kv blocks per head (2840: 364K tokens)")
     parser.add_argument("--density", type=float, default=0.25)
     parser.add_argument("--stages", default="both", choices=RegistryChoices(_stages), metavar="STAGES",
-                        help="wavealign.reorder's stages (default: %(default)s; a wrong one lists them)")
+                        help="wavealign.launch_order's stages (default: %(default)s; a wrong one lists them)")
     parser.add_argument("--reorderer", default="wavealign",
                         help="a reorderer of wavealign.reorderers (default: %(default)s; a wrong one lists them)")
     parser.add_argument("--iters", type=int, default=10, help="Stage 1's subspace iterations (reorderer wavealign)")
@@ -73,7 +73,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from wavealign import bounded, reorderers, synthetic
+    from wavealign import bounded, reorderers
+    from wavealign.masks import synthetic
 
     if args.reorderer not in reorderers.names():
         parser.error(f"--reorderer {args.reorderer!r}: expected one of {reorderers.names()}")
@@ -103,7 +104,7 @@ def main(argv: list[str]) -> int:
     }
     if out is not None:
         out.write_text(json.dumps(record, indent=2))
-    print(f"reorder.plan {args.reorderer} {args.mask} {args.heads} heads x {args.blocks}x{args.blocks} @ "
+    print(f"launch_order.plan {args.reorderer} {args.mask} {args.heads} heads x {args.blocks}x{args.blocks} @ "
           f"{args.density:.0%}, stages={args.stages} on {args.device}: median {record['median_ms']:.2f} ms "
           + (f"(GPU span {record['gpu_median_ms']:.2f} ms) " if gpu_times else "")
           + f"over {args.repeats} runs ({torch.get_num_threads()} threads)")

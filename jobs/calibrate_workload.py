@@ -231,7 +231,7 @@ def random_launch_l2(densities: list[float], shape: tuple[int, int], settings: S
     """``launch_l2`` of the iid random control: one head per density, each Bernoulli(density) blocks (seed + i)."""
     import numpy as np
 
-    from wavealign import synthetic
+    from wavealign.masks import synthetic
 
     mask = np.concatenate([synthetic.random_mask(1, *shape, d, seed=seed + i).numpy()
                            for i, d in enumerate(densities)])
@@ -247,7 +247,7 @@ def _primed(mask: np.ndarray) -> np.ndarray:
     -5.5 / -0.9 / -2.6 / -0.4."""
     import numpy as np
 
-    from wavealign import synthetic
+    from wavealign.masks import synthetic
 
     primer = synthetic.fixed_nnz_mask(1, *mask.shape[1:], float(mask.mean()), nnz_spread=0.99, seed=1).numpy()
     return np.concatenate([primer, mask])

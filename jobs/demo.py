@@ -9,18 +9,18 @@ from wavealign.jobs._args import Parser
 if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
     import torch
 
-    from wavealign import reorder
+    from wavealign import launch_order
 
 EXTRAS = ("sweep",)  # rich, for the table
 
 
-def wave_union_blocks(mask: torch.Tensor, order: reorder.RowOrder, wave_size: int) -> torch.Tensor:
+def wave_union_blocks(mask: torch.Tensor, order: launch_order.RowOrder, wave_size: int) -> torch.Tensor:
     """Mean number of distinct K/V blocks a wave of ``wave_size`` launch slots touches, per head."""
     import torch
 
-    from wavealign import reorder
+    from wavealign import launch_order
 
-    rows = reorder.permute_mask(mask, order)
+    rows = launch_order.permute_mask(mask, order)
     h, mb, nb = rows.shape
     pad = (-mb) % wave_size
     rows = torch.cat([rows, rows.new_zeros(h, pad, nb)], dim=1)
@@ -39,7 +39,8 @@ def main(argv: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from wavealign import kernels, reorder, synthetic
+    from wavealign import kernels, launch_order
+    from wavealign.masks import synthetic
 
     mask = synthetic.planted_mask(args.heads, args.q_blocks, args.q_blocks, args.density, seed=args.seed)
     table = Table(title=f"K/V blocks touched per wave of {args.wave_size} rows "
@@ -48,8 +49,8 @@ def main(argv: list[str]) -> int:
     table.add_column("mean union (blocks)", justify="right")
     table.add_column("vs original", justify="right")
     base = None
-    for stages in reorder.STAGES:
-        order = reorder.plan(mask, wave_size=args.wave_size, stages=stages, seed=args.seed)
+    for stages in launch_order.STAGES:
+        order = launch_order.plan(mask, wave_size=args.wave_size, stages=stages, seed=args.seed)
         union = float(wave_union_blocks(mask, order, args.wave_size).mean())
         base = base or union
         table.add_row(stages, f"{union:.1f}", f"{union / base:.2f}x")
@@ -61,11 +62,11 @@ def main(argv: list[str]) -> int:
     q, k, v = (torch.randn(1, heads, blocks * block, 32, generator=torch.Generator().manual_seed(i))
                for i in range(3))
     small = synthetic.planted_mask(heads, blocks, blocks, args.density, seed=args.seed)
-    order = reorder.plan(small, wave_size=8, stages="both")
+    order = launch_order.plan(small, wave_size=8, stages="both")
     ref = kernels.get("reference")
     plain = ref(q, k, v, small, block_size=block)
-    permuted = reorder.restore_rows(ref(reorder.permute_rows(q, order, block), k, v,
-                                        reorder.permute_mask(small, order), block_size=block), order, block)
+    permuted = launch_order.restore_rows(ref(launch_order.permute_rows(q, order, block), k, v,
+                                        launch_order.permute_mask(small, order), block_size=block), order, block)
     exact = torch.equal(plain, permuted)
     console.print(f"reference output with the reorder equals it without, bitwise: [bold]{exact}[/bold]")
     return 0 if exact else 1

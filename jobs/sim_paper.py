@@ -4,7 +4,7 @@
 (40 heads, 2840 x 2840 blocks of 128 = 363,520 tokens) masks: dense, uniform random (row NNZ +-10%, and
 equal NNZ as a lock-step control) and planted (rows from a few prototype K/V sets, a stand-in for the
 structured methods), at the paper's 25% density, in the
-original order and after ``reorder.plan(stages="both")``, and prints them beside the paper's Table I
+original order and after ``launch_order.plan(stages="both")``, and prints them beside the paper's Table I
 (original L2 hit: MInference 21.7%, FlexPrefill 14.7%, XAttention 17.9%, SpargeAttn 17.4%, Random 10.6%,
 dense 46.5%) and Fig. 11 (79-89% after reordering). Four simulator settings: the plain model (unified LRU,
 lock-step rows), the two-partition L2, and each with ``row_jitter`` calibrated so that dense matches
@@ -55,7 +55,7 @@ class SimPaperRow:
     simulate_wall_s: float
 
 
-# kind -> (its wavealign.synthetic generator, extra arguments); "random" is iid Bernoulli (binomial row NNZ, the
+# kind -> (its wavealign.masks.synthetic generator, extra arguments); "random" is iid Bernoulli (binomial row NNZ, the
 # paper's control), "random-equal-nnz" gives every row exactly density x NB blocks, a lock-step control
 MASK_KINDS = {
     "random": ("random_mask", {}),
@@ -69,8 +69,7 @@ def synthetic_mask(kind: str, heads: int, blocks: int, density: float, seed: int
     so the full 40 x 2840 x 2840 mask fits in memory while it is built."""
     import torch
 
-    from wavealign import synthetic
-    from wavealign.masks import dense
+    from wavealign.masks import dense, synthetic
 
     if kind == "dense":
         return dense.full(heads, blocks, blocks)
@@ -82,12 +81,12 @@ def synthetic_mask(kind: str, heads: int, blocks: int, density: float, seed: int
 
 
 def run(heads: int, blocks: int, density: float, seed: int, calibration_steps: int) -> tuple[list[SimPaperRow], dict]:
-    from wavealign import reorder, sim
+    from wavealign import launch_order, sim
 
     masks = {kind: synthetic_mask(kind, heads, blocks, density if kind != "dense" else 1.0, seed)
              for kind in ("dense", *MASK_KINDS)}
     start = time.perf_counter()
-    orders = {kind: reorder.plan(masks[kind], wave_size=132, stages="both") for kind in MASK_KINDS}
+    orders = {kind: launch_order.plan(masks[kind], wave_size=132, stages="both") for kind in MASK_KINDS}
     plan_s = time.perf_counter() - start
     settings = [(1, 0.0), (2, 0.0)]
     settings += [(p, sim.fit_row_jitter(masks["dense"], PAPER_ORIGINAL_L2_HIT_PCT["dense"], hardware="h100",

@@ -5,7 +5,7 @@
 ``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.measure=[ncu]``) or a
 table of one row per measured launch (CSV, JSON list or JSON lines) with the columns ``backend, stages,
 mask_kind, seq_len, heads, block_size, head_dim, density, seed, l2_hit_pct, dram_read_bytes, kernel_ms`` and
-optionally ``mask_file`` (a ``wavealign.mask_file`` .npz, for method masks), ``mask_density`` (the density asked
+optionally ``mask_file`` (a ``wavealign.masks.npz`` .npz, for method masks), ``mask_density`` (the density asked
 of the generator), ``nnz_spread``, ``prototypes``, ``noise``, ``wave_size`` and ``plan_seed``.
 
 Each measured cell becomes the same cell measured ``simulated`` (the measured backend's launch predicted), run
@@ -104,7 +104,7 @@ def _number(row: dict[str, Any], key: str, kind: type = float) -> Any:
 
 def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
     """The measured cells of a legacy NCU table (see the module docstring)."""
-    from wavealign import masks, reorder, variants
+    from wavealign import launch_order, masks, variants
 
     # legacy tables name the stages by the sweep's forced variants' names
     variant_stages = {name: v.stages for name, v in variants.VARIANTS.items() if v.skip == "force"}
@@ -114,8 +114,8 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
         if missing:
             raise ValueError(f"measurements {path} row {i} lacks columns {missing}; expected {list(REQUIRED)}")
         stages = variant_stages.get(row["stages"], row["stages"])
-        if stages not in reorder.STAGES:
-            raise ValueError(f"row {i}: stages must be one of {reorder.STAGES} or {list(variant_stages)}, "
+        if stages not in launch_order.STAGES:
+            raise ValueError(f"row {i}: stages must be one of {launch_order.STAGES} or {list(variant_stages)}, "
                              f"got {row['stages']!r}")
         kind = row["mask_kind"]
         if row.get("mask_file"):
@@ -131,7 +131,7 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
             method = kind
         else:
             raise ValueError(f"row {i}: mask_kind {kind!r} is none of {sorted(_GENERATOR_COLUMNS)}, so it needs a "
-                             "mask_file column (a wavealign.mask_file .npz)")
+                             "mask_file column (a wavealign.masks.npz .npz)")
         kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
         seq_len, block_size = _number(row, "seq_len", int), _number(row, "block_size", int)
         group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"

@@ -781,7 +781,7 @@ def _check_placement(where: str, grid: DictConfig, name: str) -> None:
 
 
 def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Path]) -> None:
-    from wavealign import measurers, reorder
+    from wavealign import launch_order, measurers
     from wavealign.blockmask import MAX_SEED
 
     for axis in AXES:
@@ -812,7 +812,7 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
     for seed in grid.seed:
         _check_integer(f"{where}.seed", seed, 0, MAX_SEED, listed=True)  # torch's generator seeds, and an int64 column
     for w in grid.wave_size:
-        _check_integer(f"{where}.wave_size", w, 1, reorder.MAX_WAVE_SIZE, null=True, listed=True)
+        _check_integer(f"{where}.wave_size", w, 1, launch_order.MAX_WAVE_SIZE, null=True, listed=True)
     _check_integer(f"{where}.block_size", grid.block_size, 1, MAX_SEQ_K * 1000, null=True)
     _check_integer(f"{where}.reps", grid.reps, 1, MAX_REPS)
     _check_integer(f"{where}.warmup", grid.warmup, 0, MAX_REPS)

@@ -33,13 +33,15 @@ import pyarrow.parquet as pq
 from wavealign.orchestrator import files
 from wavealign.records import Cell, CellResult, Environment
 
-SCHEMA_VERSION = 6  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
+SCHEMA_VERSION = 7  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
 #                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2);
 #                    4: inputs_prefetched;
 #                    5: measure and measure_params (wavealign.measurers): a simulated row names the backend it
 #                    models (no backend sim), and Nsight Compute is measure ncu (no ncu_requested column). Rows of
 #                    v4 and before are read as v5 writes them (``upgraded``);
-#                    6: run_seq, the run of the run root that recorded a row: rows are ordered by it, not by a clock
+#                    6: run_seq, the run of the run root that recorded a row: rows are ordered by it, not by a clock;
+#                    7: per-rep kernel times, paired timing, speedup intervals and verdicts, the GPU's clocks, power,
+#                    temperature and throttle reasons (older rows read them as missing: no interval, no verdict)
 PARTITION_COLUMNS = ("hardware", "method")
 STATUSES = ("done", "failed", "unschedulable")
 
@@ -57,11 +59,14 @@ def is_sweep_id(value: Any) -> bool:
 
 
 def _arrow_type(where: str, hint: Any) -> pa.DataType:
-    """The column type of a record field: scalars as themselves (``X | None`` nullable), lists and dicts as JSON."""
+    """The column type of a record field: scalars as themselves (``X | None`` nullable), a ``list[float]`` as a
+    list of doubles, other lists and dicts as JSON."""
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     base = typing.get_origin(hint) or hint
     if args and base in (typing.Union, types.UnionType):
         base = typing.get_origin(args[0]) or args[0]
+    if base is list and typing.get_args(hint) == (float,):
+        return pa.list_(pa.float64())  # a series of figures (kernel_ms_reps): read back as numbers, not text
     if base in (list, dict):
         return pa.string()
     if base not in _ARROW:
@@ -138,7 +143,7 @@ def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name
             if key == "environment":
                 row.update(value)
             else:
-                row[key] = value
+                row[key] = _json(value) if SCHEMA.field(key).type == pa.string() and isinstance(value, list) else value
     if status is not None:
         row["status"] = status
     if error is not None:

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from wavealign.measure.timing import Speedup
+from wavealign.instruments.timing import Speedup
 from wavealign.records import ORIGINAL_VARIANT, order_name
 
 COUNTS = ("done", "running", "failed", "unschedulable")

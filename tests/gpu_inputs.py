@@ -2,7 +2,7 @@
 
 import torch
 
-from wavealign import synthetic
+from wavealign.masks import synthetic
 
 
 def attention_inputs(batch, heads, seq_len, head_dim, block_size, seed, density=0.4):

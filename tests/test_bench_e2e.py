@@ -7,15 +7,15 @@ import pytest
 
 pytest.importorskip("diffusers")
 
-from wavealign import mask_file, synthetic
 from wavealign.jobs import bench_e2e
+from wavealign.masks import npz, synthetic
 
 
 def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     # latent 2 x 8 x 8 -> 2 * 4 * 4 = 32 tokens = 2 query blocks of 16, two heads
     mask = synthetic.random_mask(2, 2, 2, 0.5, seed=0)
     mask[:, :, 0] = True  # no empty row
-    mask_file.save(tmp_path / "mask.npz", mask)
+    npz.save(tmp_path / "mask.npz", mask)
     out = tmp_path / "e2e.json"
     assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "2,8,8",
                            "--block-size", "16", "--backend", "reference", "--device", "cpu", "--forwards", "1",
@@ -39,7 +39,7 @@ def test_a_live_estimator_runs_the_method_in_every_layer_of_every_sparse_forward
     configs are tuned by one forward before the timed ones and reused by every variant."""
     mask = synthetic.random_mask(2, 4, 4, 0.5, seed=0)
     mask[:, :, 0] = True
-    mask_file.save(tmp_path / "mask.npz", mask)
+    npz.save(tmp_path / "mask.npz", mask)
     out = tmp_path / "e2e.json"
     assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "4,8,8",
                            "--block-size", "16", "--backend", "reference", "--device", "cpu", "--method", method,
@@ -63,7 +63,7 @@ def test_a_live_estimator_runs_the_method_in_every_layer_of_every_sparse_forward
      "the latent (2, 8, 16) has 64 tokens = 4 blocks of --block-size 16, so (H, 4, 4) is expected"),
 ])
 def test_bad_arguments_are_refused_before_any_work(argv, message, capsys, tmp_path):
-    mask_file.save(tmp_path / "mask.npz", synthetic.random_mask(2, 2, 2, 0.5, seed=0))  # 2 blocks
+    npz.save(tmp_path / "mask.npz", synthetic.random_mask(2, 2, 2, 0.5, seed=0))  # 2 blocks
     with pytest.raises(ValueError) as refused:
         bench_e2e.main([str(tmp_path / "mask.npz") if a == "MASK" else a for a in argv])
     assert message in str(refused.value)

@@ -1,4 +1,4 @@
-"""Whole-block gather/scatter (``wavealign.reorder.block_gather``): the torch path's contract on the CPU, and the
+"""Whole-block gather/scatter (``wavealign.launch_order.block_gather``): the torch path's contract on the CPU, and the
 Triton copy kernel run by Triton's interpreter in a child process, bitwise against the torch path."""
 
 import json
@@ -7,12 +7,12 @@ import pytest
 import torch
 from interpreted import run_interpreted
 
-from wavealign import reorder
-from wavealign.reorder import block_gather
+from wavealign import launch_order
+from wavealign.launch_order import block_gather
 
 
-def _order(perm) -> reorder.RowOrder:
-    return reorder.RowOrder.from_perm(torch.as_tensor(perm), wave_size=2, stages="both")
+def _order(perm) -> launch_order.RowOrder:
+    return launch_order.RowOrder.from_perm(torch.as_tensor(perm), wave_size=2, stages="both")
 
 
 def test_gathered_slot_p_holds_block_perm_p_and_the_ragged_block_is_zero_padded():
@@ -27,7 +27,7 @@ def test_gathered_slot_p_holds_block_perm_p_and_the_ragged_block_is_zero_padded(
 @pytest.mark.parametrize("n", [64, 61])
 def test_scatter_undoes_gather_per_head_and_batch(n):
     x = torch.randn(2, 3, n, 8)
-    order = reorder.RowOrder.from_perm(torch.stack([torch.randperm(8) for _ in range(6)]).view(2, 3, 8), 2, "both")
+    order = launch_order.RowOrder.from_perm(torch.stack([torch.randperm(8) for _ in range(6)]).view(2, 3, 8), 2, "both")
     y = block_gather.gather_blocks(x, order, 8)
     assert torch.equal(block_gather.scatter_blocks(y, order, 8, n), x)
 
@@ -56,15 +56,15 @@ def test_bad_inputs_are_named(call, message):
 
 CHILD = r"""
 import json, torch
-from wavealign import reorder
-from wavealign.reorder import block_gather
+from wavealign import launch_order
+from wavealign.launch_order import block_gather
 out = {}
 for name, (b, h, n, d, bs) in {"ragged_d64": (1, 2, 100, 64, 32), "whole_d128": (2, 2, 128, 128, 32),
                                "odd_d": (1, 3, 70, 24, 16)}.items():
     x = torch.randn(b, h, n, d).half()
     mb = -(-n // bs)
     perm = torch.stack([torch.randperm(mb) for _ in range(b * h)]).view(b, h, mb)
-    order = reorder.RowOrder.from_perm(perm, 4, "both")
+    order = launch_order.RowOrder.from_perm(perm, 4, "both")
     padded = x.new_empty(b, h, mb * bs, d)
     fast = block_gather.copy_blocks_triton(x, torch.full_like(padded, float("nan")), order, bs, True)
     slow = block_gather.copy_blocks_torch(x, padded, order, bs, True)
@@ -72,7 +72,7 @@ for name, (b, h, n, d, bs) in {"ragged_d64": (1, 2, 100, 64, 32), "whole_d128": 
     out[name] = {"gather_bitwise": torch.equal(fast, slow), "round_trip_bitwise": torch.equal(back, x)}
 # one (H, MB) order for a batch of 2, and a source read through a transposed view (FA4's (B, S, H, D) output)
 x = torch.randn(2, 40, 3, 16).half().transpose(1, 2)  # (B, H, N, D) view, N stride = H * D
-order = reorder.RowOrder.from_perm(torch.stack([torch.randperm(3) for _ in range(3)]), 4, "both")
+order = launch_order.RowOrder.from_perm(torch.stack([torch.randperm(3) for _ in range(3)]), 4, "both")
 fast = block_gather.copy_blocks_triton(x, x.new_full((2, 3, 48, 16), float("nan")), order, 16, True)
 slow = block_gather.copy_blocks_torch(x, x.new_empty(2, 3, 48, 16), order, 16, True)
 back = block_gather.copy_blocks_triton(fast, x.new_full((2, 3, 40, 16), float("nan")), order, 16, False)

@@ -14,7 +14,7 @@ import yaml
 from wavealign import workloads
 from wavealign.jobs import calibrate_workload as cal
 from wavealign.jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
-from wavealign.workloads.synthetic import HEAD_TYPES, GeneratorConfig
+from wavealign.workloads.clusters import HEAD_TYPES, GeneratorConfig
 
 TINY = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p", "--block-size", "64", "--device", "cpu",
         "--workers", "1"]

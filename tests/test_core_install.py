@@ -37,11 +37,12 @@ def run(code: str) -> subprocess.CompletedProcess:
 def test_the_library_works_without_any_extra():
     done = run("""
 import torch
-from wavealign import kernels, masks, measurers, reorder, reorderers, skip, synthetic
+from wavealign import kernels, launch_order, masks, measurers, reorderers, skip
+from wavealign.masks import synthetic
 from wavealign.integrations.attention import BlockSparseAttention
 
 mask = synthetic.random_mask(2, 8, 8, 0.4, seed=0)
-order = reorder.plan(mask, wave_size=4)
+order = launch_order.plan(mask, wave_size=4)
 q, k, v = (torch.randn(1, 2, 8 * 16, 32) for _ in range(3))
 out = kernels.get("reference").plan(mask, order, kernels.LaunchShape.of(q, k, 16)).run(q, k, v)
 plain = kernels.get("reference").plan(mask, None, kernels.LaunchShape.of(q, k, 16)).run(q, k, v)
@@ -61,7 +62,8 @@ print("library ok", decision.reorder)
 def test_the_simulator_and_the_sweep_name_the_extra_they_need():
     done = run("""
 import torch
-from wavealign import sim, synthetic
+from wavealign import sim
+from wavealign.masks import synthetic
 mask = synthetic.random_mask(1, 8, 8, 0.4, seed=0)
 try:
     sim.simulate(mask, None, hardware="h100", backend="fa4", head_dim=128, wave_size=4, block_size=128)

@@ -8,7 +8,7 @@ import yaml
 from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
 import wavealign
-from wavealign import blockmask, kernels, reorder, synthetic
+from wavealign import blockmask, kernels, launch_order
 from wavealign.kernels import fa4, flashinfer
 from wavealign.kernels.reference import reference_attention
 from wavealign.kernels.sparse_formats import (
@@ -20,12 +20,13 @@ from wavealign.kernels.sparse_formats import (
     permute_paged_bsr,
     split_heads,
 )
+from wavealign.masks import synthetic
 
 CONF = wavealign.conf_dir() / "backend"
 
 
-def _order(perm) -> reorder.RowOrder:
-    return reorder.RowOrder.from_perm(torch.tensor(perm), wave_size=2, stages="both")
+def _order(perm) -> launch_order.RowOrder:
+    return launch_order.RowOrder.from_perm(torch.tensor(perm), wave_size=2, stages="both")
 
 
 # ---- FA4 full-block lists ------------------------------------------------------------------------------
@@ -67,9 +68,9 @@ def test_fa4_lists_are_ascending_in_every_row():
 
 def test_permuted_fa4_lists_equal_the_lists_of_the_permuted_mask():
     mask = synthetic.fixed_nnz_mask(3, 10, 7, 0.35, nnz_spread=0.6, seed=3)
-    order = reorder.plan(mask, wave_size=4)
+    order = launch_order.plan(mask, wave_size=4)
     permuted = permute_block_lists(full_block_lists(mask), order)
-    expected = full_block_lists(reorder.permute_mask(mask, order))
+    expected = full_block_lists(launch_order.permute_mask(mask, order))
     assert torch.equal(permuted.count, expected.count)
     assert torch.equal(blockmask.from_kv_indices(permuted.count, permuted.index, 7),
                        blockmask.from_kv_indices(expected.count, expected.index, 7))
@@ -84,7 +85,7 @@ def test_permuting_fa4_lists_moves_whole_rows():
 def test_a_batched_order_gives_unbatched_lists_its_batch():
     mask = synthetic.random_mask(2, 5, 5, 0.5, seed=4)
     perm = torch.stack([torch.arange(5).expand(2, 5), torch.arange(4, -1, -1).expand(2, 5)])
-    permuted = permute_block_lists(full_block_lists(mask), reorder.RowOrder.from_perm(perm, 4, "both"))
+    permuted = permute_block_lists(full_block_lists(mask), launch_order.RowOrder.from_perm(perm, 4, "both"))
     assert permuted.count.shape == (2, 2, 5)
     assert permuted.count[1, 0].tolist() == full_block_lists(mask).count[0, 0].flip(0).tolist()
 
@@ -143,9 +144,9 @@ def test_permuted_paged_bsr_moves_requests_with_their_lengths_and_pages():
 
 def test_permuted_paged_bsr_equals_the_bsr_of_the_permuted_mask():
     mask = synthetic.fixed_nnz_mask(3, 8, 6, 0.4, nnz_spread=0.5, seed=5)
-    order = reorder.plan(mask, wave_size=3)
+    order = launch_order.plan(mask, wave_size=3)
     permuted = permute_paged_bsr(paged_bsr(mask, 16, 128, 90), order)
-    expected = paged_bsr(reorder.permute_mask(mask, order), 16, 128, 90)
+    expected = paged_bsr(launch_order.permute_mask(mask, order), 16, 128, 90)
     for name in ("qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len"):
         assert torch.equal(getattr(permuted, name), getattr(expected, name)), name
 
@@ -165,11 +166,11 @@ def test_an_unbatched_order_permutes_every_batch_element_alike():
 
 def test_split_heads_gives_each_heads_own_bsr():
     mask = synthetic.fixed_nnz_mask(3, 5, 4, 0.5, nnz_spread=0.5, seed=7)
-    order = reorder.plan(mask, wave_size=2)
+    order = launch_order.plan(mask, wave_size=2)
     parts = split_heads(permute_paged_bsr(paged_bsr(mask, 8, 37, 30), order))
     for g, part in enumerate(parts):
         alone = permute_paged_bsr(paged_bsr(mask[g:g + 1], 8, 37, 30),
-                                  reorder.RowOrder.from_perm(order.perm[g:g + 1], 2, "both"))
+                                  launch_order.RowOrder.from_perm(order.perm[g:g + 1], 2, "both"))
         for name in ("qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len"):
             assert torch.equal(getattr(part, name), getattr(alone, name)), (g, name)
 
@@ -342,7 +343,7 @@ def test_vendor_backend_gives_zeros_for_empty_rows(name, params):
 def test_vendor_backend_row_order_leaves_output_bitwise_equal(name, params, shape):
     backend = _backend_or_skip(name, shape[-1])
     q, k, v, mask = attention_inputs(*shape, seed=7)
-    order = reorder.plan(mask, wave_size=8)
+    order = launch_order.plan(mask, wave_size=8)
     plain = backend(q, k, v, mask, block_size=shape[-1], **params)
     permuted = run_poisoned(backend, q, k, v, mask, order=order, block_size=shape[-1], **params)
     assert torch.equal(plain, permuted)
@@ -360,7 +361,7 @@ def test_vendor_backend_takes_the_kv_index_form_of_the_mask(name):
 def test_flashinfer_head_orders_agree():
     backend = _backend_or_skip("flashinfer")
     q, k, v, mask = attention_inputs(2, 3, 1500, 128, 128, seed=11)
-    order = reorder.plan(mask, wave_size=4)
+    order = launch_order.plan(mask, wave_size=4)
     native = backend(q, k, v, mask, order=order, head_order="native")
     sequential = backend(q, k, v, mask, order=order, head_order="sequential")
     # split-KV chunking depends on how many requests one launch holds, so the sums may round differently

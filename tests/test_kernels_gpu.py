@@ -4,9 +4,10 @@ import pytest
 import torch
 from gpu_inputs import attention_inputs, relative_error, run_poisoned
 
-from wavealign import blockmask, kernels, nvrtc, reorder, synthetic
+from wavealign import blockmask, kernels, launch_order, nvrtc
 from wavealign.kernels.reference import reference_attention
-from wavealign.reorder import plan_graphs
+from wavealign.launch_order import plan_graphs
+from wavealign.masks import synthetic
 from wavealign.reorderers.wavealign import stage1, stage1_cuda
 
 pytestmark = pytest.mark.gpu
@@ -40,7 +41,7 @@ def test_empty_rows_give_zeros(name):
 @pytest.mark.parametrize("stages", ["both", "spatial"])
 def test_row_order_leaves_output_bitwise_equal(name, stages):
     q, k, v, mask = attention_inputs(1, 3, 3000, 128, 128, seed=7)
-    order = reorder.plan(mask, wave_size=8, stages=stages)
+    order = launch_order.plan(mask, wave_size=8, stages=stages)
     backend = kernels.get(name)
     plain = backend(q, k, v, mask)
     permuted = run_poisoned(backend, q, k, v, mask, order=order)
@@ -49,7 +50,7 @@ def test_row_order_leaves_output_bitwise_equal(name, stages):
 
 def test_triton_head_orders_give_the_same_output():
     q, k, v, mask = attention_inputs(2, 3, 1500, 64, 128, seed=11)
-    order = reorder.plan(mask, wave_size=4)
+    order = launch_order.plan(mask, wave_size=4)
     run = kernels.get("triton")
     assert torch.equal(run(q, k, v, mask, order=order, head_order="parallel"),
                        run(q, k, v, mask, order=order, head_order="sequential"))
@@ -76,8 +77,8 @@ def _wave_union(mask, perm, wave_size):
 @pytest.mark.parametrize("stages", ["spatial", "both"])
 def test_gpu_plan_agrees_with_cpu_plan(stages):
     mask = synthetic.planted_mask(4, 600, 600, 0.25, seed=5)
-    cpu = reorder.plan(mask, wave_size=64, stages=stages)
-    gpu = reorder.plan(mask.cuda(), wave_size=64, stages=stages)
+    cpu = launch_order.plan(mask, wave_size=64, stages=stages)
+    gpu = launch_order.plan(mask.cuda(), wave_size=64, stages=stages)
     perm = gpu.perm.cpu()
     assert torch.equal(perm.sort(-1).values, torch.arange(600).expand(4, 600))
     # float32 rounding may swap rows at equal angles; the waves they form must be as tight
@@ -89,10 +90,10 @@ def test_packed_plan_keeps_the_torch_paths_orders(kind, monkeypatch):
     """The packed int8 path's launch orders are those of the float32 torch path, on the GPU and on the CPU, up
     to rows swapped at equal angles (a rounding of 1e-7 decides between them)."""
     mask = getattr(synthetic, f"{kind}_mask")(8, 1000, 1000, 0.25, seed=7)
-    packed = reorder.plan(mask.cuda()).perm.cpu()
-    cpu = reorder.plan(mask).perm
+    packed = launch_order.plan(mask.cuda()).perm.cpu()
+    cpu = launch_order.plan(mask).perm
     monkeypatch.setattr(nvrtc, "usable", lambda m: False)
-    torch_gpu = reorder.plan(mask.cuda()).perm.cpu()
+    torch_gpu = launch_order.plan(mask.cuda()).perm.cpu()
     for ref in (cpu, torch_gpu):
         assert (packed == ref).float().mean() >= 0.99
         assert _wave_union(mask, packed, 132) <= 1.005 * _wave_union(mask, ref, 132)
@@ -105,8 +106,8 @@ def test_gpu_row_nnz_equals_the_cpu_count():
 
 def test_gpu_temporal_plan_equals_cpu_plan():
     mask = synthetic.fixed_nnz_mask(4, 500, 500, 0.3, nnz_spread=0.8, seed=9)
-    assert torch.equal(reorder.plan(mask.cuda(), wave_size=64, stages="temporal").perm.cpu(),
-                       reorder.plan(mask, wave_size=64, stages="temporal").perm)
+    assert torch.equal(launch_order.plan(mask.cuda(), wave_size=64, stages="temporal").perm.cpu(),
+                       launch_order.plan(mask, wave_size=64, stages="temporal").perm)
 
 
 def test_gpu_stage1_finds_the_cpu_subspace():
@@ -164,7 +165,7 @@ def test_pack_and_row_counts_read_a_view_that_starts_and_ends_mid_vector():
 def test_packed_plan_is_the_same_on_every_run():
     """Every reduction of the product kernel runs in a fixed order: two plans of one mask are equal."""
     mask = synthetic.random_mask(40, 700, 700, 0.25, seed=4, device="cuda")
-    assert torch.equal(reorder.plan(mask).perm, reorder.plan(mask).perm)
+    assert torch.equal(launch_order.plan(mask).perm, launch_order.plan(mask).perm)
 
 
 @pytest.mark.parametrize("stages", ["both", "temporal"])
@@ -172,9 +173,9 @@ def test_graphed_plan_equals_the_launched_one_for_each_mask(stages, monkeypatch)
     """A CUDA plan replays one captured graph per shape: each mask through it gets its own order, the order the
     launches give without the graph."""
     masks = [synthetic.planted_mask(8, 500, 500, 0.25, seed=s).cuda() for s in (1, 2)]
-    graphed = [reorder.plan(m, stages=stages).perm for m in (*masks, masks[0])]
+    graphed = [launch_order.plan(m, stages=stages).perm for m in (*masks, masks[0])]
     monkeypatch.setattr(plan_graphs, "replay", lambda mask, key, plan: plan(mask))
-    launched = [reorder.plan(m, stages=stages).perm for m in masks]
+    launched = [launch_order.plan(m, stages=stages).perm for m in masks]
     assert not torch.equal(launched[0], launched[1])
     for got, want in zip(graphed, (*launched, launched[0]), strict=True):
         assert torch.equal(got, want)
@@ -185,8 +186,8 @@ def test_a_plan_first_captured_under_inference_mode_also_plans_outside_it():
     there; the graph's mask buffer must still take a later mask planned outside it (an inference tensor would not)."""
     mask = synthetic.planted_mask(4, 300, 300, 0.25, seed=3).cuda()
     with torch.inference_mode():
-        inside = reorder.plan(mask).perm
-    outside = reorder.plan(mask).perm
+        inside = launch_order.plan(mask).perm
+    outside = launch_order.plan(mask).perm
     assert torch.equal(inside, outside) and not outside.is_inference()
 
 
@@ -219,14 +220,14 @@ def test_a_plan_is_captured_while_another_thread_works_on_the_gpu():
     try:
         assert started.wait(60)
         before = len(draws)
-        graphed = reorder.plan(mask).perm
+        graphed = launch_order.plan(mask).perm
         during = len(draws) - before
     finally:
         stop.set()
         worker.join()
     assert not errors, f"the other thread failed: {errors[0]!r}"
     assert during > 0  # it was drawing while the plan was captured
-    launched = reorder.temporal_order(blockmask.row_nnz(mask), stage1.spatial_order(mask), 132)  # no graph
+    launched = launch_order.temporal_order(blockmask.row_nnz(mask), stage1.spatial_order(mask), 132)  # no graph
     assert torch.equal(graphed, launched)  # an empty or broken capture would give another order
 
 

@@ -12,14 +12,15 @@ import pytest
 import torch
 from interpreted import run_interpreted
 
-from wavealign import reorder
+from wavealign import launch_order
 from wavealign.kernels import triton_blocksparse
 
 pytest.importorskip("triton")
 
 CHILD = r"""
 import json, torch
-from wavealign import reorder, synthetic, blockmask
+from wavealign import blockmask, launch_order
+from wavealign.masks import synthetic
 from wavealign.kernels.reference import reference_attention
 from wavealign.kernels.triton_blocksparse import attention
 
@@ -43,7 +44,7 @@ for name, b, h, n, d, bs, bm, bn in [("ragged_d64", 1, 2, 100, 64, 32, 32, 16),
     q, k, v, mask = inputs(b, h, n, d, bs, seed=n)
     cfg = dict(block_m=bm, block_n=bn, num_warps=4)
     plain = attention(q, k, v, mask, None, bs, **cfg)
-    order = reorder.RowOrder.from_perm(torch.stack([torch.randperm(mask.shape[1]) for _ in range(h)]), 4, "none")
+    order = launch_order.RowOrder.from_perm(torch.stack([torch.randperm(mask.shape[1]) for _ in range(h)]), 4, "none")
     permuted = attention(q, k, v, mask, order, bs, **cfg)
     results[name] = {
         "rel_err": rel_err(plain, q, k, v, mask, bs),
@@ -58,7 +59,8 @@ for name, b, h, n, d, bs, bm, bn in [("ragged_d64", 1, 2, 100, 64, 32, 32, 16),
     }
 q, k, v, _ = inputs(2, 2, 64, 64, 16, seed=3)
 batched = torch.stack([synthetic.random_mask(2, 4, 4, 0.5, seed=s) for s in (1, 2)])
-batched_order = reorder.RowOrder.from_perm(torch.stack([torch.randperm(4) for _ in range(4)]).view(2, 2, 4), 4, "none")
+batched_order = launch_order.RowOrder.from_perm(
+    torch.stack([torch.randperm(4) for _ in range(4)]).view(2, 2, 4), 4, "none")
 out = attention(q, k, v, batched, batched_order, 16, block_m=16, block_n=16)
 results["batched"] = {"rel_err": rel_err(out, q, k, v, batched, 16)}
 shared = batched[:1]  # one (1, H, MB, NB) pattern for both batch elements, as reference broadcasts it
@@ -160,7 +162,7 @@ def test_mask_of_the_wrong_shape_raises():
 def test_order_of_the_wrong_shape_raises():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"order covers \(H, MB\) = \(2, 3\)"):
-        triton_blocksparse.attention(q, k, v, _mask(), order=reorder.RowOrder.identity(2, 3), block_size=32)
+        triton_blocksparse.attention(q, k, v, _mask(), order=launch_order.RowOrder.identity(2, 3), block_size=32)
 
 
 def test_a_batch_one_mask_serves_every_batch_element(interpreted):

@@ -9,8 +9,8 @@ import pytest
 import torch
 from head_patterns import sink_and_band_head
 
-from wavealign import masks, synthetic, workloads
-from wavealign.masks import flexprefill, minference, spargeattn, xattention
+from wavealign import masks, workloads
+from wavealign.masks import flexprefill, minference, spargeattn, synthetic, xattention
 from wavealign.masks._common import diagonal_mass
 from wavealign.masks._draw import main as draw_main
 
@@ -373,21 +373,20 @@ def test_a_method_module_draws_its_mask_to_a_png(tmp_path):
 
 
 def test_a_mask_file_is_read_once_per_version_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
-    from wavealign import mask_file
-    from wavealign.masks import file
+    from wavealign.masks import file, npz
 
-    reads, load = [], mask_file.load
-    monkeypatch.setattr(mask_file, "load", lambda p: reads.append(p) or load(p))
+    reads, load = [], npz.load
+    monkeypatch.setattr(npz, "load", lambda p: reads.append(p) or load(p))
     file._read.cache_clear()
     path = tmp_path / "mask.npz"
     first, second = (synthetic.random_mask(2, 6, 6, 0.5, seed=s) for s in (1, 2))
-    mask_file.save(path, first)
+    npz.save(path, first)
     got = masks.get("file").for_shape(2, 6, 6, path=str(path))
     assert torch.equal(got, first)
     got.fill_(True)  # the caller's copy; the next call must not see it
     assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), first)
     assert len(reads) == 1
-    mask_file.save(path, second)
+    npz.save(path, second)
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 1_000_000))  # a later version
     assert torch.equal(masks.get("file").for_shape(2, 6, 6, path=str(path)), second)
     assert len(reads) == 2

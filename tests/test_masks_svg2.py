@@ -12,7 +12,7 @@ import pytest
 import torch
 from interpreted import run_interpreted
 
-from wavealign import masks, reorder, workloads
+from wavealign import launch_order, masks, workloads
 from wavealign.kernels.reference import reference_attention
 from wavealign.masks import svg2
 
@@ -177,8 +177,8 @@ def test_svg2_builds_the_rule_on_its_token_order_and_draws_the_same_mask_for_the
 def test_attention_in_svg2_order_is_bitwise_equal_with_and_without_a_wavealign_order():
     q, k, v = _qkv(2, 203)
     built = masks.get("svg2").build_ordered(q, k, v, 16, **SMALL)
-    order = reorder.plan(built.mask, wave_size=3)
-    assert not torch.equal(order.perm, reorder.RowOrder.identity(2, 13).perm)
+    order = launch_order.plan(built.mask, wave_size=3)
+    assert not torch.equal(order.perm, launch_order.RowOrder.identity(2, 13).perm)
     plain = built.order.scatter(reference_attention(built.q, built.k, built.v, built.mask, None, 16))
     waved = built.order.scatter(reference_attention(built.q, built.k, built.v, built.mask, order, 16))
     assert torch.equal(plain, waved)

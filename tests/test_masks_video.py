@@ -412,12 +412,12 @@ def test_bench_e2e_replays_vsa_in_cube_order_with_its_live_estimator(tmp_path):
     pytest.importorskip("diffusers")
     import json
 
-    from wavealign import mask_file
     from wavealign.jobs import bench_e2e
+    from wavealign.masks import npz
 
     mask = torch.zeros(2, 4, 4, dtype=torch.bool)
     mask[:, :, 0] = mask[:, 1:, 2] = True
-    mask_file.save(tmp_path / "mask.npz", mask)
+    npz.save(tmp_path / "mask.npz", mask)
     out = tmp_path / "e2e.json"
     # VAE latent 4 x 16 x 32 -> tokens (4, 8, 16) = 512 = four 2 x 8 x 8 cubes
     assert bench_e2e.main(["--config", "tiny", "--method", "vsa", "--mask", str(tmp_path / "mask.npz"),

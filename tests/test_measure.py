@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from wavealign.measure import derived, ncu, timing
+from wavealign.instruments import derived, ncu, timing
 
 # `ncu --import R --csv --page raw --print-units base` on the H200 (ncu 2025.3, driver 580.159.04), trimmed
 # to the identity columns and the collected metrics (the real page also carries ~300 device__attribute_*

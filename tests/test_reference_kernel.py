@@ -2,7 +2,8 @@
 
 import torch
 
-from wavealign import kernels, synthetic
+from wavealign import kernels
+from wavealign.masks import synthetic
 
 
 def dense_masked_attention(q, k, v, mask, block):

@@ -15,7 +15,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from wavealign import mask_file, masks, synthetic, workloads
+from wavealign import masks, workloads
+from wavealign.masks import npz, synthetic
 
 
 def _npy(array: np.ndarray) -> bytes:
@@ -60,7 +61,7 @@ NOT_MASKS = {
 def test_a_file_that_is_not_a_saved_mask_is_one_error_naming_it(tmp_path, kind):
     path = NOT_MASKS[kind](tmp_path / "mask.npz")
     with pytest.raises(ValueError, match=rf"^mask file {path}"):
-        mask_file.load(path)
+        npz.load(path)
 
 
 def _refused_within_a_mebibyte(path: Path, message: str) -> None:
@@ -69,7 +70,7 @@ def _refused_within_a_mebibyte(path: Path, message: str) -> None:
     tracemalloc.start()
     try:
         with pytest.raises(ValueError, match=message):
-            mask_file.load(path)
+            npz.load(path)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -96,29 +97,29 @@ def test_a_member_longer_than_its_header_says_is_refused(tmp_path):
     header_and_data = _npy(np.zeros((1, 2, 1), np.uint8))
     path = _npz(tmp_path / "long.npz", bits=header_and_data + b"\0" * 1000, shape=_npy(np.array([1, 2, 8])))
     with pytest.raises(ValueError, match=r"array 'bits' is declared as \d+ bytes; its header says \d+"):
-        mask_file.load(path)
+        npz.load(path)
 
 
 def test_a_saved_mask_of_another_shape_is_refused_from_its_header_before_it_is_unpacked(tmp_path, monkeypatch):
     from wavealign.masks import file
 
     path = tmp_path / "big.npz"
-    mask_file.save(path, synthetic.random_mask(1, 64, 64, 0.5, seed=0))
+    npz.save(path, synthetic.random_mask(1, 64, 64, 0.5, seed=0))
     file._read.cache_clear()
 
     def unpacked(_):
         raise AssertionError("the mask was unpacked")
 
-    monkeypatch.setattr(mask_file, "load", unpacked)
+    monkeypatch.setattr(npz, "load", unpacked)
     with pytest.raises(ValueError, match=r"holds a \(1, 64, 64\) mask; the cell needs \(H, MB, NB\) = \(2, 4, 4\)"):
         masks.get("file").for_shape(2, 4, 4, path=str(path))
 
 
 def test_a_saved_mask_reads_back_as_it_was_saved(tmp_path):
     mask = synthetic.random_mask(2, 5, 13, 0.5, seed=1)
-    mask_file.save(tmp_path / "m.npz", mask)
-    assert mask_file.read_shape(tmp_path / "m.npz") == (2, 5, 13)
-    assert torch.equal(mask_file.load(tmp_path / "m.npz"), mask)
+    npz.save(tmp_path / "m.npz", mask)
+    assert npz.read_shape(tmp_path / "m.npz") == (2, 5, 13)
+    assert torch.equal(npz.load(tmp_path / "m.npz"), mask)
 
 
 # --- captured Q/K/V ---

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from wavealign import blockmask, hardware, kernels, masks, reorder, sim, synthetic
+from wavealign import blockmask, hardware, kernels, launch_order, masks, sim
 from wavealign.kernels import ExecutionFacts, LaunchShape
-from wavealign.reorder import block_gather
+from wavealign.launch_order import block_gather
+from wavealign.masks import synthetic
 
 BLOCK = 16
 HEADS, BLOCKS, DIM = 2, 4, 16
@@ -116,17 +117,17 @@ def test_launch_shape_of_refuses_a_fractional_block_size(qkv):
     ([[0, 1, 2, 3]], "integer tensor"),
 ])
 def test_from_perm_refuses_what_is_not_a_permutation_per_row(perm, expected):
-    err = _raises_naming("perm", lambda: reorder.RowOrder.from_perm(perm, wave_size=4, stages="none"))
+    err = _raises_naming("perm", lambda: launch_order.RowOrder.from_perm(perm, wave_size=4, stages="none"))
     assert re.search(expected, str(err))
 
 
 def test_from_perm_refuses_a_fractional_wave_size():
-    _raises_naming("wave_size", lambda: reorder.RowOrder.from_perm(torch.arange(4).view(1, 4), 4.5, "none"))
+    _raises_naming("wave_size", lambda: launch_order.RowOrder.from_perm(torch.arange(4).view(1, 4), 4.5, "none"))
 
 
 def test_from_perm_accepts_a_batched_int32_permutation_and_inverts_it():
     perm = torch.stack([torch.randperm(6, generator=torch.Generator().manual_seed(s)) for s in range(6)])
-    order = reorder.RowOrder.from_perm(perm.view(2, 3, 6).int(), wave_size=2, stages="none")
+    order = launch_order.RowOrder.from_perm(perm.view(2, 3, 6).int(), wave_size=2, stages="none")
     assert torch.equal(torch.gather(order.inverse, -1, order.perm), torch.arange(6).expand(2, 3, 6))
 
 
@@ -149,35 +150,35 @@ def test_from_perm_accepts_a_batched_int32_permutation_and_inverts_it():
 ])
 def test_plan_refuses_a_bad_integer_argument_naming_it(mask, kwargs, argument):
     value = next(iter(kwargs.values()))
-    err = _raises_naming(argument, lambda: reorder.plan(mask, **kwargs))
+    err = _raises_naming(argument, lambda: launch_order.plan(mask, **kwargs))
     assert repr(value) in str(err) or str(value) in str(err)
 
 
 def test_plan_states_the_range_of_wave_size():
-    err = _raises_naming("wave_size", lambda: reorder.plan(synthetic.random_mask(1, 4, 4, 0.5), wave_size=10**30))
+    err = _raises_naming("wave_size", lambda: launch_order.plan(synthetic.random_mask(1, 4, 4, 0.5), wave_size=10**30))
     assert f"<= {2**31 - 1}" in str(err)
 
 
 def test_plan_accepts_numpy_integers_as_the_same_order(mask):
-    plain = reorder.plan(mask, wave_size=2, seed=3, iters=5)
-    numpy = reorder.plan(mask, wave_size=np.int64(2), seed=np.int32(3), iters=np.int16(5))
+    plain = launch_order.plan(mask, wave_size=2, seed=3, iters=5)
+    numpy = launch_order.plan(mask, wave_size=np.int64(2), seed=np.int32(3), iters=np.int16(5))
     assert torch.equal(plain.perm, numpy.perm) and type(numpy.wave_size) is int
 
 
 @pytest.mark.parametrize("call", [
-    lambda q, order: reorder.permute_rows(q, order, block_size=16.0),
-    lambda q, order: reorder.restore_rows(q, order, block_size=16.0),
+    lambda q, order: launch_order.permute_rows(q, order, block_size=16.0),
+    lambda q, order: launch_order.restore_rows(q, order, block_size=16.0),
     lambda q, order: block_gather.gather_blocks(q, order, block_size=16.0),
     lambda q, order: block_gather.scatter_blocks(q, order, block_size=16.0, seq_len=TOKENS),
 ], ids=["permute_rows", "restore_rows", "gather_blocks", "scatter_blocks"])
 def test_row_moves_refuse_a_float_block_size(qkv, call):
-    order = reorder.RowOrder.identity(HEADS, BLOCKS)
+    order = launch_order.RowOrder.identity(HEADS, BLOCKS)
     err = _raises_naming("block_size", lambda: call(qkv[0], order))
     assert "16.0" in str(err) and "integer" in str(err)
 
 
 def test_scatter_blocks_refuses_a_float_seq_len(qkv):
-    order = reorder.RowOrder.identity(HEADS, BLOCKS)
+    order = launch_order.RowOrder.identity(HEADS, BLOCKS)
     _raises_naming("seq_len", lambda: block_gather.scatter_blocks(qkv[0], order, BLOCK, seq_len=64.0))
 
 
@@ -281,14 +282,14 @@ def test_from_kv_indices_refuses_a_float_num_kv_blocks(mask):
 
 @pytest.mark.parametrize("call", [
     lambda kv, order: blockmask.as_dense(kv),
-    lambda kv, order: reorder.plan(kv, wave_size=2),
-    lambda kv, order: reorder.permute_mask(kv, order),
+    lambda kv, order: launch_order.plan(kv, wave_size=2),
+    lambda kv, order: launch_order.permute_mask(kv, order),
     lambda kv, order: sim.simulate(kv, hardware="h100", backend="flex"),
     lambda kv, order: kernels.get("reference").plan(kv, None, LaunchShape(1, HEADS, TOKENS, TOKENS, DIM, BLOCK)),
-], ids=["as_dense", "reorder.plan", "permute_mask", "sim.simulate", "reference.plan"])
+], ids=["as_dense", "launch_order.plan", "permute_mask", "sim.simulate", "reference.plan"])
 def test_every_kv_index_entry_point_refuses_float_kv_num_blocks(mask, call):
     kv = _kv_form(mask, "kv_num_blocks")
-    _raises_naming("kv_num_blocks", lambda: call(kv, reorder.RowOrder.identity(HEADS, BLOCKS)))
+    _raises_naming("kv_num_blocks", lambda: call(kv, launch_order.RowOrder.identity(HEADS, BLOCKS)))
 
 
 # row 13: mask methods refuse non-finite Q/K and tensors on different devices
@@ -361,28 +362,31 @@ def test_a_tensor_that_is_no_permutation_is_no_launch_order_for_any_backend(back
 
 def test_an_order_that_is_neither_a_row_order_nor_a_tensor_is_refused(mask, qkv):
     q, k, v = qkv
-    with pytest.raises(ValueError, match=r"^order must be a reorder.RowOrder, its permutation tensor or None, got l"):
+    with pytest.raises(ValueError,
+                       match=r"^order must be a launch_order.RowOrder, its permutation tensor or None, got l"):
         kernels.get("reference")(q, k, v, mask, order=[[0, 1, 2, 3]] * HEADS, block_size=BLOCK)
 
 
 def test_an_order_over_other_blocks_is_refused_before_the_launch(mask, qkv):
     q, k, v = qkv
     with pytest.raises(ValueError, match=r"^order covers \(H, MB\) = \(3, 4\); the launch has \(H, MB\) = \(2, 4\)"):
-        kernels.get("reference")(q, k, v, mask, order=reorder.RowOrder.identity(3, BLOCKS), block_size=BLOCK)
+        kernels.get("reference")(q, k, v, mask, order=launch_order.RowOrder.identity(3, BLOCKS), block_size=BLOCK)
 
 
 def test_a_permutation_with_an_index_out_of_range_is_refused():
-    _raises_naming("perm", lambda: reorder.RowOrder.from_perm(torch.tensor([[0, 1, 7]]), wave_size=4, stages="none"))
+    _raises_naming("perm", lambda: launch_order.RowOrder.from_perm(torch.tensor([[0, 1, 7]]), wave_size=4,
+                                                                   stages="none"))
 
 
 def test_from_perm_refuses_stages_it_does_not_know():
-    _raises_naming("stages", lambda: reorder.RowOrder.from_perm(torch.tensor([[1, 0]]), wave_size=4, stages="bogus"))
+    _raises_naming("stages", lambda: launch_order.RowOrder.from_perm(torch.tensor([[1, 0]]), wave_size=4,
+                                                                     stages="bogus"))
 
 
 @pytest.mark.parametrize(("lead", "argument"), [((2,), "lead"), ((-1, 4), "lead[0]"), ((2, 0), "lead[1]"),
                                                 ((2, 4.5), "lead[1]")])
 def test_the_identity_order_needs_two_or_three_positive_sizes(lead, argument):
-    _raises_naming(argument, lambda: reorder.RowOrder.identity(*lead))
+    _raises_naming(argument, lambda: launch_order.RowOrder.identity(*lead))
 
 
 @pytest.mark.parametrize("wave_size", [3.9, True, "132"])
@@ -395,5 +399,5 @@ def test_skip_features_refuse_a_wave_size_that_is_not_an_integer(mask, wave_size
 def test_a_wave_larger_than_the_mask_is_one_wave_of_all_its_rows(mask):
     from wavealign.skip import mask_features
 
-    assert (mask_features.wave_working_set_bytes(mask, reorder.MAX_WAVE_SIZE)  # no padding to 2^31 rows
+    assert (mask_features.wave_working_set_bytes(mask, launch_order.MAX_WAVE_SIZE)  # no padding to 2^31 rows
             == mask_features.wave_working_set_bytes(mask, BLOCKS))

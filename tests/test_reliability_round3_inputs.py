@@ -18,8 +18,9 @@ import pytest
 import torch
 from test_reliability_runs import _parent_status, _sweep, _until
 
-from wavealign import bounded, kernels, masks, reorder, sim, synthetic, workloads
+from wavealign import bounded, kernels, launch_order, masks, sim, workloads
 from wavealign.jobs import cli
+from wavealign.masks import synthetic
 from wavealign.orchestrator import config, dataset, plan, stop, watchdog
 
 # a small CPU-only grid (2 cells) the config cases start from
@@ -225,10 +226,10 @@ SMALL_MASK = synthetic.random_mask(2, 8, 8, 0.5, seed=0)
 
 
 @pytest.mark.parametrize(("argument", "call"), [
-    ("RowOrder.identity", lambda: reorder.RowOrder.identity(10**6, 10**6)),
+    ("RowOrder.identity", lambda: launch_order.RowOrder.identity(10**6, 10**6)),
     ("dense mask", lambda: masks.get("dense").for_shape(10**4, 10**4, 10**4)),
     ("synthetic mask", lambda: synthetic.random_mask(10**3, 10**5, 10**5, 0.5)),
-    ("iters", lambda: reorder.plan(SMALL_MASK, wave_size=4, iters=10**9)),
+    ("iters", lambda: launch_order.plan(SMALL_MASK, wave_size=4, iters=10**9)),
     ("wave_size", lambda: sim.simulate(SMALL_MASK, hardware="h100", backend="flex", wave_size=10**9)),
     ("row_jitter", lambda: sim.simulate(SMALL_MASK, hardware="h100", backend="flex", row_jitter=1e6)),
     ("head_dim", lambda: sim.simulate(SMALL_MASK, hardware="h100", backend="flex", head_dim=10**9)),
@@ -330,7 +331,7 @@ def test_meta_tensors_are_refused_naming_them(backend):
     with pytest.raises(ValueError, match=r"^q is on the meta device"):
         kernels.get(backend)(q, q, q, SMALL_MASK[:, :2, :2], block_size=128)
     with pytest.raises(ValueError, match=r"^mask is on the meta device"):
-        reorder.plan(torch.ones(2, 4, 4, dtype=torch.bool, device="meta"), wave_size=2)
+        launch_order.plan(torch.ones(2, 4, 4, dtype=torch.bool, device="meta"), wave_size=2)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU machine runs flex")

@@ -8,7 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from wavealign import blockmask, kernels, reorder, skip, synthetic
+from wavealign import blockmask, kernels, launch_order, skip
+from wavealign.masks import synthetic
 from wavealign.reorderers.wavealign import stage1
 
 
@@ -24,9 +25,9 @@ def masks(draw, max_heads=3, max_blocks=40):
 
 
 @settings(max_examples=60, deadline=None)
-@given(mask=masks(), stages=st.sampled_from(reorder.STAGES), wave=st.integers(1, 16))
+@given(mask=masks(), stages=st.sampled_from(launch_order.STAGES), wave=st.integers(1, 16))
 def test_perm_is_a_permutation_per_head_and_inverse_inverts_it(mask, stages, wave):
-    order = reorder.plan(mask, wave_size=wave, stages=stages)
+    order = launch_order.plan(mask, wave_size=wave, stages=stages)
     mb = mask.shape[1]
     assert order.perm.shape == order.inverse.shape == mask.shape[:2]
     assert order.perm.dtype == torch.int64
@@ -37,7 +38,7 @@ def test_perm_is_a_permutation_per_head_and_inverse_inverts_it(mask, stages, wav
 @settings(max_examples=60, deadline=None)
 @given(mask=masks(), stages=st.sampled_from(["temporal", "both"]), wave=st.integers(1, 16))
 def test_nnz_is_non_increasing_within_each_wave_bucket(mask, stages, wave):
-    order = reorder.plan(mask, wave_size=wave, stages=stages)
+    order = launch_order.plan(mask, wave_size=wave, stages=stages)
     nnz = torch.gather(mask.sum(-1), 1, order.perm)
     for start in range(0, mask.shape[1], wave):
         bucket = nnz[:, start:start + wave]
@@ -46,15 +47,15 @@ def test_nnz_is_non_increasing_within_each_wave_bucket(mask, stages, wave):
 
 @settings(max_examples=40, deadline=None)
 @given(mask=masks(max_blocks=12), block=st.sampled_from([1, 4, 8]), ragged=st.integers(0, 7),
-       stages=st.sampled_from(reorder.STAGES))
+       stages=st.sampled_from(launch_order.STAGES))
 def test_permute_rows_then_restore_rows_is_the_identity(mask, block, ragged, stages):
     heads, mb, _ = mask.shape
     n = max(1, mb * block - min(ragged, block - 1))  # a ragged last block when ragged > 0
-    order = reorder.plan(mask, wave_size=3, stages=stages)
+    order = launch_order.plan(mask, wave_size=3, stages=stages)
     q = torch.randn(2, heads, n, 5)
-    permuted = reorder.permute_rows(q, order, block)
+    permuted = launch_order.permute_rows(q, order, block)
     assert permuted.shape[2] == mb * block  # whole blocks: a ragged one is padded where it lands
-    assert torch.equal(reorder.restore_rows(permuted, order, block, seq_len=n), q)
+    assert torch.equal(launch_order.restore_rows(permuted, order, block, seq_len=n), q)
     first_slot = int(order.perm[0, 0])
     assert torch.equal(permuted[:, 0, :1], q[:, 0, first_slot * block:first_slot * block + 1])
 
@@ -68,41 +69,41 @@ def test_readme_recipe_is_exact_when_the_sequence_is_not_a_multiple_of_the_block
     mask = torch.rand(2, mb, mb, generator=gen) < 0.6
     mask[..., 0] = True  # every row keeps a block, so every output row is defined
     q, k, v = (torch.randn(1, 2, seq_len, 16, generator=gen) for _ in range(3))
-    order = reorder.RowOrder.from_perm(torch.stack([torch.arange(mb).flip(0), torch.arange(mb).roll(1)]),
+    order = launch_order.RowOrder.from_perm(torch.stack([torch.arange(mb).flip(0), torch.arange(mb).roll(1)]),
                                        wave_size=2, stages="spatial")
     ref = kernels.get("reference")
-    qp = reorder.permute_rows(q, order, block_size=128)
-    op = ref(qp, k, v, reorder.permute_mask(mask, order), block_size=128)
-    out = reorder.restore_rows(op, order, block_size=128, seq_len=seq_len)
+    qp = launch_order.permute_rows(q, order, block_size=128)
+    op = ref(qp, k, v, launch_order.permute_mask(mask, order), block_size=128)
+    out = launch_order.restore_rows(op, order, block_size=128, seq_len=seq_len)
     assert torch.equal(out, ref(q, k, v, mask, block_size=128))
 
 
 def test_a_hand_built_order_that_is_no_permutation_is_refused_by_every_launch():
     # issue 39 item 7: an all-zero perm ran block 0 in every slot and left 512 of 768 output rows zero
     zeros = torch.zeros(2, 6, dtype=torch.long)
-    forged = reorder.RowOrder(perm=zeros, inverse=zeros, wave_size=2, stages="spatial")
+    forged = launch_order.RowOrder(perm=zeros, inverse=zeros, wave_size=2, stages="spatial")
     mask = torch.ones(2, 6, 6, dtype=torch.bool)
     q = torch.randn(1, 2, 6 * 8, 16)
     with pytest.raises(ValueError, match="permutation"):
         kernels.get("reference").plan(mask, forged, kernels.LaunchShape.of(q, q, block_size=8))
     with pytest.raises(ValueError, match="permutation"):
-        reorder.permute_rows(q, forged, block_size=8)
+        launch_order.permute_rows(q, forged, block_size=8)
 
 
 def test_a_hand_built_order_with_a_wrong_inverse_is_refused():
     perm = torch.arange(6).flip(0).expand(2, 6).contiguous()
-    forged = reorder.RowOrder(perm=perm, inverse=perm.roll(1, -1), wave_size=2, stages="spatial")
+    forged = launch_order.RowOrder(perm=perm, inverse=perm.roll(1, -1), wave_size=2, stages="spatial")
     with pytest.raises(ValueError, match="inverse"):
-        reorder.permute_rows(torch.randn(1, 2, 48, 4), forged, block_size=8)
+        launch_order.permute_rows(torch.randn(1, 2, 48, 4), forged, block_size=8)
 
 
 def test_an_identity_order_larger_than_memory_is_refused_before_allocating():
     with pytest.raises(ValueError, match=r"RowOrder.identity.*GiB"):
-        reorder.RowOrder.identity(10**6, 10**6)
+        launch_order.RowOrder.identity(10**6, 10**6)
 
 
 @settings(max_examples=15, deadline=None)
-@given(mask=masks(max_heads=2, max_blocks=10), stages=st.sampled_from(reorder.STAGES),
+@given(mask=masks(max_heads=2, max_blocks=10), stages=st.sampled_from(launch_order.STAGES),
        seed=st.integers(0, 1000))
 def test_reference_output_with_reorder_equals_it_without_bitwise(mask, stages, seed):
     heads, mb, nb = mask.shape
@@ -111,10 +112,10 @@ def test_reference_output_with_reorder_equals_it_without_bitwise(mask, stages, s
     q = torch.randn(1, heads, mb * block, 16, generator=gen)
     k, v = (torch.randn(1, heads, nb * block, 16, generator=gen) for _ in range(2))
     ref = kernels.get("reference")
-    order = reorder.plan(mask, wave_size=4, stages=stages)
+    order = launch_order.plan(mask, wave_size=4, stages=stages)
     plain = ref(q, k, v, mask, block_size=block)
-    gathered = reorder.restore_rows(
-        ref(reorder.permute_rows(q, order, block), k, v, reorder.permute_mask(mask, order), block_size=block),
+    gathered = launch_order.restore_rows(
+        ref(launch_order.permute_rows(q, order, block), k, v, launch_order.permute_mask(mask, order), block_size=block),
         order, block)
     in_kernel = ref(q, k, v, mask, order=order, block_size=block)
     assert torch.equal(plain, gathered)
@@ -124,8 +125,8 @@ def test_reference_output_with_reorder_equals_it_without_bitwise(mask, stages, s
 def test_stage1_groups_rows_of_planted_prototypes():
     mask = synthetic.planted_mask(3, 400, 400, density=0.2, prototypes=5, seed=3)
     # the mean K/V working set of a wave in each launch order (skip's own measure of it)
-    shuffled, spatial = (skip.wave_working_set_bytes(reorder.permute_mask(mask, order), order.wave_size)
-                         for order in (reorder.plan(mask, wave_size=64, stages=st) for st in ("none", "spatial")))
+    shuffled, spatial = (skip.wave_working_set_bytes(launch_order.permute_mask(mask, order), order.wave_size)
+                         for order in (launch_order.plan(mask, wave_size=64, stages=st) for st in ("none", "spatial")))
     assert spatial < 0.6 * shuffled
 
 
@@ -148,9 +149,9 @@ def test_subspace_iteration_matches_dense_svd_of_centered_mask(seed):
 
 def test_same_seed_gives_the_same_order_and_another_seed_still_a_valid_one():
     mask = synthetic.random_mask(4, 300, 300, 0.2, seed=5)
-    a, b = reorder.plan(mask, seed=7), reorder.plan(mask, seed=7)
+    a, b = launch_order.plan(mask, seed=7), launch_order.plan(mask, seed=7)
     assert torch.equal(a.perm, b.perm)
-    c = reorder.plan(mask, seed=8)
+    c = launch_order.plan(mask, seed=8)
     assert torch.equal(c.perm.sort(-1).values, a.perm.sort(-1).values)
 
 
@@ -164,47 +165,47 @@ def test_same_seed_gives_the_same_order_and_another_seed_still_a_valid_one():
 ])
 def test_degenerate_masks_fall_back_to_the_original_order_in_stage1(make):
     mask = make()
-    order = reorder.plan(mask, stages="spatial")
+    order = launch_order.plan(mask, stages="spatial")
     assert torch.equal(order.perm, torch.arange(mask.shape[1]).expand(mask.shape[0], -1))
 
 
 def test_mask_smaller_than_a_wave_is_one_bucket_sorted_by_nnz():
     mask = synthetic.fixed_nnz_mask(2, 50, 60, 0.3, nnz_spread=0.9, seed=1)
-    order = reorder.plan(mask, wave_size=132, stages="both")
+    order = launch_order.plan(mask, wave_size=132, stages="both")
     nnz = torch.gather(mask.sum(-1), 1, order.perm)
     assert (nnz[:, 1:] <= nnz[:, :-1]).all()
 
 
 def test_kv_index_form_gives_the_same_order_as_the_dense_mask():
     mask = synthetic.planted_mask(3, 100, 80, seed=2)
-    assert torch.equal(reorder.plan(blockmask.to_kv_indices(mask)).perm, reorder.plan(mask).perm)
+    assert torch.equal(launch_order.plan(blockmask.to_kv_indices(mask)).perm, launch_order.plan(mask).perm)
 
 
 def test_batched_mask_plans_each_batch_and_head():
     mask = torch.stack([synthetic.planted_mask(2, 60, 60, seed=s) for s in (1, 2)])
-    order = reorder.plan(mask, wave_size=16)
+    order = launch_order.plan(mask, wave_size=16)
     assert order.perm.shape == (2, 2, 60)
-    assert torch.equal(order.perm[1], reorder.plan(mask[1], wave_size=16).perm)
-    assert reorder.plan(mask[:1], wave_size=16).perm.shape == (2, 60)
-    assert torch.equal(reorder.permute_mask(mask, order)[1], reorder.permute_mask(
-        mask[1], reorder.plan(mask[1], wave_size=16)))
+    assert torch.equal(order.perm[1], launch_order.plan(mask[1], wave_size=16).perm)
+    assert launch_order.plan(mask[:1], wave_size=16).perm.shape == (2, 60)
+    assert torch.equal(launch_order.permute_mask(mask, order)[1], launch_order.permute_mask(
+        mask[1], launch_order.plan(mask[1], wave_size=16)))
 
 
 @pytest.mark.parametrize(("call", "message"), [
-    (lambda m: reorder.plan(m.int()), "dtype torch.bool"),
-    (lambda m: reorder.plan(m[0]), r"\(H, MB, NB\)"),
-    (lambda m: reorder.plan(m[:, :0]), "must not be empty"),
-    (lambda m: reorder.plan(m, stages="all"), "stages must be one of"),
-    (lambda m: reorder.plan(m, wave_size=0), "wave_size must be >= 1"),
-    (lambda m: reorder.plan(m, iters=0), "iters must be >= 1"),
-    (lambda m: reorder.plan((m.sum(-1),)), r"\(kv_num_blocks, kv_indices\)"),
-    (lambda m: reorder.permute_rows(torch.randn(1, 2, 100, 8), reorder.plan(m), 16), "MB=10"),
-    (lambda m: reorder.permute_rows(torch.randn(1, 3, 160, 8), reorder.plan(m), 16), "H=3 heads"),
-    (lambda m: reorder.permute_rows(torch.randn(2, 160, 8), reorder.plan(m), 16), r"\(B, H, N, D\)"),
-    (lambda m: reorder.permute_rows(torch.randn(1, 2, 0, 8), reorder.plan(m), 16), "must not be empty"),
-    (lambda m: reorder.restore_rows(torch.randn(1, 2, 160, 8), reorder.plan(m), 0), "block_size must be"),
-    (lambda m: reorder.permute_mask(m[:, :5], reorder.plan(m)), r"\(H, MB\)"),
-    (lambda m: reorder.permute_mask(m, reorder.plan(torch.stack([m, m]))), "order is batched with B=2"),
+    (lambda m: launch_order.plan(m.int()), "dtype torch.bool"),
+    (lambda m: launch_order.plan(m[0]), r"\(H, MB, NB\)"),
+    (lambda m: launch_order.plan(m[:, :0]), "must not be empty"),
+    (lambda m: launch_order.plan(m, stages="all"), "stages must be one of"),
+    (lambda m: launch_order.plan(m, wave_size=0), "wave_size must be >= 1"),
+    (lambda m: launch_order.plan(m, iters=0), "iters must be >= 1"),
+    (lambda m: launch_order.plan((m.sum(-1),)), r"\(kv_num_blocks, kv_indices\)"),
+    (lambda m: launch_order.permute_rows(torch.randn(1, 2, 100, 8), launch_order.plan(m), 16), "MB=10"),
+    (lambda m: launch_order.permute_rows(torch.randn(1, 3, 160, 8), launch_order.plan(m), 16), "H=3 heads"),
+    (lambda m: launch_order.permute_rows(torch.randn(2, 160, 8), launch_order.plan(m), 16), r"\(B, H, N, D\)"),
+    (lambda m: launch_order.permute_rows(torch.randn(1, 2, 0, 8), launch_order.plan(m), 16), "must not be empty"),
+    (lambda m: launch_order.restore_rows(torch.randn(1, 2, 160, 8), launch_order.plan(m), 0), "block_size must be"),
+    (lambda m: launch_order.permute_mask(m[:, :5], launch_order.plan(m)), r"\(H, MB\)"),
+    (lambda m: launch_order.permute_mask(m, launch_order.plan(torch.stack([m, m]))), "order is batched with B=2"),
     (lambda m: kernels.get("reference")(*(torch.randn(1, 2, 170, 8),) * 3, m, block_size=16), "mask has shape"),
     (lambda m: kernels.get("reference")(torch.randn(1, 2, 160, 8), torch.randn(1, 2, 160, 4),
                                         torch.randn(1, 2, 160, 4), m, block_size=16), "must share B, H"),
@@ -218,16 +219,16 @@ def test_bad_input_raises_a_value_error_naming_it(call, message):
 
 def test_permute_mask_keeps_the_kv_index_form_and_agrees_with_the_dense_form():
     mask = synthetic.random_mask(3, 9, 7, 0.4, seed=4)
-    order = reorder.plan(mask, wave_size=4)
-    kv_num, kv_idx = reorder.permute_mask(blockmask.to_kv_indices(mask), order)
-    assert torch.equal(blockmask.as_dense((kv_num, kv_idx)), reorder.permute_mask(mask, order))
+    order = launch_order.plan(mask, wave_size=4)
+    kv_num, kv_idx = launch_order.permute_mask(blockmask.to_kv_indices(mask), order)
+    assert torch.equal(blockmask.as_dense((kv_num, kv_idx)), launch_order.permute_mask(mask, order))
 
 
 def test_permute_mask_refuses_kv_lists_of_other_rows():
     mask = synthetic.random_mask(3, 9, 7, 0.4, seed=4)
     kv = blockmask.to_kv_indices(mask[:, :5])
     with pytest.raises(ValueError, match=r"\(H, MB\)"):
-        reorder.permute_mask(kv, reorder.plan(mask))
+        launch_order.permute_mask(kv, launch_order.plan(mask))
 
 
 def test_the_gpu_paths_closed_form_2x2_eigenproblem_matches_torch():
@@ -253,7 +254,7 @@ def test_packed_rows_are_padded_to_whole_16_word_chunks():
 def test_the_reference_kernel_takes_an_order_or_its_permutation_alike():
     mask = synthetic.random_mask(2, 4, 4, 0.5, seed=3)
     q, k, v = (torch.randn(1, 2, 64, 16) for _ in range(3))
-    order = reorder.plan(mask, wave_size=2)
+    order = launch_order.plan(mask, wave_size=2)
     attend = kernels.get("reference")
     assert torch.equal(attend(q, k, v, mask, order, block_size=16), attend(q, k, v, mask, order.perm, block_size=16))
 

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import wavealign
-from wavealign import reorder, reorderers, skip, synthetic
+from wavealign import launch_order, reorderers, skip
+from wavealign.masks import synthetic
 from wavealign.reorderers.wavealign import stage1
 
 BASELINES = ("hypergraph", "minhash", "lsh", "clustering")
@@ -29,7 +30,7 @@ def test_the_registry_has_the_nine_reorderers_each_with_a_conf_entry():
 @pytest.mark.parametrize("stages", ["spatial", "both"])
 def test_every_reorderer_returns_a_permutation_per_head(name, make, stages):
     mask = make()
-    order = reorder.plan(mask, wave_size=8, stages=stages, reorderer=name)
+    order = launch_order.plan(mask, wave_size=8, stages=stages, reorderer=name)
     mb = mask.shape[1]
     assert order.perm.shape == mask.shape[:2]
     assert torch.equal(order.perm.sort(-1).values, torch.arange(mb).expand(mask.shape[0], mb))
@@ -43,15 +44,15 @@ def test_every_reorderer_returns_a_permutation_per_head(name, make, stages):
 def test_baselines_give_permutations_on_any_shape(name, heads, mb, nb, density, wave, seed):
     mask = synthetic.random_mask(heads, mb, nb, density, seed=seed) if 0 < density < 1 else torch.full(
         (heads, mb, nb), density >= 1)
-    order = reorder.plan(mask, wave_size=wave, stages="both", reorderer=name, seed=seed)
+    order = launch_order.plan(mask, wave_size=wave, stages="both", reorderer=name, seed=seed)
     assert torch.equal(order.perm.sort(-1).values, torch.arange(mb).expand(heads, mb))
 
 
 @pytest.mark.parametrize("name", BASELINES)
 def test_a_seed_gives_the_same_order(name):
     mask = synthetic.planted_mask(2, 200, 120, density=0.2, prototypes=4, seed=2)
-    a = reorder.plan(mask, wave_size=32, stages="spatial", reorderer=name, seed=5)
-    b = reorder.plan(mask, wave_size=32, stages="spatial", reorderer=name, seed=5)
+    a = launch_order.plan(mask, wave_size=32, stages="spatial", reorderer=name, seed=5)
+    b = launch_order.plan(mask, wave_size=32, stages="spatial", reorderer=name, seed=5)
     assert torch.equal(a.perm, b.perm)
 
 
@@ -64,16 +65,16 @@ PLANTED_UNION_BOUND = 0.65
 @pytest.mark.parametrize("name", ["wavealign", *BASELINES])
 def test_planted_clusters_are_recovered_within_the_union_bound(name):
     mask = synthetic.planted_mask(3, 400, 400, density=0.2, prototypes=5, seed=3)
-    shuffled, grouped = (skip.wave_working_set_bytes(reorder.permute_mask(mask, order), order.wave_size)
-                         for order in (reorder.plan(mask, wave_size=64, stages="none"),
-                                       reorder.plan(mask, wave_size=64, stages="spatial", reorderer=name)))
+    shuffled, grouped = (skip.wave_working_set_bytes(launch_order.permute_mask(mask, order), order.wave_size)
+                         for order in (launch_order.plan(mask, wave_size=64, stages="none"),
+                                       launch_order.plan(mask, wave_size=64, stages="spatial", reorderer=name)))
     assert grouped <= PLANTED_UNION_BOUND * shuffled, f"{name}: {grouped:.0f} vs shuffled {shuffled:.0f}"
 
 
 def test_stage2_after_a_baseline_sorts_each_wave_by_descending_nnz_and_keeps_its_rows():
     mask = synthetic.random_mask(2, 90, 70, 0.3, seed=4)
-    grouped = reorder.plan(mask, wave_size=16, stages="spatial", reorderer="minhash")
-    both = reorder.plan(mask, wave_size=16, stages="both", reorderer="minhash")
+    grouped = launch_order.plan(mask, wave_size=16, stages="spatial", reorderer="minhash")
+    both = launch_order.plan(mask, wave_size=16, stages="both", reorderer="minhash")
     nnz = mask.sum(-1)
     for start in range(0, 90, 16):
         a, b = grouped.perm[:, start:start + 16], both.perm[:, start:start + 16]
@@ -90,7 +91,7 @@ def test_hypergraph_parts_are_whole_waves():
     order = hypergraph.layout(torch.tensor([[0] * 32 + [1] * 4 + [2] * 32 + [3] * 32]), wave_size=32)
     # the short part (label 1) goes last, so every full part starts on a wave boundary
     assert order[0, -4:].tolist() == [32, 33, 34, 35]
-    assert reorder.plan(mask, wave_size=32, stages="spatial", reorderer="hypergraph").perm.shape == (1, 100)
+    assert launch_order.plan(mask, wave_size=32, stages="spatial", reorderer="hypergraph").perm.shape == (1, 100)
 
 
 @pytest.mark.parametrize(("name", "params", "needle"), [
@@ -104,17 +105,17 @@ def test_hypergraph_parts_are_whole_waves():
 def test_bad_reorderer_params_are_errors_naming_them(name, params, needle):
     mask = synthetic.random_mask(1, 20, 20, 0.3, seed=0)
     with pytest.raises(ValueError) as err:
-        reorder.plan(mask, wave_size=4, reorderer=name, **params)
+        launch_order.plan(mask, wave_size=4, reorderer=name, **params)
     assert needle in str(err.value)
 
 
 def test_an_unknown_reorderer_lists_the_known():
     with pytest.raises(ValueError) as err:
-        reorder.plan(torch.ones(1, 4, 4, dtype=torch.bool), reorderer="metis")
+        launch_order.plan(torch.ones(1, 4, 4, dtype=torch.bool), reorderer="metis")
     assert "unknown reorderer 'metis'" in str(err.value) and "minhash" in str(err.value)
 
 
 def test_wavealign_reorderer_is_todays_stage_one():
     mask = synthetic.random_mask(3, 120, 90, 0.25, seed=6)
-    assert torch.equal(reorder.plan(mask, wave_size=16, reorderer="wavealign").perm,
-                       reorder.temporal_order(mask.sum(-1), stage1.spatial_order(mask, seed=0), 16))
+    assert torch.equal(launch_order.plan(mask, wave_size=16, reorderer="wavealign").perm,
+                       launch_order.temporal_order(mask.sum(-1), stage1.spatial_order(mask, seed=0), 16))

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import wavealign
-from wavealign import kernels, masks, reorder, reorderers, synthetic, variants
+from wavealign import kernels, launch_order, masks, reorderers, variants
 from wavealign.attention import AttentionStep
+from wavealign.masks import synthetic
 from wavealign.orchestrator import config, grid
 from wavealign.records import Cell
 from wavealign.reorderers.curve import block_positions, curve_order, hilbert_index
@@ -19,10 +20,10 @@ BLOCK = 16
 MB = -(-LATENT[0] * LATENT[1] * LATENT[2] // BLOCK)
 
 
-def plan(mask: torch.Tensor, name: str, stages: str = "spatial", seed: int = 0) -> reorder.RowOrder:
+def plan(mask: torch.Tensor, name: str, stages: str = "spatial", seed: int = 0) -> launch_order.RowOrder:
     """``name``'s order of ``mask``, the curve given the latent its MB blocks cut."""
     params = {"latent": LATENT, "block_size": BLOCK} if name == "curve" else {}
-    return reorder.plan(mask, wave_size=3, stages=stages, seed=seed, reorderer=name, **params)
+    return launch_order.plan(mask, wave_size=3, stages=stages, seed=seed, reorderer=name, **params)
 
 
 @pytest.mark.parametrize("name", STATIC)
@@ -101,12 +102,12 @@ def test_curve_orders_blocks_by_the_hilbert_index_of_their_position_on_every_hea
 
 def test_curve_refuses_a_missing_latent_naming_it():
     with pytest.raises(ValueError, match=r"reorderer 'curve' needs latent=\(T, H, W\)"):
-        reorder.plan(torch.ones(1, MB, 4, dtype=torch.bool), reorderer="curve", stages="spatial")
+        launch_order.plan(torch.ones(1, MB, 4, dtype=torch.bool), reorderer="curve", stages="spatial")
 
 
 def test_curve_refuses_a_latent_that_cuts_another_number_of_blocks():
     with pytest.raises(ValueError, match=r"latent=\(3, 5, 7\).*makes 7 query blocks, but the mask has MB=8"):
-        reorder.plan(torch.ones(1, 8, 4, dtype=torch.bool), reorderer="curve", stages="spatial", latent=LATENT,
+        launch_order.plan(torch.ones(1, 8, 4, dtype=torch.bool), reorderer="curve", stages="spatial", latent=LATENT,
                      block_size=BLOCK)
 
 
@@ -126,9 +127,10 @@ def test_outputs_in_every_order_equal_the_original_order_s_bitwise_on_a_ragged_l
     q, k, v = (torch.randn(1, 2, n, 16, generator=gen) for _ in range(3))
     order = plan(mask, name, stages)
     ref = kernels.get("reference")
-    permuted = ref(reorder.permute_rows(q, order, BLOCK), k, v, reorder.permute_mask(mask, order), block_size=BLOCK)
+    permuted = ref(launch_order.permute_rows(q, order, BLOCK), k, v, launch_order.permute_mask(mask, order),
+                   block_size=BLOCK)
     plain = ref(q, k, v, mask, block_size=BLOCK)
-    assert torch.equal(reorder.restore_rows(permuted, order, BLOCK, seq_len=n), plain)
+    assert torch.equal(launch_order.restore_rows(permuted, order, BLOCK, seq_len=n), plain)
     assert torch.equal(ref(q, k, v, mask, order=order, block_size=BLOCK), plain)
 
 

@@ -17,7 +17,7 @@ from wavealign.orchestrator import config, grid
 from wavealign.workloads.rope import positions
 from wavealign.workloads.scene import SceneConfig, draw_scene, object_centres, scene_at
 
-synthetic_module = importlib.import_module("wavealign.workloads.synthetic")
+synthetic_module = importlib.import_module("wavealign.workloads.clusters")
 SMALL = ("wan2.1-1.3b", 9, "480p")  # 3 latent frames x 30 x 52 = 4680 tokens
 LONG = ("wan2.1-1.3b", 61, "480p")  # 16 latent frames, 24,960 tokens: two generator chunks
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from wavealign import hardware, kernels, reorder, sim
-from wavealign.synthetic import fixed_nnz_mask, planted_mask, random_mask
+from wavealign import hardware, kernels, launch_order, sim
+from wavealign.masks.synthetic import fixed_nnz_mask, planted_mask, random_mask
 
 KV_BLOCK_BYTES = 2 * 128 * 128 * 2  # K + V tiles of 128 tokens x head_dim 128, bf16
 
@@ -117,7 +117,7 @@ def test_wavealign_reorder_raises_the_hit_ratio_of_a_planted_mask():
     """Rows drawn from a few prototypes and shuffled hit little; Stage 1 + 2 regroup them per wave."""
     mask = planted_mask(2, 256, 256, 0.25, prototypes=8, seed=3)
     gpu = tiny_gpu(sms=16, cache_blocks=24)
-    order = reorder.plan(mask, wave_size=gpu.sm_count, stages="both")
+    order = launch_order.plan(mask, wave_size=gpu.sm_count, stages="both")
     original = sim.simulate(mask, **on(gpu), backend="flex")
     reordered = sim.simulate(mask, order, **on(gpu), backend="flex")
     assert reordered.l2_hit_ratio > original.l2_hit_ratio + 0.2
@@ -127,7 +127,7 @@ def test_wavealign_reorder_raises_the_hit_ratio_of_a_planted_mask():
 def test_reordering_moves_reads_not_work():
     """A reorder changes which reads hit, never how many reads or how many steps of work there are."""
     mask = planted_mask(2, 64, 64, 0.3, seed=4)
-    order = reorder.plan(mask, wave_size=8, stages="both")
+    order = launch_order.plan(mask, wave_size=8, stages="both")
     gpu = tiny_gpu(sms=8, cache_blocks=8)
     a, b = sim.simulate(mask, **on(gpu)), sim.simulate(mask, order, **on(gpu))
     assert sum(h.l2_lookups for h in a.per_head) == sum(h.l2_lookups for h in b.per_head) == int(mask.sum())

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from wavealign import kernels, pipeline, reorder, sim
+from wavealign import kernels, launch_order, pipeline, sim
 from wavealign.kernels import ExecutionFacts
 from wavealign.records import Cell
 from wavealign.skip import plan_cost
@@ -56,11 +56,11 @@ def test_a_unit_reads_each_kv_block_once_for_both_of_its_query_tiles():
 def test_a_wavealign_order_planned_on_the_units_is_a_permutation_of_units_the_b200_runs():
     mask = random_mask(3, 11, 11)
     units = sim.coarsen_rows(mask, 2)
-    order = reorder.plan(units, wave_size=kernels.get("fa4").wave_size("b200"))
+    order = launch_order.plan(units, wave_size=kernels.get("fa4").wave_size("b200"))
     assert torch.equal(order.perm.sort(dim=-1).values, torch.arange(6).expand(3, 6))
     assert sim.simulate(mask, order, hardware="b200", backend="fa4").l2_hit_ratio >= 0
     with pytest.raises(ValueError, match="coarsen_rows"):  # an order of 128-row blocks is not one the kernel runs
-        sim.simulate(mask, reorder.plan(mask, wave_size=148), hardware="b200", backend="fa4")
+        sim.simulate(mask, launch_order.plan(mask, wave_size=148), hardware="b200", backend="fa4")
 
 
 def test_the_static_persistent_scheduler_gives_slot_s_entries_s_s_plus_wave_and_so_on_whatever_they_cost():

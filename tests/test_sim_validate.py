@@ -14,8 +14,9 @@ import json
 import pytest
 import torch
 
-from wavealign import inputs, kernels, mask_file, pipeline, reorder, sim, synthetic
+from wavealign import inputs, kernels, launch_order, pipeline, sim
 from wavealign.jobs import validate_sim
+from wavealign.masks import npz, synthetic
 from wavealign.orchestrator import dataset
 from wavealign.records import Cell
 
@@ -28,14 +29,14 @@ WAVE = kernels.get("flex").wave_size("h200")
 def _fabricated_rows(tmp_path, l2_shift_pts: float = 0.0, dram_scale: float = 1.0) -> list[dict]:
     """NCU-shaped rows whose 'measured' values are h200 simulations of the generator's own masks, shifted."""
     rows = []
-    mask_file.save(tmp_path / "xattention.npz", synthetic.planted_mask(2, 24, 24, 0.3, seed=9))
+    npz.save(tmp_path / "xattention.npz", synthetic.planted_mask(2, 24, 24, 0.3, seed=9))
     cases = [("random", 0, 2048, synthetic.random_mask(2, 16, 16, 0.3, seed=0), ""),
              ("planted", 1, 2048, synthetic.planted_mask(2, 16, 16, 0.3, seed=1), ""),
              ("xattention", 9, 3072, None, str(tmp_path / "xattention.npz"))]
     for kind, seed, seq_len, mask, mask_path in cases:
-        mask = mask_file.load(mask_path) if mask_path else mask
+        mask = npz.load(mask_path) if mask_path else mask
         for stages in STAGES:
-            order = None if stages == "none" else reorder.plan(mask, wave_size=WAVE, stages=stages)
+            order = None if stages == "none" else launch_order.plan(mask, wave_size=WAVE, stages=stages)
             r = sim.simulate(mask, order, hardware="h200", backend="flex", block_size=128)
             rows.append({"backend": "flex", "stages": stages, "mask_kind": kind, "seq_len": seq_len, "heads": 2,
                          "block_size": 128, "head_dim": 128, "density": 0.3, "seed": seed,
@@ -111,8 +112,8 @@ def test_a_method_mask_without_a_mask_file_is_rejected(tmp_path):
 
 def test_packed_masks_round_trip(tmp_path):
     mask = synthetic.random_mask(3, 5, 13, 0.4, seed=1)
-    mask_file.save(tmp_path / "m.npz", mask)
-    assert torch.equal(mask_file.load(tmp_path / "m.npz"), mask)
+    npz.save(tmp_path / "m.npz", mask)
+    assert torch.equal(npz.load(tmp_path / "m.npz"), mask)
 
 
 def test_masks_regenerate_exactly_as_bench_kernels_made_them(tmp_path):

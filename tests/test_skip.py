@@ -6,7 +6,8 @@ import os
 import pytest
 import torch
 
-from wavealign import hardware, skip, synthetic
+from wavealign import hardware, skip
+from wavealign.masks import synthetic
 
 
 def test_features_of_a_hand_made_mask():

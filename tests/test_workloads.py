@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import save_file
 
 from wavealign import workloads
+from wavealign.workloads.clusters import GEN_CHUNK_TOKENS
 from wavealign.workloads.rope import apply_rope, positions
-from wavealign.workloads.synthetic import GEN_CHUNK_TOKENS
 
 # the generator module (the package exports its function ``synthetic`` under the same name)
-synthetic_module = importlib.import_module("wavealign.workloads.synthetic")
+synthetic_module = importlib.import_module("wavealign.workloads.clusters")
 SMALL = ("wan2.1-1.3b", 9, "480p")  # 3 latent frames x 30 x 52 = 4680 tokens
 
 

@@ -1,7 +1,7 @@
 """WaveAlign: wave-aligned query-row reordering for dynamic block-sparse attention.
 
 Submodules follow the data flow: ``workloads -> masks -> attention (skip -> reorder -> kernels) -> measurers``.
-Import what you need, e.g. ``from wavealign import reorder``.
+Import what you need, e.g. ``from wavealign import launch_order``.
 
 The sweep machinery lives under this name too: ``wavealign.orchestrator``, ``wavealign.jobs`` (the ``wavealign``
 commands) and ``wavealign.analysis``, with the sweep's Hydra configs in ``conf_dir()``.

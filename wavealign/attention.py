@@ -21,9 +21,9 @@ from typing import Any, TypeVar
 
 import torch
 
-from wavealign import kernels, masks, reorder, reorderers, skip, variants, workloads
+from wavealign import kernels, launch_order, masks, reorderers, skip, variants, workloads
+from wavealign.instruments.timing import synced_clock
 from wavealign.kernels import Launch, LaunchShape
-from wavealign.measure.timing import synced_clock
 from wavealign.records import DEFAULT_REORDERER, Cell
 
 T = TypeVar("T")
@@ -39,7 +39,7 @@ def time_once(plan: Callable[[], T], device: torch.device, warmup: bool = False)
 
 
 @dataclass(frozen=True)
-class Decision:
+class LaunchDecision:
     """The stages a step runs (its variant's, or ``none`` where the skip policy vetoed them) and the policy's
     verdict behind it: ``skip_reorder`` whether reordering pays (None where the policy was not asked), ``reason``
     and ``predicted_gain_ms``."""
@@ -60,8 +60,8 @@ class Prepared:
     cost."""
 
     mask: torch.Tensor
-    decision: Decision
-    order: reorder.RowOrder | None
+    decision: LaunchDecision
+    order: launch_order.RowOrder | None
     reorder_ms: float
 
 
@@ -99,7 +99,7 @@ class AttentionStep:
         return skip.features(mask, self.hardware, block_size=self.block_size, head_dim=head_dim,
                              wave_size=self.wave_size)
 
-    def decide(self, features: skip.SkipFeatures | None) -> Decision:
+    def decide(self, features: skip.SkipFeatures | None) -> LaunchDecision:
         """The skip policy's verdict on ``features`` and the stages that follow from it. ``features`` may be None
         for a variant the policy cannot veto (the verdict is then not asked). Without a skip profile for the GPU the
         verdict is to reorder, saying so."""
@@ -107,7 +107,7 @@ class AttentionStep:
             if self.variant.skip == "policy":
                 raise ValueError(f"variant {self.variant.name!r} lets the skip policy decide: it needs the mask's "
                                  "features")
-            return Decision(self.variant.stages, None, f"variant {self.variant.name!r} forces its stages")
+            return LaunchDecision(self.variant.stages, None, f"variant {self.variant.name!r} forces its stages")
         try:
             profile = skip.load_profile(self.hardware)
         except ValueError as exc:
@@ -116,9 +116,9 @@ class AttentionStep:
             verdict = skip.SkipPolicy(profile).decide(features)
             skip_reorder, reason, gain = bool(verdict.reorder), verdict.reason, float(verdict.predicted_gain_ms)
         stages = self.variant.stages if self.variant.skip == "force" or skip_reorder else "none"
-        return Decision(stages, skip_reorder, reason, gain)
+        return LaunchDecision(stages, skip_reorder, reason, gain)
 
-    def plan_order(self, mask: torch.Tensor, stages: str) -> reorder.RowOrder:
+    def plan_order(self, mask: torch.Tensor, stages: str) -> launch_order.RowOrder:
         """The launch order of ``mask`` for ``stages``: this step's reorderer, then Stage 2 where ``stages`` says. A
         reorderer that declares one of ``reorderers.STEP_PARAMS`` gets this step's value of it; one that reads the
         latent position of a block (declares ``latent``) refuses a token-ordered mask."""
@@ -127,8 +127,8 @@ class AttentionStep:
             raise ValueError(refused)
         facts = {"latent": self.latent, "block_size": self.block_size}
         params = {**self.reorderer_params, **{k: facts[k] for k in reorderers.STEP_PARAMS if k in declared}}
-        return reorder.plan(mask, wave_size=self.wave_size, stages=stages, seed=self.seed, reorderer=self.reorderer,
-                            **params)
+        return launch_order.plan(mask, wave_size=self.wave_size, stages=stages, seed=self.seed,
+                                 reorderer=self.reorderer, **params)
 
     def prepare(self, mask: torch.Tensor, *, features: skip.SkipFeatures | None = None,
                 timer: PlanTimer = time_once) -> Prepared:
@@ -147,10 +147,10 @@ class AttentionStep:
         the original order's (``features``) when it applies none."""
         if prepared.order is None:
             return features.wave_working_set_bytes
-        return skip.wave_working_set_bytes(reorder.permute_mask(prepared.mask, prepared.order), self.wave_size,
+        return skip.wave_working_set_bytes(launch_order.permute_mask(prepared.mask, prepared.order), self.wave_size,
                                            self.block_size, head_dim)
 
-    def launch(self, mask: torch.Tensor, order: reorder.RowOrder | None, shape: LaunchShape) -> Launch:
+    def launch(self, mask: torch.Tensor, order: launch_order.RowOrder | None, shape: LaunchShape) -> Launch:
         """``backend.plan``: the launch of ``mask`` in ``order`` for ``shape``."""
         return kernels.get(self.backend).plan(mask, order, shape, **self.backend_params)
 

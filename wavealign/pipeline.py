@@ -17,12 +17,12 @@ import traceback
 
 import torch
 
-from wavealign import environment, measurers, placement, skip
+from wavealign import environment, measurers, metrics, placement, skip
 from wavealign.attention import AttentionStep
 from wavealign.inputs import QKV, InputCache, launch_shape
-from wavealign.measure import timing
+from wavealign.instruments import timing
 from wavealign.measurers import Measurement
-from wavealign.records import ORIGINAL_VARIANT, Cell, CellResult, Environment
+from wavealign.records import Cell, CellResult, Environment
 
 # the skip features every result records, as SkipFeatures names them
 FEATURE_FIELDS = ("num_q_blocks", "num_kv_blocks", "density", "nnz_mean", "nnz_cv", "adjacent_jaccard",
@@ -118,16 +118,42 @@ def _measure(cell: Cell, mask: torch.Tensor, features: skip.SkipFeatures, qkv: Q
 
 def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
     """Each cell's total (reorder + kernel) ms, and its kernel and net (reorder counted) speedups against the group's
-    original variant, measured beside it."""
+    original variant, measured beside it, with their intervals and verdicts (``wavealign.metrics``): paired ratios
+    of the reps where the group was timed in rounds, else the two samples compared apart; a prediction's point
+    alone."""
     for r in results:
         if r.status == "done":
             r.total_ms = r.reorder_ms + r.kernel_ms_median
-    originals = [r for c, r in zip(cells, results, strict=True)
-                 if c.variant == ORIGINAL_VARIANT and r.status == "done"]
-    if not originals:
+    baseline = next((r for c, r in zip(cells, results, strict=True)
+                     if metrics.is_baseline(c.variant) and r.status == "done" and r.kernel_ms_median > 0), None)
+    if baseline is None:
         return
-    reference_ms = originals[0].kernel_ms_median
     for r in results:
-        if r.status == "done" and r.kernel_ms_median > 0:
-            r.speedup_vs_original = reference_ms / r.kernel_ms_median
-            r.net_speedup_vs_original = reference_ms / r.total_ms
+        if r.status != "done" or not r.kernel_ms_median > 0:
+            continue
+        r.speedup_vs_original = metrics.speedup(baseline.kernel_ms_median, r.kernel_ms_median)
+        r.net_speedup_vs_original = metrics.speedup(baseline.kernel_ms_median, r.total_ms)
+        if r is baseline:
+            continue
+        r.verdict_tolerance = metrics.TOLERANCE
+        kernel, net = _intervals(baseline, r)
+        if kernel is not None:
+            r.speedup_vs_original, r.speedup_ci_low, r.speedup_ci_high = kernel.point, kernel.low, kernel.high
+            r.net_speedup_vs_original, r.net_speedup_ci_low, r.net_speedup_ci_high = net.point, net.low, net.high
+            r.speedup_outliers = kernel.outliers
+        r.verdict = metrics.verdict(r.speedup_ci_low, r.speedup_ci_high, point=r.speedup_vs_original)
+        r.net_verdict = metrics.verdict(r.net_speedup_ci_low, r.net_speedup_ci_high,
+                                        point=r.net_speedup_vs_original)
+
+
+def _intervals(baseline: CellResult, r: CellResult) -> tuple[metrics.Ratio, metrics.Ratio] | tuple[None, None]:
+    """The kernel and net speedups of ``r`` over ``baseline`` from their reps: paired when both were timed in the
+    same rounds, else as two samples (``None`` for a prediction, or reps not recorded)."""
+    if r.simulated or not r.kernel_ms_reps or not baseline.kernel_ms_reps:
+        return None, None
+    reorder_ms = r.reorder_ms if r.reorder_ms == r.reorder_ms else 0.0
+    if r.paired and baseline.paired and len(r.kernel_ms_reps) == len(baseline.kernel_ms_reps):
+        return (metrics.paired_ratio(baseline.kernel_ms_reps, r.kernel_ms_reps),
+                metrics.paired_ratio(baseline.kernel_ms_reps, r.kernel_ms_reps, extra_ms=reorder_ms))
+    return (metrics.independent_ratio(baseline.kernel_ms_reps, r.kernel_ms_reps),
+            metrics.independent_ratio(baseline.kernel_ms_reps, [t + reorder_ms for t in r.kernel_ms_reps]))

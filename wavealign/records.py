@@ -37,7 +37,7 @@ class Cell:
     backend: str  # the kernel that runs (or whose launch is simulated)
     method: str
     variant: str  # wavealign.variants; its stages and skip mode below
-    stages: str  # reorder.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
+    stages: str  # launch_order.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
     skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
     workload: str
     seq_len_tokens: int
@@ -101,14 +101,31 @@ class CellResult:
     kernel_ms_iqr: float = math.nan
     # the first call's wall time (compile/JIT + one run), kept apart; it is the first of the ``warmup`` calls
     first_call_ms: float = math.nan
-    reorder_ms: float = math.nan  # reorder.plan cost (0 when no reorder was applied); see reorder_cost
+    reorder_ms: float = math.nan  # launch_order.plan cost (0 when no reorder was applied); see reorder_cost
     # "measured" (timed where the kernel runs), or how a simulated cell's cost on its GPU was predicted
     reorder_cost: str | None = None
-    host_reorder_ms: float = math.nan  # simulated cells: reorder.plan timed on the host CPU, never added to a kernel
+    # simulated cells: launch_order.plan timed on the host CPU, never added to a kernel
+    host_reorder_ms: float = math.nan
     launch_plan_ms: float = math.nan  # backend.plan: the mask in the kernel's format, rows in launch order
     total_ms: float = math.nan  # reorder + kernel
-    speedup_vs_original: float = math.nan  # the group's original-variant kernel time / this one's
+    # every timed repetition's kernel ms, in the order taken; in a paired group (``paired``) rep i of every cell was
+    # taken in the same round, one launch after the other
+    kernel_ms_reps: list[float] = field(default_factory=list)
+    paired: bool = False  # timed alternately with its group's other cells, rep by rep (metrics.paired_ratio)
+    reps_throttled: int = 0  # rounds dropped because the GPU throttled while they ran (wavealign.gpu_state)
+    # the speedups over the group's original variant and their intervals at metrics.LEVEL (metrics.paired_ratio of
+    # the reps; NaN where no interval applies: a simulated cell, or one rep) and verdicts (metrics.verdict, with
+    # ``verdict_tolerance``); the original variant's own row is 1 with no verdict
+    speedup_vs_original: float = math.nan  # the original's kernel time / this one's
+    speedup_ci_low: float = math.nan
+    speedup_ci_high: float = math.nan
     net_speedup_vs_original: float = math.nan  # the original's kernel time / this one's total (reorder counted)
+    net_speedup_ci_low: float = math.nan
+    net_speedup_ci_high: float = math.nan
+    speedup_outliers: int = 0  # reps' ratios outside Tukey's fences, left out of the speedup (metrics)
+    verdict: str | None = None  # faster / slower / same / ambiguous, on speedup_vs_original
+    net_verdict: str | None = None  # the same on net_speedup_vs_original
+    verdict_tolerance: float = math.nan
     stages_applied: str | None = None
     reorder_applied: bool | None = None
     # mask statistics and skip features (wavealign.skip.SkipFeatures), original order
@@ -145,4 +162,17 @@ class CellResult:
     # previous group ran; also for the groups after it that reuse them
     inputs_prefetched: bool = False
     cell_wall_s: float = math.nan  # the cell's own work on the worker
+    # the GPU's state before the cell's first timed rep and after its last (NVML: wavealign.gpu_state); NaN/None on
+    # a CPU. Clocks are never changed here; ``gpu_clocks_locked`` records a user's locked (application) clocks
+    gpu_sm_clock_mhz_before: float = math.nan
+    gpu_sm_clock_mhz_after: float = math.nan
+    gpu_mem_clock_mhz_before: float = math.nan
+    gpu_mem_clock_mhz_after: float = math.nan
+    gpu_power_w_before: float = math.nan
+    gpu_power_w_after: float = math.nan
+    gpu_temperature_c_before: float = math.nan
+    gpu_temperature_c_after: float = math.nan
+    gpu_throttle_before: str | None = None  # the active throttle reasons, comma-separated ("" when none)
+    gpu_throttle_after: str | None = None
+    gpu_clocks_locked: bool | None = None
     environment: Environment = field(default_factory=Environment)

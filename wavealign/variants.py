@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from wavealign.launch_order import STAGES
 from wavealign.records import ORIGINAL_VARIANT
-from wavealign.reorder import STAGES
 
 # "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order
 SKIP_MODES = ("force", "policy")
@@ -27,7 +27,7 @@ PAPER_LABELS: Mapping[str, str] = MappingProxyType(
 
 @dataclass(frozen=True)
 class Variant:
-    """A launch order to ask of every mask: ``stages`` (``reorder.STAGES``), and ``skip``, whether the skip policy
+    """A launch order to ask of every mask: ``stages`` (``launch_order.STAGES``), and ``skip``, whether the skip policy
     may veto them (``SKIP_MODES``)."""
 
     name: str

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from wavealign import hardware as hardware_registry
-from wavealign import kernels, masks, placement, reorder, reorderers, skip, variants
+from wavealign import kernels, launch_order, masks, placement, reorderers, skip, variants
 from wavealign.attention import AttentionStep, Prepared, time_once
 from wavealign.blockmask import check_int
 from wavealign.kernels import Launch, LaunchShape
@@ -135,7 +135,7 @@ class BlockSparseAttention:
                 raise ValueError("wave_size=None needs a GPU to take the backend's wave from; this process sees none "
                                  "(or an unknown one): pass hardware='h200' (any wavealign.hardware id) or wave_size")
             self.wave_size = backend.wave_size(self.hardware)
-        self.wave_size = check_int("wave_size", self.wave_size, lo=1, hi=reorder.MAX_WAVE_SIZE)
+        self.wave_size = check_int("wave_size", self.wave_size, lo=1, hi=launch_order.MAX_WAVE_SIZE)
         if variant.skip == "policy":
             if self.hardware is None:
                 raise ValueError(f"reorder={self.reorder!r} needs hardware= (a wavealign.hardware id with a skip "

@@ -4,7 +4,7 @@
     out = launch.run(q, k, v)                                                          # many times
 
 ``mask`` is a bool block mask (H, MB, NB) or (B, H, MB, NB) (or its kv-index form); ``order`` a
-``reorder.RowOrder`` or None. A launch runs query blocks in ``order.perm`` launch order and returns the
+``launch_order.RowOrder`` or None. A launch runs query blocks in ``order.perm`` launch order and returns the
 output in the original order, so a reorder never changes the result. Planning (format conversion,
 scheduling metadata, the permuted mask) happens once, in ``plan``; ``run`` is what a user's step pays.
 
@@ -180,18 +180,18 @@ def _always() -> bool:
 
 
 def _checked_plan(plan: Callable[..., Launch], name: str, needs_gpu: bool) -> Callable[..., Launch]:
-    """``plan`` taking its order through ``reorder.check_launch_order`` and, for a backend that needs a GPU, refusing
-    q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder`` over the launch's
-    (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would compile for
-    minutes there before failing)."""
+    """``plan`` taking its order through ``launch_order.check_launch_order`` and, for a backend that needs a GPU,
+    refusing q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder`` over the
+    launch's (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would
+    compile for minutes there before failing)."""
     if getattr(plan, "checks_order", False):
         return plan
 
     @functools.wraps(plan)
     def checked(mask, order, shape: LaunchShape, *args: Any, **options: Any) -> Launch:
-        from wavealign import reorder
+        from wavealign import launch_order
 
-        order = reorder.check_launch_order(order, shape.heads, shape.q_blocks)
+        order = launch_order.check_launch_order(order, shape.heads, shape.q_blocks)
         if needs_gpu and shape.device.type != "cuda":
             raise ValueError(f"backend {name!r} runs on a CUDA GPU; q/k/v are on {shape.device}: move them to "
                              f"cuda, or use a backend that runs on the CPU ({_cpu_backends()})")

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from wavealign import blockmask, reorder
+from wavealign import blockmask, launch_order
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 from wavealign.kernels.sparse_formats import (
     BlockLists,
@@ -36,7 +36,7 @@ from wavealign.kernels.sparse_formats import (
     full_block_lists,
     permute_block_lists,
 )
-from wavealign.reorder import block_gather
+from wavealign.launch_order import block_gather
 
 FA4_VERSION = "4.0.0b36"
 REQUIREMENT = KernelRequirement(backend="fa4", distribution="flash-attn-4", version=FA4_VERSION,
@@ -51,7 +51,7 @@ def _flash_attn():
     return flash_attn_func, BlockSparseTensorsTorch
 
 
-def launch_lists(mask: blockmask.MaskLike, order: reorder.RowOrder | None, batch: int = 1) -> BlockLists:
+def launch_lists(mask: blockmask.MaskLike, order: launch_order.RowOrder | None, batch: int = 1) -> BlockLists:
     """The full-block lists FA4 runs, (``batch``, H, MB[, K]) on the mask's device: the mask's rows, in
     ``order``'s launch order when one is given."""
     lists = full_block_lists(blockmask.as_dense(mask))
@@ -70,7 +70,7 @@ class FA4Launch:
 
     shape: LaunchShape
     sparse: Any  # flash_attn.cute.block_sparsity.BlockSparseTensorsTorch
-    order: reorder.RowOrder | None
+    order: launch_order.RowOrder | None
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.shape.check_qkv(q, k, v)
@@ -85,7 +85,7 @@ class FA4Launch:
         return block_gather.scatter_blocks(out, self.order, self.shape.block_size, self.shape.q_len)
 
 
-def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape) -> FA4Launch:
+def plan(mask: blockmask.MaskLike, order: launch_order.RowOrder | None, shape: LaunchShape) -> FA4Launch:
     """Block-sparse attention through FA4; rows with no block give zeros, a ragged last block is allowed."""
     _, BlockSparseTensorsTorch = _flash_attn()
     dense = blockmask.as_dense(mask).to(shape.device)

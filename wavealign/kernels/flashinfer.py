@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from wavealign import blockmask, reorder
+from wavealign import blockmask, launch_order
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
 from wavealign.kernels.sparse_formats import (
     KernelRequirement,
@@ -39,7 +39,7 @@ from wavealign.kernels.sparse_formats import (
     permute_paged_bsr,
     split_heads,
 )
-from wavealign.reorder import block_gather
+from wavealign.launch_order import block_gather
 
 FLASHINFER_VERSION = "0.7.2.post1"
 REQUIREMENT = KernelRequirement(backend="flashinfer", distribution="flashinfer-python", version=FLASHINFER_VERSION,
@@ -57,7 +57,7 @@ class FlashInferLaunch:
     """Planned launches for one mask, order and shape: plan once, then ``run`` many times."""
 
     wrappers: list[Any]  # BatchPrefillWithPagedKVCacheWrapper, one per launch
-    order: reorder.RowOrder | None
+    order: launch_order.RowOrder | None
     shape: LaunchShape
     workspace: torch.Tensor = field(repr=False)
     # K/V as pages, made once per (k, v) tensors: a ragged tail is padded, a copy a caller with paged K/V avoids
@@ -116,7 +116,7 @@ def check_options(options: Mapping[str, Any], block_size: int) -> None:
     _check_head_order(options.get("head_order", "native"))
 
 
-def launch_structures(mask: torch.Tensor, order: reorder.RowOrder | None, block_size: int, q_len: int,
+def launch_structures(mask: torch.Tensor, order: launch_order.RowOrder | None, block_size: int, q_len: int,
                       kv_len: int, head_order: str = "native") -> list[PagedBSR]:
     """The paged-BSR structure of each launch: one for ``native``, one per (batch, head) for ``sequential``;
     rows in ``order``'s launch order when one is given. ``mask`` is bool (B, H, MB, NB) or (H, MB, NB)."""
@@ -127,7 +127,7 @@ def launch_structures(mask: torch.Tensor, order: reorder.RowOrder | None, block_
     return [bsr] if head_order == "native" else split_heads(bsr)
 
 
-def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape,
+def plan(mask: blockmask.MaskLike, order: launch_order.RowOrder | None, shape: LaunchShape,
          head_order: str = "native") -> FlashInferLaunch:
     """Schedule the launches for this shape, mask and order (the first call also JIT-builds the kernel)."""
     _check_head_order(head_order)

@@ -2,7 +2,7 @@
 
 Every selected block is passed as a *full* block, so no mask_mod runs. WaveAlign is applied from outside
 the kernel, as a library user would: gather the query blocks and the mask rows into launch order, run,
-and scatter the output back (``block_gather.gather_blocks`` / ``reorder.permute_mask`` /
+and scatter the output back (``block_gather.gather_blocks`` / ``launch_order.permute_mask`` /
 ``block_gather.scatter_blocks``).
 """
 
@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
-from wavealign import blockmask, reorder
+from wavealign import blockmask, launch_order
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, register
-from wavealign.reorder import block_gather
+from wavealign.launch_order import block_gather
 
 
 @functools.cache
@@ -47,9 +47,9 @@ def block_mask(kv_num_blocks: torch.Tensor, kv_indices: torch.Tensor, block_size
         BLOCK_SIZE=block_size, mask_mod=None, seq_lengths=(q_len, kv_len), compute_q_blocks=False)
 
 
-def permuted_kv_form(mask: blockmask.MaskLike, order: reorder.RowOrder) -> tuple[torch.Tensor, torch.Tensor]:
+def permuted_kv_form(mask: blockmask.MaskLike, order: launch_order.RowOrder) -> tuple[torch.Tensor, torch.Tensor]:
     """The mask's rows in launch order, in kv-index form."""
-    rows = reorder.permute_mask(mask, order)
+    rows = launch_order.permute_mask(mask, order)
     return rows if isinstance(rows, tuple) else blockmask.to_kv_indices(rows)
 
 
@@ -60,7 +60,7 @@ class FlexLaunch:
 
     shape: LaunchShape
     block_mask: Any
-    order: reorder.RowOrder | None
+    order: launch_order.RowOrder | None
     kernel_options: dict[str, Any]
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -75,7 +75,7 @@ class FlexLaunch:
         return block_gather.scatter_blocks(out, self.order, self.shape.block_size, self.shape.q_len)
 
 
-def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape,
+def plan(mask: blockmask.MaskLike, order: launch_order.RowOrder | None, shape: LaunchShape,
          **kernel_options: Any) -> FlexLaunch:
     """The launch's ``BlockMask`` (rows permuted into ``order``); ``kernel_options`` go to FlexAttention
     unchanged (e.g. ``BLOCK_M``, ``BLOCK_N``, ``num_warps``)."""

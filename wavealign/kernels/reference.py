@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from wavealign import reorder
+from wavealign import launch_order
 from wavealign.blockmask import MaskLike, as_dense, check_int
 from wavealign.kernels import ALL_HARDWARE, Backend, ExecutionFacts, LaunchShape, check_qkv_tensors, register
 
@@ -46,12 +46,12 @@ def _block(x: torch.Tensor, index: int, block_size: int) -> torch.Tensor:
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: MaskLike,
-                        order: reorder.RowOrder | None = None, block_size: int = 128) -> torch.Tensor:
+                        order: launch_order.RowOrder | None = None, block_size: int = 128) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v restricted to the selected blocks; rows with no block give zeros."""
     mask = check_qkv(q, k, v, as_dense(mask), block_size)
     batch, heads, mb, _ = mask.shape
-    order = reorder.check_launch_order(order, heads, mb)
-    perm = (order.perm if order is not None else reorder.RowOrder.identity(heads, mb).perm).to("cpu")
+    order = launch_order.check_launch_order(order, heads, mb)
+    perm = (order.perm if order is not None else launch_order.RowOrder.identity(heads, mb).perm).to("cpu")
     scale = 1.0 / math.sqrt(q.shape[-1])
     seq_len = q.shape[2]
     q = torch.nn.functional.pad(q, (0, 0, 0, mb * block_size - seq_len))  # whole query blocks
@@ -78,7 +78,7 @@ class ReferenceLaunch:
     """The dense mask and order, checked against the planned shape; ``run`` is ``reference_attention``."""
 
     mask: torch.Tensor
-    order: reorder.RowOrder | None
+    order: launch_order.RowOrder | None
     shape: LaunchShape
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -86,7 +86,7 @@ class ReferenceLaunch:
         return reference_attention(q, k, v, self.mask, self.order, self.shape.block_size)
 
 
-def plan(mask: MaskLike, order: reorder.RowOrder | None, shape: LaunchShape) -> ReferenceLaunch:
+def plan(mask: MaskLike, order: launch_order.RowOrder | None, shape: LaunchShape) -> ReferenceLaunch:
     dense = as_dense(mask)
     expected = (shape.heads, shape.q_blocks, shape.kv_blocks)
     if tuple(dense.shape[-3:]) != expected:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from wavealign import blockmask, reorder
+from wavealign import blockmask, launch_order
 from wavealign.kernels import ALL_HARDWARE, Backend, ExecutionFacts, LaunchShape, register
 
 KERNELS = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
@@ -40,7 +40,7 @@ def check_options(options: Mapping[str, Any], block_size: int) -> None:
         raise ValueError(f"sdpa kernel={kernel!r}; expected one of {sorted(KERNELS)}")
 
 
-def plan(mask: blockmask.MaskLike, order: reorder.RowOrder | None, shape: LaunchShape,
+def plan(mask: blockmask.MaskLike, order: launch_order.RowOrder | None, shape: LaunchShape,
          kernel: str | None = None) -> DenseLaunch:
     """A dense launch; ``kernel`` picks SDPA's implementation (``cudnn`` on CUDA, ``math`` elsewhere)."""
     kernel = kernel or ("cudnn" if shape.device.type == "cuda" else "math")

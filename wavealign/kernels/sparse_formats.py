@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 
 from wavealign import blockmask
-from wavealign.reorder import RowOrder
+from wavealign.launch_order import RowOrder
 
 T = TypeVar("T")
 
@@ -129,7 +129,7 @@ def permute_paged_bsr(bsr: PagedBSR, order: RowOrder) -> PagedBSR:
     """Requests in launch order: head g's slot p runs its query block ``order.perm[..., h, p]``.
 
     Each request keeps its own query length: build the structure for whole blocks (``q_len`` = MB x block_size)
-    and gather Q with ``reorder.permute_rows`` (whole blocks, a ragged one zero-padded where it lands), as the
+    and gather Q with ``launch_order.permute_rows`` (whole blocks, a ragged one zero-padded where it lands), as the
     flashinfer backend does.
     """
     heads, mb = bsr.num_heads, bsr.num_q_blocks

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from wavealign import blockmask, reorder
+from wavealign import blockmask, launch_order
 from wavealign.kernels import Backend, ExecutionFacts, LaunchShape, keyword_defaults, register
 
 try:
@@ -329,7 +329,7 @@ def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", con
     _check_config(shape, cfg)
     kv_num, kv_idx = _kv_index_form(mask, shape.batch, shape.heads, shape.q_blocks, shape.kv_blocks, shape.device)
     perm = None
-    order = reorder.check_launch_order(order, shape.heads, shape.q_blocks)  # as the registered backend's plan does
+    order = launch_order.check_launch_order(order, shape.heads, shape.q_blocks)  # as the registered backend's plan does
     if order is not None:
         perm = order.perm
         if perm.dim() == 3 and perm.shape[0] != shape.batch:

@@ -1,15 +1,16 @@
 """``planted``: rows copied from a few random prototype K/V sets, with noise, then shuffled, ignoring Q/K.
 
 A control with known structure: a reorder that finds the prototypes recovers locality the shuffle
-destroyed. It is ``wavealign.synthetic.planted_mask``, so a seed gives the same mask there and here.
+destroyed. It is ``wavealign.masks.synthetic.planted_mask``, so a seed gives the same mask there and here.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from wavealign import masks, synthetic
+from wavealign import masks
 from wavealign.blockmask import check_int, check_seed
+from wavealign.masks import synthetic
 from wavealign.masks._common import check_flag, check_fraction, check_number
 
 masks.register("planted", None, {"density": 0.25, "prototypes": 8, "noise": 0.02, "shuffle": True, "seed": 0},

@@ -3,15 +3,16 @@
 (``density * NB`` scaled per row by U(1 - nnz_spread, 1 + nnz_spread)), a lock-step control whose rows all
 finish together, so Stage 2 has nothing to align.
 
-Both are ``wavealign.synthetic``'s generators, so a seed gives the same mask there and here.
+Both are ``wavealign.masks.synthetic``'s generators, so a seed gives the same mask there and here.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from wavealign import masks, synthetic
+from wavealign import masks
 from wavealign.blockmask import check_seed
+from wavealign.masks import synthetic
 from wavealign.masks._common import check_fraction, check_number
 
 masks.register("random", None, {"density": 0.25, "seed": 0},

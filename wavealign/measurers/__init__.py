@@ -3,7 +3,7 @@
     timed       CUDA events on a GPU (L2 flushed between repetitions), the wall clock on a CPU: medians and IQRs
     simulated   the L2/HBM simulator's prediction (``wavealign.sim``) of the backend's launch on the cell's GPU,
                 from a CPU worker: no GPU needed, no Q/K/V built
-    ncu         timed, then one launch per cell profiled by Nsight Compute (``wavealign.measure.ncu``)
+    ncu         timed, then one launch per cell profiled by Nsight Compute (``wavealign.instruments.ncu``)
 
 A sweep cell names its measurer (``grid.measure``); the pipeline prepares the cell's attention step on the group's
 inputs and hands it over as a ``Measurement``, whose ``result`` the measurer fills. What a measurer is lives in its

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from wavealign import inputs, placement
 from wavealign.attention import AttentionStep
-from wavealign.measure import ncu
+from wavealign.instruments import ncu
 from wavealign.records import Cell
 
 

@@ -1,5 +1,5 @@
 """``ncu``: timed as ``timed`` times, then one launch of each of the group's cells profiled by Nsight Compute in one
-child process (``wavealign.measure.ncu``; the child is ``_ncu_child``): the same mask, order and launch the timed
+child process (``wavealign.instruments.ncu``; the child is ``_ncu_child``): the same mask, order and launch the timed
 run used, the range of each opened by a marker kernel. The ``ncu_*`` figures are those of the backend's attention
 kernels (its ``ncu_kernels``); where there are none, ``ncu_unavailable`` says why."""
 
@@ -12,7 +12,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from wavealign import kernels, measurers
-from wavealign.measure import ncu
+from wavealign.instruments import ncu
 from wavealign.measurers import Measurement, timed
 
 

@@ -19,9 +19,9 @@ import math
 
 from wavealign import measurers, sim
 from wavealign.blockmask import check_seed
+from wavealign.instruments import timing
 from wavealign.masks import check_number, one_of
 from wavealign.masks import optional as or_none
-from wavealign.measure import timing
 from wavealign.measurers import Measurement
 from wavealign.records import CPU
 from wavealign.skip import plan_cost

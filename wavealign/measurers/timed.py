@@ -1,4 +1,4 @@
-"""``timed``: the launch timed where it runs (``wavealign.measure.timing``): on a GPU with CUDA events, L2 flushed
+"""``timed``: the launch timed where it runs (``wavealign.instruments.timing``): on a GPU with CUDA events, L2 flushed
 between repetitions; on a CPU with the wall clock, the group's cells in turns (``timing.time_in_turns``), so that a
 load coming and going on the machine falls on the original order and its variants alike. The first call
 (compile/JIT plus one run) is timed apart as ``first_call_ms`` and counts as the first warm-up. Median and IQR; the
@@ -11,7 +11,7 @@ import time
 import torch
 
 from wavealign import measurers
-from wavealign.measure import timing
+from wavealign.instruments import timing
 from wavealign.measurers import Measurement
 from wavealign.records import CPU
 

@@ -2,10 +2,10 @@
 
 A reorderer groups a head's query rows so that rows touching similar K/V blocks run in the same wave: it is the
 spatial step of a launch order, WaveAlign's Stage 1 or one of the techniques the paper compares it with (Table II).
-``reorder.plan(mask, reorderer=name, stages=...)`` composes it with Stage 2: ``stages="spatial"`` is the grouping
+``launch_order.plan(mask, reorderer=name, stages=...)`` composes it with Stage 2: ``stages="spatial"`` is the grouping
 alone, ``"both"`` the grouping followed by Stage 2 (a baseline "+S2"), ``"temporal"`` Stage 2 on the original order.
 
-    reorder.plan(mask, wave_size=132, reorderer="minhash", stages="both", num_perm=64)   # MinHash+S2
+    launch_order.plan(mask, wave_size=132, reorderer="minhash", stages="both", num_perm=64)   # MinHash+S2
     get("hypergraph").params                                                            # {"epsilon": 0.03, ...}
 
 Each module registers ``group(mask, *, wave_size, seed, **params) -> order``: ``mask`` is bool (G, MB, NB), one

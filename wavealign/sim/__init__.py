@@ -100,7 +100,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
              seed: int = 0) -> SimResult:
     """Simulate one launch of ``backend`` on ``hardware`` over ``mask`` (H, MB, NB) bool (or
     (B, H, MB, NB), batches run one after another; or the kv-index form), rows in ``order.perm`` launch
-    order (a ``reorder.RowOrder``, an (H, rows) permutation tensor/array, or None for the identity).
+    order (a ``launch_order.RowOrder``, an (H, rows) permutation tensor/array, or None for the identity).
 
     ``backend`` is a registered ``wavealign.kernels`` backend, whose execution facts on ``hardware``
     (``execution_facts``) are modelled on a GPU it runs on (a registered GPU it does not list is refused, as the

@@ -9,7 +9,7 @@ either of them selects, so its row is the OR of theirs. The two tiles share each
 bytes per FLOP against a 128-row launch of the same mask (more where the two rows differ: the OR adds blocks).
 
 A launch order there is a permutation of units, planned on the coarsened mask (``coarsen_rows``) with the GPU's
-wave of units; it stays exact because whole units move (``reorder.block_gather`` at the unit's token count) and
+wave of units; it stays exact because whole units move (``launch_order.block_gather`` at the unit's token count) and
 the output is scattered back the same way.
 """
 

@@ -1,4 +1,4 @@
-"""What ``reorder.plan`` (WaveAlign, both stages, or Stage 2 alone) costs on a GPU a cell only simulates.
+"""What ``launch_order.plan`` (WaveAlign, both stages, or Stage 2 alone) costs on a GPU a cell only simulates.
 
 A simulated cell's kernel time is the simulator's prediction for that GPU; the reorder the host planned on its CPU
 took CPU time, which says nothing about the GPU. Its cost there is predicted instead: a fixed part (the graph's

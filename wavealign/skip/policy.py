@@ -15,7 +15,7 @@ from wavealign.skip.mask_features import SkipFeatures
 from wavealign.skip.profile import Profile, load_profile
 
 
-class Decision(NamedTuple):
+class SkipDecision(NamedTuple):
     """Whether to reorder, why, and the predicted saving in ms (NaN where the profile has no model)."""
 
     reorder: bool
@@ -34,7 +34,7 @@ class SkipPolicy:
     def __init__(self, profile: Profile | str | Path) -> None:
         self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
 
-    def decide(self, feats: SkipFeatures) -> Decision:
+    def decide(self, feats: SkipFeatures) -> SkipDecision:
         p = self.profile
         if p.models is not None:
             x = feats.model_inputs()
@@ -43,7 +43,7 @@ class SkipPolicy:
             cost = _predict_ms(p.models["reorder_ms"], x)
             gain = original - aligned - cost
             verdict = "reorder" if gain > 0 else "skip"
-            return Decision(gain > 0, f"{verdict}: fitted model ({p.hardware} v{p.version}) predicts "
+            return SkipDecision(gain > 0, f"{verdict}: fitted model ({p.hardware} v{p.version}) predicts "
                                       f"{original:.3f} ms -> {aligned:.3f} + {cost:.3f} ms", gain)
         rule = p.rule
         checks = (
@@ -57,5 +57,5 @@ class SkipPolicy:
         )
         for failed, why in checks:
             if failed:
-                return Decision(False, f"skip: {why} ({p.hardware} provisional rule)", math.nan)
-        return Decision(True, f"reorder: passes the {p.hardware} provisional rule", math.nan)
+                return SkipDecision(False, f"skip: {why} ({p.hardware} provisional rule)", math.nan)
+        return SkipDecision(True, f"reorder: passes the {p.hardware} provisional rule", math.nan)

@@ -7,11 +7,7 @@ structure (by name: ``scene``, the default, and ``clusters``), and a loader for 
 """
 
 from wavealign.workloads.captured import FORMAT, CapturedHeader, CapturedQKV, load_captured, read_header, save_captured
-from wavealign.workloads.generators import DEFAULT_GENERATOR, GENERATORS, generator, generator_name, generator_names
-from wavealign.workloads.presets import MODELS, ModelSpec, RopeAxes, Workload, models, preset
-from wavealign.workloads.rope import apply_rope, positions
-from wavealign.workloads.scene import SceneConfig
-from wavealign.workloads.synthetic import (
+from wavealign.workloads.clusters import (
     HEAD_TYPES,
     GeneratorConfig,
     HeadProfile,
@@ -23,6 +19,10 @@ from wavealign.workloads.synthetic import (
     iter_heads,
     synthetic,
 )
+from wavealign.workloads.generators import DEFAULT_GENERATOR, GENERATORS, generator, generator_name, generator_names
+from wavealign.workloads.presets import MODELS, ModelSpec, RopeAxes, Workload, models, preset
+from wavealign.workloads.rope import apply_rope, positions
+from wavealign.workloads.scene import SceneConfig
 
 __all__ = [
     "DEFAULT_GENERATOR", "FORMAT", "GENERATORS", "HEAD_TYPES", "MODELS", "CapturedHeader", "CapturedQKV",

@@ -5,7 +5,7 @@ one is imported here, and its class registers itself in ``GENERATORS`` as it is 
 from __future__ import annotations
 
 from wavealign.workloads import scene  # noqa: F401  (defines SceneConfig: registers it)
-from wavealign.workloads.synthetic import DEFAULT_GENERATOR, GENERATORS, HeadTypesConfig
+from wavealign.workloads.clusters import DEFAULT_GENERATOR, GENERATORS, HeadTypesConfig
 
 __all__ = ["DEFAULT_GENERATOR", "GENERATORS", "generator", "generator_name", "generator_names"]
 

@@ -43,9 +43,7 @@ from typing import ClassVar
 
 import torch
 
-from wavealign.workloads.presets import Workload
-from wavealign.workloads.rope import apply_rope, positions
-from wavealign.workloads.synthetic import (
+from wavealign.workloads.clusters import (
     HeadBasis,
     HeadSpec,
     HeadTypesConfig,
@@ -57,6 +55,8 @@ from wavealign.workloads.synthetic import (
     seed_of,
     unit,
 )
+from wavealign.workloads.presets import Workload
+from wavealign.workloads.rope import apply_rope, positions
 
 
 @dataclass(frozen=True)

@@ -305,7 +305,7 @@ def edge_mask(heads: int, blocks: int, seed: int = 1) -> torch.Tensor:
     """A random (heads >= 2, blocks >= 6) mask with the cases a pipelined schedule gets wrong: every row reads the
     ragged last block, one row reads nothing, one only the last block (its first tile is the ragged one), and
     rows of two and three blocks (loads predicated off at the end)."""
-    from wavealign import synthetic
+    from wavealign.masks import synthetic
 
     mask = synthetic.random_mask(heads, blocks, blocks, 0.6, seed=seed)
     mask[:, :, -1] = True
@@ -331,8 +331,9 @@ def _check_and_time(out_dir: Path | None, check: bool, time_it: bool) -> None:
     """On the GPU: the kernel against plain float32 attention and the ``triton`` backend on an edge-case mask
     (stops there if it is wrong), then both timed dense and 25 % random. Each result is printed and saved as it
     comes, so a hang (a barrier never completed) still leaves the earlier ones."""
-    from wavealign import blockmask, synthetic
+    from wavealign import blockmask
     from wavealign.kernels import LaunchShape, triton_blocksparse
+    from wavealign.masks import synthetic
     from wavealign.measure.timing import time_cuda
 
     rows = []

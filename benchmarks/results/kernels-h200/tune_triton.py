@@ -1,5 +1,5 @@
 """Tuning sweep of the ``triton`` backend on one GPU, beside the flex and cuDNN baselines: the script
-behind TUNING.md. Also times ``reorder.plan`` on CUDA, captures one raw Nsight Compute CSV and, with
+behind TUNING.md. Also times ``launch_order.plan`` on CUDA, captures one raw Nsight Compute CSV and, with
 ``--parts stalls``, Nsight Compute's stall and pipe sections of the kernel. (The packed Stage-1 launch shapes it once
 swept are gone with their Triton kernels: ``../plan-h200/`` has Stage 1's scripts.)
 
@@ -18,9 +18,10 @@ from pathlib import Path
 
 import torch
 
-from wavealign import blockmask, kernels, reorder, synthetic
+from wavealign import blockmask, kernels, launch_order
 from wavealign.kernels import flex as flex_backend
 from wavealign.kernels.triton_blocksparse import KernelConfig, attention
+from wavealign.masks import synthetic
 from wavealign.measure import derived, ncu
 from wavealign.measure.timing import time_cuda, time_first_call_ms
 
@@ -98,7 +99,7 @@ def sweep_sparse(rows: list, configs, seq_len: int = 363600, heads: int = 2, fle
         kv = blockmask.to_kv_indices(mask)
         rho = blockmask.density(mask)
         flops = derived.attention_flops(seq_len, seq_len, 128, heads, rho)
-        order = reorder.plan(mask, wave_size=132, stages="both")
+        order = launch_order.plan(mask, wave_size=132, stages="both")
         for c in configs:
             for name, o in (("none", None), ("both", order)):
                 try:
@@ -113,7 +114,7 @@ def sweep_sparse(rows: list, configs, seq_len: int = 363600, heads: int = 2, fle
         if not flex:
             continue
         run = kernels.get("flex")
-        qp = reorder.permute_rows(torch.nn.functional.pad(q, (0, 0, 0, mb * 128 - seq_len)), order)
+        qp = launch_order.permute_rows(torch.nn.functional.pad(q, (0, 0, 0, mb * 128 - seq_len)), order)
         kvp = flex_backend.permuted_kv_form(kv, order)
         variants = {"none": (q, kv, None), "both": (qp, kvp, None), "both+gather": (q, kv, order)}
         for name, (qx, mx, ox) in variants.items():
@@ -129,8 +130,8 @@ def reorder_timing(rows: list, heads: int = 40, blocks: int = 2841) -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     mask = torch.rand(heads, blocks, blocks, generator=gen, device="cuda") < 0.25
     for stages in ("spatial", "temporal", "both"):
-        first = time_first_call_ms(lambda s=stages: reorder.plan(mask, wave_size=132, stages=s))
-        t = time_cuda(lambda s=stages: reorder.plan(mask, wave_size=132, stages=s), reps=5, warmup=1)
+        first = time_first_call_ms(lambda s=stages: launch_order.plan(mask, wave_size=132, stages=s))
+        t = time_cuda(lambda s=stages: launch_order.plan(mask, wave_size=132, stages=s), reps=5, warmup=1)
         rows.append({"part": "reorder", "stages": stages, "heads": heads, "blocks": blocks, "ms": t.median_ms,
                      "iqr_ms": t.iqr_ms, "first_ms": first})
         print(rows[-1], flush=True)
@@ -145,7 +146,7 @@ def eviction_sweep(rows: list, seq_len: int = 363600, heads: int = 2) -> None:
         make = synthetic.random_mask if kind == "random" else synthetic.planted_mask
         mask = make(heads, mb, mb, 0.25, seed=0).cuda()
         kv = blockmask.to_kv_indices(mask)
-        order = reorder.plan(mask, wave_size=132, stages="both")
+        order = launch_order.plan(mask, wave_size=132, stages="both")
         for c in configs:
             for name, o in (("none", None), ("both", order)):
                 t = time_cuda(lambda c=c, o=o, kv=kv: attention(q, k, v, kv, o, config=c), reps=3, warmup=1)
@@ -162,7 +163,7 @@ def ncu_child() -> None:
     mb = -(-seq_len // 128)
     mask = synthetic.planted_mask(heads, mb, mb, 0.25, seed=0).cuda()
     kv = blockmask.to_kv_indices(mask)
-    order = reorder.plan(mask, wave_size=132)
+    order = launch_order.plan(mask, wave_size=132)
     launches = [lambda: attention(q, k, v, kv), lambda: attention(q, k, v, kv, order),
                 lambda: kernels.get("flex")(q, k, v, kv)]
     for fn in launches:

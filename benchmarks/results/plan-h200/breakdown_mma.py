@@ -10,7 +10,8 @@ import sys
 
 import torch
 
-from wavealign import stage1_cuda, synthetic
+from wavealign import stage1_cuda
+from wavealign.masks import synthetic
 
 
 def median_ms(fn, reps: int = 20) -> float:

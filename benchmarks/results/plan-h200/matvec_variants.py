@@ -15,7 +15,8 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench
 
-from wavealign import stage1_cuda, synthetic
+from wavealign import stage1_cuda
+from wavealign.masks import synthetic
 
 
 @triton.jit

@@ -1,6 +1,6 @@
 """Launch variants of the product kernel (stage1.cu's PIPE and DIGIT_PARTS), side by side in one process: each is
 compiled by NVRTC with its -D options, checked against the default build's subspace, and timed (the whole
-`reorder.plan` and one 20-product launch; CUDA events, medians of 30) in two alternating rounds."""
+`launch_order.plan` and one 20-product launch; CUDA events, medians of 30) in two alternating rounds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import sys
 import torch
 from torch.cuda._utils import _cuda_load_module, _nvrtc_compile
 
-from wavealign import reorder, stage1_cuda, synthetic
+from wavealign import launch_order, stage1_cuda
+from wavealign.masks import synthetic
 
 VARIANTS = {"pipe1_parts1": ["-DPIPE=1", "-DDIGIT_PARTS=1"], "pipe2_parts1": ["-DPIPE=2", "-DDIGIT_PARTS=1"],
             "pipe1": ["-DPIPE=1"], "pipe2": ["-DPIPE=2"], "pipe3": ["-DPIPE=3"], "pipe4": ["-DPIPE=4"]}
@@ -49,7 +50,7 @@ for _round in range(2):
         u, _ = stage1_cuda.centered_top2(mask, 10, 0, True)
         cos = torch.linalg.svdvals(torch.bmm(u_ref.double().transpose(1, 2), u.double())).min().item()
         assert cos > 1 - 1e-5, (name, cos)
-        rows[name]["plan"].append(median_ms(lambda: reorder.plan(mask)))
+        rows[name]["plan"].append(median_ms(lambda: launch_order.plan(mask)))
         rows[name]["x20"].append(median_ms(lambda: stage1_cuda._products(packed, packed_t, sums, z0.clone(), y, 20)))
 for name, r in rows.items():
     print(f"{name:14s} plan {' / '.join(f'{v:.3f}' for v in r['plan'])} ms   20 products "

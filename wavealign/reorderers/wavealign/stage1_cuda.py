@@ -67,7 +67,7 @@ def _eigh2(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _start(mb: int, seed: int, device: torch.device) -> torch.Tensor:
     """The CPU path's orthonormal start block for one head, (MB, 2), kept on ``device``: copying it from the host
     on every plan would make the host wait for the GPU's queue to drain. Never evicted: a captured plan
-    (``wavealign.reorder.plan_graphs``) reads it by address (8 bytes per row per (MB, seed, device))."""
+    (``wavealign.launch_order.plan_graphs``) reads it by address (8 bytes per row per (MB, seed, device))."""
     return subspace.start_block(1, mb, seed, device)[0].t().contiguous()
 
 

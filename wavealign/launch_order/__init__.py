@@ -19,7 +19,7 @@ import torch
 
 from wavealign import nvrtc, reorderers
 from wavealign.blockmask import MaskLike, as_dense, check_fits, check_int, check_seed, kv_pair, row_nnz
-from wavealign.reorder import block_gather, plan_graphs
+from wavealign.launch_order import block_gather, plan_graphs
 
 STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
@@ -110,7 +110,7 @@ def check_launch_order(order: Any, heads: int, q_blocks: int) -> RowOrder | None
     if isinstance(order, torch.Tensor):  # a permutation handed in as it is: how it was planned is not known
         order = RowOrder.from_perm(order, wave_size=1, stages="spatial", reorderer="given")
     if not isinstance(order, RowOrder):
-        raise ValueError(f"order must be a reorder.RowOrder, its permutation tensor or None, got "
+        raise ValueError(f"order must be a launch_order.RowOrder, its permutation tensor or None, got "
                          f"{type(order).__name__}")
     if not isinstance(order.perm, torch.Tensor) or not isinstance(order.inverse, torch.Tensor):
         raise ValueError("order.perm and order.inverse must be integer tensors, got "
@@ -136,7 +136,7 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
     Table II baseline such as "minhash"), ``params`` its parameters (Stage 1's ``iters`` and ``rayleigh_ritz``);
     Stage 2 is the same for all. The result is deterministic for a given seed and device. On a GPU, a plan whose
     steps all run there (Stage 2 alone, or a reorderer with ``cuda_graph``) is one replay of a CUDA graph per mask
-    shape and options (``wavealign.reorder.plan_graphs``).
+    shape and options (``wavealign.launch_order.plan_graphs``).
     """
     if stages not in STAGES:
         raise ValueError(f"stages must be one of {STAGES}, got {stages!r}")
@@ -179,7 +179,7 @@ def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> to
 def _launch_order(order: Any) -> RowOrder:
     """``order`` as ``check_launch_order`` takes it, over whatever (H, MB) it covers."""
     if not isinstance(order, RowOrder):
-        raise ValueError(f"order must be a reorder.RowOrder, got {type(order).__name__}")
+        raise ValueError(f"order must be a launch_order.RowOrder, got {type(order).__name__}")
     return check_launch_order(order, *order.perm.shape[-2:])
 
 

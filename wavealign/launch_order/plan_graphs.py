@@ -5,7 +5,7 @@ torch ops for the angles, the sorts and Stage 2): issuing them keeps the host bu
 takes ~1.5 ms, so the plan's time depends on the host's CPU. Captured once, a plan is a copy of the mask into the
 graph's own buffer and one replay. Each graph holds its mask buffer and its pool (~1.5x the mask's bytes); the
 ``MAX_GRAPHS`` latest are kept (a workload cycling through more shapes recaptures). A plan made while the caller is
-itself capturing a graph is launched into that capture instead (``wavealign.reorder``).
+itself capturing a graph is launched into that capture instead (``wavealign.launch_order``).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def read_shape(path: str | Path) -> tuple[int, ...]:
 
 # 4 GiB as bools; a Wan 14B 720p head at 436K tokens and 128-token blocks has 3407² = 11.6M, 40 heads 464M
 MAX_MASK_ENTRIES = 2**32
-_NOT_A_MASK = "expected a .npz written by wavealign.mask_file.save (arrays 'bits' and 'shape')"
+_NOT_A_MASK = "expected a .npz written by wavealign.masks.npz.save (arrays 'bits' and 'shape')"
 
 
 def _bits_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -170,7 +170,7 @@ def profile_one_launch(call, *, marker: bool = False) -> None:
 
     target = None
     if marker:
-        from wavealign.measure import ncu_marker
+        from wavealign.instruments import ncu_marker
 
         target = ncu_marker.buffer()
         ncu_marker.launch(target)  # compiled outside the range

@@ -18,7 +18,7 @@ from wavealign.blockmask import check_int
 
 
 class BlockOrder(Protocol):
-    """What a copy reads of a ``reorder.RowOrder`` (checked there; ``reorder`` builds on this module)."""
+    """What a copy reads of a ``launch_order.RowOrder`` (checked there; ``reorder`` builds on this module)."""
 
     perm: torch.Tensor  # (H, MB) or (B, H, MB): launch slot -> original block
 

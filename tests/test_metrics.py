@@ -1,0 +1,96 @@
+"""wavealign.metrics: the speedup, its interval and verdict, and the FLOP figures, each defined once."""
+
+import math
+
+import numpy as np
+import pytest
+
+from wavealign import metrics
+
+
+def test_paired_ratio_of_constant_ratios_is_that_ratio_with_no_width():
+    r = metrics.paired_ratio([2.0, 4.0, 6.0], [1.0, 2.0, 3.0])
+    assert r.point == pytest.approx(2.0) and r.low == pytest.approx(2.0) and r.high == pytest.approx(2.0)
+    assert r.samples == 3 and r.outliers == 0
+
+
+def test_paired_ratio_interval_is_student_t_on_log_ratios():
+    ratios = np.array([1.10, 1.12, 1.08, 1.11, 1.09])
+    r = metrics.paired_ratio(list(ratios), [1.0] * 5)
+    logs = np.log(ratios)
+    reach = 2.776 * logs.std(ddof=1) / math.sqrt(5)  # t_{0.975, 4}
+    assert r.point == pytest.approx(math.exp(logs.mean()))
+    assert (r.low, r.high) == pytest.approx((math.exp(logs.mean() - reach), math.exp(logs.mean() + reach)))
+    assert r.low < r.point < r.high
+
+
+def test_paired_ratio_cancels_drift_that_falls_on_both_launches_of_a_rep():
+    drift = np.linspace(1.0, 1.3, 20)  # the clock sagging over the run: both launches of a rep slow alike
+    r = metrics.paired_ratio(list(1.1 * drift), list(drift))
+    assert r.point == pytest.approx(1.1) and r.half_width_pct == pytest.approx(0.0, abs=1e-9)
+
+
+def test_an_outlying_rep_is_dropped_and_counted():
+    base = [1.0] * 9 + [3.0]  # one rep hit by a context switch
+    r = metrics.paired_ratio(base, [1.0 + 0.001 * i for i in range(10)])
+    assert r.outliers == 1 and r.samples == 9 and r.point < 1.0
+
+
+def test_net_ratio_counts_the_extra_cost_on_every_rep():
+    assert metrics.paired_ratio([3.0, 3.0], [1.0, 1.0], extra_ms=0.5).point == pytest.approx(2.0)
+
+
+def test_one_pair_gives_a_point_without_an_interval():
+    r = metrics.paired_ratio([2.0], [1.0])
+    assert r.point == 2.0 and math.isnan(r.low) and math.isnan(r.high)
+
+
+def test_independent_ratio_is_the_ratio_of_geometric_means_with_welch_interval():
+    a, b = [2.0, 2.2, 1.8, 2.1], [1.0, 1.1, 0.9, 1.05]
+    r = metrics.independent_ratio(a, b)
+    assert r.point == pytest.approx(math.exp(np.log(a).mean() - np.log(b).mean()))
+    assert r.low < r.point < r.high
+    # the interval is wider than a paired one on the same numbers would be: the two samples' spreads add
+    assert (r.high - r.low) > (metrics.paired_ratio(a, b).high - metrics.paired_ratio(a, b).low)
+
+
+@pytest.mark.parametrize(("low", "high", "expected"), [
+    (1.02, 1.05, "faster"), (0.95, 0.98, "slower"), (0.995, 1.004, "same"),
+    (1.005, 1.03, "ambiguous"), (0.97, 1.0, "ambiguous"), (0.9, 1.1, "ambiguous")])
+def test_verdict_rule(low, high, expected):
+    assert metrics.verdict(low, high, tolerance=0.01) == expected
+
+
+def test_a_prediction_is_judged_on_its_point_and_says_so():
+    assert metrics.verdict(math.nan, math.nan, point=1.2) == "faster" + metrics.PREDICTED
+    assert metrics.verdict(math.nan, math.nan) == "-"
+
+
+def test_bad_inputs_are_refused_with_the_value():
+    with pytest.raises(ValueError, match="tolerance"):
+        metrics.verdict(1.0, 1.0, tolerance=1.5)
+    with pytest.raises(ValueError, match="> 0"):
+        metrics.paired_ratio([1.0, -1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="equal"):
+        metrics.paired_ratio([1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="density"):
+        metrics.attention_flops(8, 8, 4, 2, density=1.5)
+
+
+def test_t_quantile_meets_the_normal_quantile_from_the_table_on():
+    assert metrics.t_quantile(4) == 2.776
+    assert metrics.t_quantile(31) == pytest.approx(2.0395, abs=2e-3)
+    assert metrics.t_quantile(10_000) == pytest.approx(1.96, abs=1e-3)
+
+
+def test_flops_and_tflops_take_arrays_as_well_as_floats():
+    assert metrics.attention_flops(1024, 1024, 128, 40, density=0.25) == 4.0 * 1024 * 1024 * 128 * 40 * 0.25
+    flops = metrics.attention_flops(np.array([1024, 2048]), np.array([1024, 2048]), 128, 1)
+    assert metrics.tflops(flops, np.array([1.0, 4.0])) == pytest.approx(flops / 1e-3 / 1e12 / np.array([1.0, 4.0]))
+    assert metrics.gap_to_bound(10.0, 5.0, 0.25) == pytest.approx(2.0)
+
+
+def test_interval_text():
+    assert metrics.interval_text(1.1, 1.05, 1.15) == "1.100 [1.050, 1.150]"
+    assert metrics.interval_text(1.1, math.nan, math.nan) == "1.100"
+    assert metrics.interval_text(math.nan, math.nan, math.nan) == "-"

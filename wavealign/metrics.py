@@ -1,0 +1,203 @@
+"""Every figure derived from measured ones, each defined once: the speedup and its baseline, its confidence interval
+and verdict, attention FLOPs and TFLOP/s, the 1/rho bound, operational intensity.
+
+The pipeline computes a cell's derived figures here at record time, and the summary, the report, the figures, MLflow
+and ``wavealign compare`` read them from the record (or call these same functions on columns: every function takes
+floats or numpy/pandas arrays alike), so a speedup never means two things.
+
+Speedups and their intervals
+    A speedup is ``baseline_ms / ms`` (> 1: faster than the baseline). Timed side by side (``paired_ratio``: the
+    baseline and the variant launched alternately, rep by rep), it is the geometric mean of the per-rep ratios, with
+    a Student-t interval on their logarithms: drift that falls on both launches of a rep cancels in its ratio. Two
+    samples taken apart (``independent_ratio``: two sweeps in ``wavealign compare``) compare their geometric means,
+    with Welch's interval on the difference of the mean logarithms. Ratios outside Tukey's fences (1.5 IQR beyond the
+    quartiles of the log ratios: a rep hit by a context switch or a clock change) are dropped before either, and
+    counted. The interval's level is ``LEVEL`` (95 %).
+
+Verdicts (written once here, shown in the summary's notes: ``VERDICT_RULE``)
+    faster      the whole interval lies above ``1 + tolerance``
+    slower      the whole interval lies below ``1 - tolerance``
+    same        the whole interval lies within ``1 +- tolerance``
+    ambiguous   the interval crosses ``1 + tolerance`` or ``1 - tolerance``: more repetitions could tell
+    A prediction (a simulated cell) has no spread: its point decides, and the verdict says it was predicted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from wavealign.records import ORIGINAL_VARIANT
+
+BASELINE_VARIANT = ORIGINAL_VARIANT  # the variant every speedup of a group refers to, timed beside it
+LEVEL = 0.95  # the confidence level of every interval
+TOLERANCE = 0.01  # a speedup within 1 +- 1 % is the same time: the verdicts' default band (grid.verdict_tolerance)
+TUKEY_FENCE = 1.5  # log ratios beyond 1.5 IQR of their quartiles are outliers (Tukey's fences)
+VERDICTS = ("faster", "slower", "same", "ambiguous")
+PREDICTED = " (predicted)"  # appended to a simulated cell's verdict: a model's point, not a measurement's interval
+VERDICT_RULE = ("verdict: faster / slower when the whole 95 % interval lies beyond 1 +- {tol:.1%}; same when it lies "
+                "within; ambiguous when it crosses either edge; (predicted): a simulated point, no interval")
+
+# Student's t quantile t_{0.975, df} for df = 1..30 (two-sided 95 %; any statistics table, e.g. NIST/SEMATECH
+# e-Handbook 1.3.6.7.2); beyond 30 the Cornish-Fisher expansion of the normal quantile is within 1e-4 of it
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_Z975 = 1.959964
+
+
+def is_baseline(variant: str) -> bool:
+    """Whether a row of ``variant`` is the baseline its group's speedups refer to."""
+    return variant == BASELINE_VARIANT
+
+
+def speedup(baseline_ms, ms):
+    """How many times faster than the baseline: ``baseline_ms / ms`` (floats or arrays)."""
+    return baseline_ms / ms
+
+
+def t_quantile(df: int) -> float:
+    """Student's t quantile at ``LEVEL`` (two-sided) for ``df`` degrees of freedom (>= 1)."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A speedup with its interval at ``LEVEL``: ``point`` (the geometric mean of the kept ratios), ``low`` and
+    ``high`` (NaN when fewer than two ratios are kept), ``samples`` kept and ``outliers`` dropped."""
+
+    point: float
+    low: float
+    high: float
+    samples: int
+    outliers: int = 0
+
+    @property
+    def half_width_pct(self) -> float:
+        """Half the interval's width as a share of the point, in percent (NaN without an interval)."""
+        return 100 * (self.high - self.low) / (2 * self.point)
+
+    def verdict(self, tolerance: float = TOLERANCE) -> str:
+        return verdict(self.low, self.high, tolerance)
+
+
+def _logs(values: Sequence[float]) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    if array.ndim != 1 or not np.all(np.isfinite(array)) or np.any(array <= 0):
+        raise ValueError(f"times and ratios must be finite and > 0, got {list(values)[:8]}")
+    return np.log(array)
+
+
+def _drop_outliers(logs: np.ndarray) -> np.ndarray:
+    """The logs within Tukey's fences (all of them when fewer than four: no quartiles to speak of)."""
+    if logs.size < 4:
+        return logs
+    q1, q3 = np.quantile(logs, [0.25, 0.75])
+    reach = TUKEY_FENCE * (q3 - q1)
+    return logs[(logs >= q1 - reach) & (logs <= q3 + reach)]
+
+
+def ratio_of_logs(log_ratios: Sequence[float]) -> Ratio:
+    """A speedup from per-rep log ratios: their geometric mean and Student-t interval, outliers dropped."""
+    logs = np.asarray(log_ratios, dtype=float)
+    kept = _drop_outliers(logs)
+    point = float(np.exp(kept.mean()))
+    if kept.size < 2:
+        return Ratio(point, math.nan, math.nan, int(kept.size), int(logs.size - kept.size))
+    reach = t_quantile(kept.size - 1) * float(kept.std(ddof=1)) / math.sqrt(kept.size)
+    mean = float(kept.mean())
+    return Ratio(point, math.exp(mean - reach), math.exp(mean + reach), int(kept.size), int(logs.size - kept.size))
+
+
+def paired_ratio(baseline_ms: Sequence[float], ms: Sequence[float], extra_ms: float = 0.0) -> Ratio:
+    """The speedup of ``ms`` over ``baseline_ms``, timed in pairs (rep i of each launched one after the other):
+    per-rep ratios ``baseline_ms[i] / (ms[i] + extra_ms)`` (``extra_ms``: a cost paid once per launch, e.g. the
+    reorder's plan, for the net speedup)."""
+    if len(baseline_ms) != len(ms) or not len(ms):
+        raise ValueError(f"paired times must be two equal, non-empty lists, got {len(baseline_ms)} and {len(ms)}")
+    return ratio_of_logs(_logs(baseline_ms) - _logs(np.asarray(ms, dtype=float) + extra_ms))
+
+
+def independent_ratio(baseline_ms: Sequence[float], ms: Sequence[float]) -> Ratio:
+    """The speedup of ``ms`` over ``baseline_ms`` from two samples taken apart: the ratio of their geometric means,
+    with Welch's interval on the difference of their mean logs (each sample's outliers dropped)."""
+    a, b = _drop_outliers(_logs(baseline_ms)), _drop_outliers(_logs(ms))
+    outliers = len(baseline_ms) + len(ms) - a.size - b.size
+    point = float(np.exp(a.mean() - b.mean()))
+    if a.size < 2 or b.size < 2:
+        return Ratio(point, math.nan, math.nan, int(min(a.size, b.size)), outliers)
+    va, vb = float(a.var(ddof=1)) / a.size, float(b.var(ddof=1)) / b.size
+    if va + vb == 0:
+        return Ratio(point, point, point, int(min(a.size, b.size)), outliers)
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))  # Welch-Satterthwaite
+    reach = t_quantile(max(1, math.floor(df))) * math.sqrt(va + vb)
+    mean = float(a.mean() - b.mean())
+    return Ratio(point, math.exp(mean - reach), math.exp(mean + reach), int(min(a.size, b.size)), outliers)
+
+
+def verdict(low: float, high: float, tolerance: float = TOLERANCE, point: float = math.nan) -> str:
+    """The verdict on a speedup from its interval (``VERDICT_RULE``); without one (NaN) the ``point`` decides, as
+    a prediction (``PREDICTED`` appended), and with neither it is ``-``."""
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
+    if math.isnan(low) or math.isnan(high):
+        if math.isnan(point):
+            return "-"
+        low = high = point
+        suffix = PREDICTED
+    else:
+        suffix = ""
+    if low > 1 + tolerance:
+        word = "faster"
+    elif high < 1 - tolerance:
+        word = "slower"
+    elif low >= 1 - tolerance and high <= 1 + tolerance:
+        word = "same"
+    else:
+        word = "ambiguous"
+    return word + suffix
+
+
+def interval_text(point: float, low: float, high: float) -> str:
+    """A speedup as printed: ``1.102 [1.095, 1.110]``, or the point alone without an interval, ``-`` without
+    either."""
+    if point is None or math.isnan(point):
+        return "-"
+    if math.isnan(low) or math.isnan(high):
+        return f"{point:.3f}"
+    return f"{point:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def attention_flops(seq_q, seq_kv, head_dim, heads, density=1.0, batch=1):
+    """FLOPs of the attention forward that a block density ``density`` leaves: 4 * Nq * Nkv * D * H * rho (two
+    matrix products of 2 * Nq * Nkv * D each); floats or arrays."""
+    if np.any((np.asarray(density) < 0) | (np.asarray(density) > 1)):
+        raise ValueError(f"density must be in [0, 1], got {density}")
+    return 4.0 * seq_q * seq_kv * head_dim * heads * batch * density
+
+
+def tflops(flops, ms):
+    """Useful FLOPs per second, in TFLOP/s, of ``flops`` done in ``ms`` milliseconds."""
+    return flops / (ms * 1e-3) / 1e12
+
+
+def bound_speedup(density):
+    """The compute-proportional bound on a sparse launch's speedup over dense: 1 / rho."""
+    return 1.0 / density
+
+
+def gap_to_bound(dense_ms, sparse_ms, density):
+    """(1/rho) / (dense_ms / sparse_ms): 1.0 when the kernel saves exactly the compute the mask skips."""
+    return bound_speedup(density) / speedup(dense_ms, sparse_ms)
+
+
+def operational_intensity(flops, dram_bytes):
+    """FLOPs per byte of DRAM traffic (the roofline's x axis)."""
+    return flops / dram_bytes
