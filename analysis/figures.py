@@ -17,22 +17,25 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from wavealign import hardware as hardware_registry
-from wavealign import masks, variants
+from wavealign import masks, metrics, variants
 from wavealign.analysis.load import with_derived_columns
 from wavealign.analysis.plotting import (
     NO_CELLS,
     NOTE_COLOR,
+    SIMULATED_HATCH,
     STAGE_LABELS,
     VARIANT_COLORS,
     badge_simulated,
     bar_style,
     done_cells,
+    draw_intervals,
     geomean,
     hbm_read_column,
     is_simulated,
     l2_hit_column,
     label,
     line_style,
+    mark_verdicts,
     missing_columns,
     missing_note,
     note,
@@ -41,6 +44,7 @@ from wavealign.analysis.plotting import (
     relative_to_original,
     variant_color,
 )
+from wavealign.analysis.tables import order_label, table2, with_intervals
 from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, ORIGINAL_VARIANT, order_name
 
 ORIGINAL = ORIGINAL_VARIANT
@@ -91,7 +95,8 @@ def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
     for ax, method in zip(axes[0], drawn, strict=True):
         ax.set_title(method)
         pairs = paired[method]
-        pairs = pairs.assign(bound=1.0 / pairs["density"], actual=pairs["dense_ms"] / pairs["kernel_ms_median"])
+        pairs = pairs.assign(bound=metrics.bound_speedup(pairs["density"]),
+                             actual=metrics.speedup(pairs["dense_ms"], pairs["kernel_ms_median"]))
         for i, ((hw, backend, sim), part) in enumerate(pairs.groupby(["hardware", "backend", "_sim"])):
             by_len = part.groupby("seq_k")[["bound", "actual"]].mean()
             color = COLORS[i % len(COLORS)]
@@ -114,8 +119,9 @@ def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
 
 
 def _flops(cells: pd.DataFrame) -> pd.Series:
-    """Attention forward FLOPs the mask leaves (``wavealign.metrics.attention_flops``, vectorised)."""
-    return 4.0 * cells["seq_len_tokens"] ** 2 * cells["head_dim"] * cells["num_heads"] * cells["density"]
+    """Attention forward FLOPs the mask leaves (``wavealign.metrics.attention_flops``), per cell."""
+    return metrics.attention_flops(cells["seq_len_tokens"], cells["seq_len_tokens"], cells["head_dim"],
+                                   cells["num_heads"], cells["density"])
 
 
 def roofline(frame: pd.DataFrame) -> Figure:
@@ -139,8 +145,8 @@ def roofline(frame: pd.DataFrame) -> Figure:
     else:
         return note_figure(title, f"no DRAM byte counts: {BYTES_HINT}")
     cells = cells.assign(_bytes=dram, _flops=_flops(cells))
-    cells = cells.assign(_intensity=cells["_flops"] / cells["_bytes"],
-                         _tflops=cells["_flops"] / (cells["kernel_ms_median"] * 1e-3) / 1e12)
+    cells = cells.assign(_intensity=metrics.operational_intensity(cells["_flops"], cells["_bytes"]),
+                         _tflops=metrics.tflops(cells["_flops"], cells["kernel_ms_median"]))
     methods = sorted(cells["method"].unique())
     fig, axes = panel_grid(1, len(gpus), width=5.2, height=4.0)
     for ax, hw_name in zip(axes[0], gpus, strict=True):
@@ -276,11 +282,11 @@ def kernel_latency(frame: pd.DataFrame) -> Figure:
 
 
 def reorderer_comparison(frame: pd.DataFrame) -> Figure:
-    """Table II as bars: one panel per hardware, backend, method, head count and length that has cells (none drawn
-    empty), each launch order's speedup over the original with the reorder counted (bar) and of the kernel alone
-    (tick)."""
-    from wavealign.analysis.tables import table2
-
+    """Table II as bars: one panel per hardware, backend, method, head count, length and source (measured or
+    simulated) that has cells (none drawn empty), each launch order's speedup over the original with the reorder
+    counted (bar) and of the kernel alone (tick), each with its interval as an error bar where it has one, a same or
+    ambiguous net verdict marked beside its bar (``plotting.mark_verdicts``), and simulated panels hatched and titled
+    so."""
     title = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
     table = table2(frame)
     if "note" in table:
@@ -288,7 +294,8 @@ def reorderer_comparison(frame: pd.DataFrame) -> Figure:
     table = table[table["order"] != "Original"]
     if table.empty or table["order"].nunique() < 2:
         return note_figure(title, "fewer than two reordered launch orders: nothing to compare")
-    keys = ["hardware", "backend", "method", "num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in table else [])]
+    keys = ["hardware", "backend", "method", "num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in table else []),
+            "simulated"]
     panels = sorted(table.groupby(keys).groups)
     orders = list(dict.fromkeys(table["order"]))  # table2's order: baselines, then WaveAlign
     cols = min(4, len(panels))
@@ -296,20 +303,28 @@ def reorderer_comparison(frame: pd.DataFrame) -> Figure:
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax, key in zip(axes.flat, panels, strict=False):
-        hw, backend, method, heads, *tokens = key
-        ax.set_title(f"{hw} / {backend} / {method}, {heads} heads" + (f", {tokens[0]:,} tokens" if tokens else ""),
-                     fontsize=9)
+        hw, backend, method, heads, *tokens, sim = key
+        ax.set_title(label(f"{hw} / {backend} / {method}, {heads} heads" + (f", {tokens[0]:,} tokens" if tokens
+                                                                            else ""), bool(sim)), fontsize=9)
         panel = table[(table[keys] == pd.Series(key, index=keys)).all(axis=1)].set_index("order")
-        mine = [o for o in orders if o in panel.index]  # the launch orders this panel has cells of
-        ys = range(len(mine))
-        net = [panel["speedup_with_overhead"].get(o, math.nan) for o in mine]
-        kernel = [panel["speedup"].get(o, math.nan) for o in mine]
-        ax.barh(ys, net, color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2")
-                                        else 0.45) for o in mine])
-        ax.plot(kernel, ys, "k|", markersize=10)
+        panel = panel.loc[[o for o in orders if o in panel.index]]  # the launch orders this panel has cells of
+        ys = np.arange(len(panel))
+        ax.barh(ys, panel["speedup_with_overhead"], hatch=SIMULATED_HATCH if sim else None,
+                edgecolor="0.2" if sim else None,
+                color=[to_rgba(_technique_color(o), 1.0 if o == "WaveAlign" or o.endswith("+S2") else 0.45)
+                       for o in panel.index])
+        draw_intervals(ax, ys, panel["speedup_with_overhead"], panel["net_speedup_ci_low"],
+                       panel["net_speedup_ci_high"], horizontal=True)
+        ax.plot(panel["speedup"], ys, "k|", markersize=10)
+        draw_intervals(ax, ys + 0.25, panel["speedup"], panel["speedup_ci_low"], panel["speedup_ci_high"],
+                       horizontal=True, color="0.55")
+        ends = np.fmax(panel["speedup_with_overhead"], panel["net_speedup_ci_high"].fillna(0.0))
+        mark_verdicts(ax, ys, ends, panel["net_verdict"], horizontal=True)
+        if sim:
+            badge_simulated(ax)
         ax.axvline(1.0, color="0.4", linewidth=0.8)
         ax.set_yticks(list(ys))
-        ax.set_yticklabels(mine, fontsize=7)
+        ax.set_yticklabels(list(panel.index), fontsize=7)
         ax.invert_yaxis()
         ax.set_xlabel("x original", fontsize=8)
     fig.suptitle(title)
@@ -455,8 +470,10 @@ def ablation(frame: pd.DataFrame) -> Figure:
 
 def adaptive_skip(frame: pd.DataFrame) -> Figure:
     """Fig. 13: end-to-end latency (reorder + kernel) relative to the original order, with and without the
-    adaptive skip, against sequence length and density; a red x marks where the policy skipped. Each panel names the
-    skip profile that decided (a ``cpu`` cell's is its ``cpu_profile`` GPU's), and every point is inside its axes."""
+    adaptive skip, against sequence length and density; a red x marks where the policy skipped. Each point carries its
+    net speedup's interval as an error bar where it has one, and a same or ambiguous verdict is marked beside it. Each
+    panel names the skip profile that decided (a ``cpu`` cell's is its ``cpu_profile`` GPU's), and every point is
+    inside its axes."""
     title = "Adaptive skip: latency with and without the skip (Fig. 13)"
     need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
             "total_ms")
@@ -465,7 +482,12 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
     cells = _cells(frame)
     if cells.empty:
         return note_figure(title, NO_CELLS)
-    cells = cells.assign(_rel=relative_to_original(cells, "total_ms"))  # original: total = kernel
+    # latency over the original's: 1 / the record's net speedup (wavealign.metrics), its interval 1/high..1/low; a
+    # row from before speedups were recorded: its total over the original's (whose total is its kernel)
+    cells = with_intervals(cells)
+    cells = cells.assign(_rel=(1.0 / cells["net_speedup_vs_original"]).combine_first(
+                             relative_to_original(cells, "total_ms")),
+                         _rel_low=1.0 / cells["net_speedup_ci_high"], _rel_high=1.0 / cells["net_speedup_ci_low"])
     always = cells[(cells["stages"] != "none") & (cells["skip_mode"] == "force") & cells["_rel"].notna()]
     adaptive = cells[(cells["skip_mode"] == "policy") & cells["_rel"].notna()]
     if always.empty and adaptive.empty:
@@ -484,6 +506,9 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
             for sim, part in hw_always.groupby("_sim"):
                 ax.scatter(part[x], part["_rel"], marker="o", facecolors="none" if sim else "tab:blue",
                            edgecolors="tab:blue", s=22, label=label("no skip (always reorder)", bool(sim)))
+            for part in (hw_always, hw_adaptive):
+                draw_intervals(ax, part[x], part["_rel"], part["_rel_low"], part["_rel_high"])
+                mark_verdicts(ax, part[x], part["_rel"], part["net_verdict"])
             if len(hw_adaptive):
                 applied = hw_adaptive["reorder_applied"].fillna(False).astype(bool) \
                     if "reorder_applied" in hw_adaptive else pd.Series(True, index=hw_adaptive.index)
@@ -577,8 +602,6 @@ def _draw_masks(cell, head, after, title: str) -> Figure:
     stages = cell.stages
     wave = min(cell.wave_size, head.shape[1])
     fig, axes = panel_grid(2, 2, width=4.4, height=4.0)
-    from wavealign.analysis.tables import order_label
-
     # WaveAlign's own stages by the paper's ablation names; a baseline by its Table II name ("MinHash+S2")
     own = cell.reorderer in (DEFAULT_REORDERER, NO_REORDERER)
     reordered = STAGE_LABELS[stages] if own else order_label(stages, cell.reorderer)

@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from wavealign import variants
+from wavealign import metrics, variants
 
 STAGE_LABELS = variants.PAPER_LABELS
 # One colour per reorder variant (wavealign.variants, in their order) in every figure, whatever else a panel holds; a
@@ -110,9 +110,50 @@ def variant_color(name: str) -> str:
     return _OTHER_COLORS[zlib.crc32(name.encode()) % len(_OTHER_COLORS)]
 
 
+SIMULATED_HATCH = "//"
+
+
 def bar_style(simulated: bool) -> dict[str, Any]:
     """Bars: solid for measured cells, hatched and lighter for simulated ones."""
-    return {"hatch": "//", "alpha": 0.55, "edgecolor": "0.2"} if simulated else {"alpha": 0.95}
+    return {"hatch": SIMULATED_HATCH, "alpha": 0.55, "edgecolor": "0.2"} if simulated else {"alpha": 0.95}
+
+
+# a verdict that is neither a clear win nor a clear loss (metrics.VERDICTS), marked beside its point or bar
+UNCERTAIN_MARKS = {"same": "~", "ambiguous": "?"}
+
+
+def verdict_mark(verdict: object) -> str:
+    """The mark of a same (``~``) or ambiguous (``?``) verdict, a prediction's too; "" for any other or none."""
+    if not isinstance(verdict, str):
+        return ""
+    return UNCERTAIN_MARKS.get(verdict.removesuffix(metrics.PREDICTED), "")
+
+
+def draw_intervals(ax: Axes, positions: Iterable[float], points: Iterable[float], lows: Iterable[float],
+                   highs: Iterable[float], horizontal: bool = False, color: str = "0.15") -> None:
+    """Asymmetric error bars from each point's interval (``low`` below, ``high`` above), only where it has one: a
+    simulated cell's or a single rep's is NaN and draws none."""
+    positions, points, lows, highs = (np.asarray(list(v), dtype=float) for v in (positions, points, lows, highs))
+    has = np.isfinite(lows) & np.isfinite(highs) & np.isfinite(points)
+    if not has.any():
+        return
+    reach = np.vstack([points[has] - lows[has], highs[has] - points[has]]).clip(min=0.0)
+    style = {"fmt": "none", "ecolor": color, "elinewidth": 0.9, "capsize": 2.5}
+    if horizontal:
+        ax.errorbar(points[has], positions[has], xerr=reach, **style)
+    else:
+        ax.errorbar(positions[has], points[has], yerr=reach, **style)
+
+
+def mark_verdicts(ax: Axes, positions: Iterable[float], points: Iterable[float], verdicts: Iterable[object],
+                  horizontal: bool = False) -> None:
+    """Label each same or ambiguous point with its mark and verdict ("? ambiguous"), beside the point."""
+    for position, point, verdict in zip(positions, points, verdicts, strict=True):
+        if (mark := verdict_mark(verdict)) and np.isfinite(point):
+            xy = (point, position) if horizontal else (position, point)
+            ax.annotate(f"{mark} {verdict}", xy, xytext=(4, 2) if horizontal else (3, 3),
+                        textcoords="offset points", fontsize=6, color=NOTE_COLOR,
+                        va="center" if horizontal else "bottom")
 
 
 def badge_simulated(ax: Axes) -> None:

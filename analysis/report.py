@@ -73,12 +73,15 @@ def column_label(name: str) -> str:
 _DECIMALS = ((1000, 0), (100, 1), (10, 2), (0.01, 3), (0.0, 6))
 
 
+NO_VALUE = "-"  # a figure that does not apply (a simulated cell's interval) or was not measured, in the HTML and CSVs
+
+
 def readable(value: object) -> str:
-    """A number as a reader reads it: thousands separated, decimals by size, never an exponent; NaN as a dash."""
+    """A number as a reader reads it: thousands separated, decimals by size, never an exponent; NaN as ``NO_VALUE``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return "" if value is None else str(value)
     if value != value:
-        return "–"
+        return NO_VALUE
     if isinstance(value, numbers.Integral) or value == 0:
         return f"{int(value):,}"
     decimals = next(d for floor, d in _DECIMALS if abs(value) >= floor)
@@ -136,7 +139,9 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p>Generated {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} from {sources}; "
             f"sweeps: {', '.join(html.escape(s) for s in sweeps) or 'none'}. "
-            "Simulated cells are hatched, dashed or hollow and labelled &ldquo;simulated&rdquo;.</p>",
+            "Simulated cells are hatched, dashed or hollow and labelled &ldquo;simulated&rdquo;. Error bars span a "
+            "speedup's 95 % interval; ~ marks a verdict of same, ? an ambiguous one; - : no value (a prediction has "
+            "no interval).</p>",
             _summary(frame)]
     for name, table in tables.items():
         body.append(f'<h2 id="{html.escape(name)}">{html.escape(TABLE_TITLES.get(name, name))}</h2>')
@@ -166,7 +171,7 @@ def write_report(frame: pd.DataFrame, out_dir: str | Path, title: str = "WaveAli
     table_paths = {}
     for name, table in tables.items():
         table_paths[name] = out_dir / f"{name}.csv"
-        table.to_csv(table_paths[name], index=False)
+        table.to_csv(table_paths[name], index=False, na_rep=NO_VALUE)
     page = out_dir / "report.html"
     page.write_text(render_html(frame, figures, tables, title, figure_titles, left_out))
     return ReportFiles(html=page, figures=figures, tables=table_paths)

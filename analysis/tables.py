@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from wavealign import metrics
 from wavealign.analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
@@ -161,30 +162,38 @@ def order_label(stages: str, reorderer: str | None) -> str:
 def table2(frame: pd.DataFrame) -> pd.DataFrame:
     """Table II: per hardware, backend, method, head count, sequence length and launch order (original, WaveAlign,
     each baseline with and without Stage 2): kernel and reorder time, the speedup over the group's original order
-    without and with the reorder overhead (geomean over cells), HBM SOL % and L2 hit % (Nsight Compute where
-    profiled, else simulated). Lengths are kept apart: a 2K and a 4K cell are not one mean."""
+    without and with the reorder overhead (the records' own, ``wavealign.metrics``; geomean over cells), each beside
+    its interval and verdict (a single cell's; "-" for a prediction; no interval and "mixed" for cells that disagree),
+    HBM SOL % and L2 hit % (Nsight Compute where profiled, else simulated). Lengths are kept apart: a 2K and a 4K
+    cell are not one mean."""
     need = (*GROUP_KEYS, "num_heads", "stages", "group_id", "kernel_ms_median", "reorder_ms")
     if missing := missing_columns(frame, need):
         return _note_table(missing_note(missing))
     cells = done_cells(frame)
     if cells.empty:
         return _note_table(NO_CELLS)
-    original_kernel = relative_to_original(cells, "kernel_ms_median")
+    original_ms = cells["kernel_ms_median"] / relative_to_original(cells, "kernel_ms_median")  # NaN: no original
     reorderer = cells["reorderer"] if "reorderer" in cells else pd.Series(None, index=cells.index, dtype=object)
+    cells = with_intervals(cells)
+    # the speedups the record carries (metrics, paired reps); a row from before they were recorded: its medians'
     cells = cells.assign(
         simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells),
         order=[order_label(st, r) for st, r in zip(cells["stages"], reorderer, strict=True)],
-        speedup=1.0 / original_kernel,
-        speedup_with_overhead=cells["kernel_ms_median"] / original_kernel
-        / (cells["kernel_ms_median"] + cells["reorder_ms"].fillna(0.0)))
-    cells = cells[cells["speedup"].notna()]
+        speedup=cells["speedup_vs_original"].combine_first(
+            metrics.speedup(original_ms, cells["kernel_ms_median"])),
+        speedup_with_overhead=cells["net_speedup_vs_original"].combine_first(
+            metrics.speedup(original_ms, cells["kernel_ms_median"] + cells["reorder_ms"].fillna(0.0))))
+    cells = cells[original_ms.notna()]
     if cells.empty:
         return _note_table("no cell with an original-order cell in its group")
     shape = ["num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in cells else [])]
     table = cells.groupby([*GROUP_KEYS, *shape, "order", "simulated"]).agg(
         cells=("kernel_ms_median", "size"), kernel_ms=("kernel_ms_median", "mean"),
         reorder_ms=("reorder_ms", "mean"), speedup=("speedup", geomean),
-        speedup_with_overhead=("speedup_with_overhead", geomean),
+        speedup_ci_low=("speedup_ci_low", _one_cells), speedup_ci_high=("speedup_ci_high", _one_cells),
+        verdict=("verdict", _agreed), speedup_with_overhead=("speedup_with_overhead", geomean),
+        net_speedup_ci_low=("net_speedup_ci_low", _one_cells), net_speedup_ci_high=("net_speedup_ci_high", _one_cells),
+        net_verdict=("net_verdict", _agreed),
         hbm_sol_pct=("hbm_sol_pct", "mean"), l2_hit_pct=("l2_hit_pct", "mean")).reset_index()
     others = [label for r, label in REORDERER_LABELS.items() if r not in ("identity", "wavealign")]
     rank = {label: i for i, label in enumerate(
@@ -192,6 +201,33 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     table = table.sort_values([*GROUP_KEYS, *shape, "order"],
                               key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order" else c)
     return table.reset_index(drop=True)
+
+
+INTERVAL_COLUMNS = ("speedup_ci_low", "speedup_ci_high", "net_speedup_ci_low", "net_speedup_ci_high")
+VERDICT_COLUMNS = ("verdict", "net_verdict")
+NO_VERDICT = "-"  # a row without an interval or a point to judge, as metrics.verdict says it
+
+
+def with_intervals(cells: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` with their speedups' intervals and verdicts (NaN and ``NO_VERDICT`` in rows from before they were
+    recorded); a simulated cell's interval is NaN whatever it holds: a prediction has no spread, and a table shows
+    "-" for it, never a width of 0."""
+    cells = cells.assign(**{c: cells[c].astype(float) if c in cells else math.nan
+                            for c in ("speedup_vs_original", "net_speedup_vs_original", *INTERVAL_COLUMNS)})
+    cells.loc[is_simulated(cells), list(INTERVAL_COLUMNS)] = math.nan
+    return cells.assign(**{c: cells[c].fillna(NO_VERDICT) if c in cells else NO_VERDICT for c in VERDICT_COLUMNS})
+
+
+def _one_cells(values: pd.Series) -> float:
+    """A group's interval bound where the group is one cell; NaN for several (their geomean has no interval of
+    its own: the cells' intervals stay in their rows)."""
+    return float(values.iloc[0]) if len(values) == 1 else math.nan
+
+
+def _agreed(verdicts: pd.Series) -> str:
+    """The verdict the group's cells share, or "mixed"."""
+    kept = set(verdicts)
+    return kept.pop() if len(kept) == 1 else "mixed"
 
 
 def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
@@ -203,7 +239,7 @@ def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
     if missing := missing_columns(frame, need):
         return _note_table(missing_note(missing))
     cells = done_cells(frame)
-    cells = cells[~is_simulated(cells)]
+    cells = with_intervals(cells[~is_simulated(cells)])
     if cells.empty:
         return _note_table("no finished timed cell")
     shape = ["hardware", "seq_len_tokens", "num_heads", "head_dim"]
@@ -212,14 +248,17 @@ def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
     flex = cells[(cells["backend"] == "flex") & (cells["stages"] == "none")]
     flex_ms = cells.set_index([*shape, "method"]).index.map(
         flex.drop_duplicates([*shape, "method"]).set_index([*shape, "method"])["kernel_ms_median"].to_dict())
-    flops = 4.0 * cells["seq_len_tokens"] ** 2 * cells["head_dim"] * cells["num_heads"] * cells["density"]
+    flops = metrics.attention_flops(cells["seq_len_tokens"], cells["seq_len_tokens"], cells["head_dim"],
+                                    cells["num_heads"], cells["density"])
     table = cells.assign(
-        effective_tflops=flops / (cells["kernel_ms_median"] * 1e-3) / 1e12,
-        net_speedup_vs_flex_original=flex_ms.to_numpy() / (cells["kernel_ms_median"] + cells["reorder_ms"]),
-        gap_to_bound=(1.0 / cells["density"]) / (dense_ms / cells["kernel_ms_median"]),
+        effective_tflops=metrics.tflops(flops, cells["kernel_ms_median"]),
+        net_speedup_vs_flex_original=metrics.speedup(flex_ms.to_numpy(),
+                                                     cells["kernel_ms_median"] + cells["reorder_ms"]),
+        gap_to_bound=metrics.gap_to_bound(dense_ms, cells["kernel_ms_median"], cells["density"]),
         dram_read_gb=cells["ncu_dram_read_bytes"] / 1e9 if "ncu_dram_read_bytes" in cells else float("nan"))
     columns = ["hardware", "seq_len_tokens", "method", "backend", "backend_params", "stages", "density",
-               "kernel_ms_median", "reorder_ms", "net_speedup_vs_original", "net_speedup_vs_flex_original",
+               "kernel_ms_median", "reorder_ms", "net_speedup_vs_original", "net_speedup_ci_low",
+               "net_speedup_ci_high", "net_verdict", "net_speedup_vs_flex_original",
                "effective_tflops", "gap_to_bound", "ncu_l2_hit_pct", "dram_read_gb"]
     table = table[[c for c in columns if c in table]].sort_values(["hardware", "seq_len_tokens", "method", "backend"])
     table["stages"] = table["stages"].map(lambda s: STAGE_LABELS.get(s, s))

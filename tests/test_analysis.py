@@ -281,7 +281,7 @@ def test_kernel_latency_draws_variants_in_one_order_and_no_empty_panel():
 
 @pytest.mark.parametrize(("value", "text"), [
     (1350.0, "1,350"), (363600, "363,600"), (96.94, "96.94"), (1.1811, "1.181"), (0.0123, "0.012"),
-    (0.0, "0"), (1e-5, "0.000010"), (float("nan"), "–"), ("fa4", "fa4"),
+    (0.0, "0"), (1e-5, "0.000010"), (float("nan"), "-"), ("fa4", "fa4"),
 ])
 def test_report_numbers_read_without_exponents(value, text):
     assert analysis_report.readable(value) == text
