@@ -5,8 +5,9 @@ import csv
 import io
 
 import pytest
+import torch
 
-from wavealign.instruments import derived, ncu, timing
+from wavealign.instruments import ncu, timing
 
 # `ncu --import R --csv --page raw --print-units base` on the H200 (ncu 2025.3, driver 580.159.04), trimmed
 # to the identity columns and the collected metrics (the real page also carries ~300 device__attribute_*
@@ -115,37 +116,6 @@ def test_summary_of_nothing_is_an_error():
         timing.summarize([])
 
 
-def test_attention_flops_count_both_products_at_the_density():
-    assert derived.attention_flops(1000, 2000, 128, 40, 0.25) == 4 * 1000 * 2000 * 128 * 40 * 0.25
-
-
-def test_effective_tflops():
-    assert derived.effective_tflops(2e12, 4.0) == pytest.approx(500.0)
-
-
-def test_gap_is_one_when_the_speedup_reaches_one_over_rho():
-    g = derived.gap_to_bound(dense_ms=100.0, sparse_ms=25.0, density=0.25)
-    assert (g.bound_speedup, g.actual_speedup, g.gap) == (4.0, 4.0, 1.0)
-
-
-def test_gap_grows_as_the_sparse_kernel_falls_short():
-    assert derived.gap_to_bound(100.0, 40.0, 0.25).gap == pytest.approx(1.6)
-
-
-def test_operational_intensity_is_flops_per_dram_byte():
-    assert derived.operational_intensity(1e12, 4e9) == 250.0
-
-
-@pytest.mark.parametrize(("fn", "args"), [(derived.gap_to_bound, (1.0, 1.0, 0.0)),
-                                          (derived.effective_tflops, (1.0, 0.0)),
-                                          (derived.operational_intensity, (1.0, 0.0)),
-                                          (derived.attention_flops, (1, 1, 1, 1, 1.5))])
-def test_derived_figures_reject_impossible_inputs(fn, args):
-    with pytest.raises(ValueError):
-        fn(*args)
-
-
-
 # ---- several cells in one profiled program: split at the marker kernel, then summarize each cell
 
 def _record(name: str, ms: float, hit: float = 50.0, read: float = 1e6) -> ncu.NcuRecord:
@@ -177,12 +147,44 @@ def test_summary_of_no_launch_is_an_error():
         ncu.summarize([])
 
 
-def test_calls_timed_in_turns_alternate_round_by_round_warm_ups_first():
+def test_paired_rounds_alternate_and_reverse_every_other_round_warm_ups_first():
     calls = []
-    timings = timing.time_in_turns([lambda: calls.append("a"), lambda: calls.append("b")], reps=[3, 2],
-                                   warmup=[1, 2])
-    assert calls == ["a", "b", "b", "a", "b", "a", "b", "a"]
-    assert [t.reps for t in timings] == [3, 2]
+    rounds = timing.time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], device=torch.device("cpu"),
+                                reps=3, warmup=1)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]
+    assert rounds.paired and [len(s) for s in rounds.samples_ms] == [3, 3] and rounds.timer == "wall_clock"
+
+
+def test_blocked_timing_takes_each_launch_in_its_own_block():
+    calls = []
+    rounds = timing.time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], device=torch.device("cpu"),
+                                reps=2, warmup=0, paired=False)
+    assert calls == ["a", "a", "b", "b"] and not rounds.paired
+
+
+def test_rounds_go_on_until_the_speedup_is_stable_or_the_budget_is_spent():
+    calls = []
+    rounds = timing.time_rounds([lambda: calls.append("a"), lambda: calls.append("b")], device=torch.device("cpu"),
+                                reps=2, warmup=0, baseline=0, stable_pct=1e-9, budget_s=0.0)
+    assert len(rounds.samples_ms[0]) == 2  # no budget left after the minimum: it stops there
+    unstable = iter(range(1, 10_000))  # a launch whose time keeps changing: never stable within 1e-9 %
+
+    def drifting():
+        busy = next(unstable)
+        sum(range(busy * 50))
+
+    rounds = timing.time_rounds([lambda: None, drifting], device=torch.device("cpu"), reps=2, warmup=0, baseline=0,
+                                stable_pct=1e-9, budget_s=0.05)
+    assert len(rounds.samples_ms[0]) > 2 and len(rounds.samples_ms[0]) == len(rounds.samples_ms[1])
+
+
+def test_rounds_taken_while_throttled_are_dropped_and_counted_at_most_reps_of_them():
+    flags = iter([True, False, False, False])
+    rounds = timing.time_rounds([lambda: None], device=torch.device("cpu"), reps=3, warmup=0,
+                                throttled=lambda: next(flags))
+    assert rounds.throttled_rounds == 1 and len(rounds.samples_ms[0]) == 3
+    always = timing.time_rounds([lambda: None], device=torch.device("cpu"), reps=2, warmup=0, throttled=lambda: True)
+    assert always.throttled_rounds == 2 and len(always.samples_ms[0]) == 2  # kept once reps rounds were dropped
 
 
 def test_a_speedup_is_significant_only_when_its_spread_excludes_one():

@@ -88,6 +88,7 @@ def test_flops_and_tflops_take_arrays_as_well_as_floats():
     flops = metrics.attention_flops(np.array([1024, 2048]), np.array([1024, 2048]), 128, 1)
     assert metrics.tflops(flops, np.array([1.0, 4.0])) == pytest.approx(flops / 1e-3 / 1e12 / np.array([1.0, 4.0]))
     assert metrics.gap_to_bound(10.0, 5.0, 0.25) == pytest.approx(2.0)
+    assert metrics.operational_intensity(1e12, 4e9) == 250.0
 
 
 def test_interval_text():

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from wavealign import environment, inputs, pipeline, placement
+from wavealign import environment, inputs, metrics, pipeline, placement
 from wavealign.inputs import InputCache
 from wavealign.measurers import timed
 from wavealign.records import Cell
@@ -35,10 +35,23 @@ def test_reference_cell_is_wall_clock_timed_on_cpu():
     assert result.kernel_ms_median > 0 and result.kernel_ms_iqr >= 0
 
 
-def test_group_speedups_refer_to_the_original_variant_of_the_group():
+def test_group_speedups_are_paired_ratios_over_the_original_variant_of_the_group():
     original, aligned = pipeline.run_group(variants())
-    assert original.speedup_vs_original == 1.0
-    assert aligned.speedup_vs_original == pytest.approx(original.kernel_ms_median / aligned.kernel_ms_median)
+    assert original.speedup_vs_original == 1.0 and original.verdict is None
+    assert original.paired and aligned.paired and len(aligned.kernel_ms_reps) == len(original.kernel_ms_reps) >= 2
+    paired = metrics.paired_ratio(original.kernel_ms_reps, aligned.kernel_ms_reps)
+    assert (aligned.speedup_vs_original, aligned.speedup_ci_low, aligned.speedup_ci_high) == pytest.approx(
+        (paired.point, paired.low, paired.high))
+    assert aligned.verdict == metrics.verdict(paired.low, paired.high, point=paired.point)
+    assert aligned.net_speedup_ci_low <= aligned.net_speedup_vs_original <= aligned.net_speedup_ci_high
+
+
+def test_blocked_timing_compares_the_two_samples_apart():
+    blocked = {"timed": {"paired": False}}
+    original, aligned = pipeline.run_group(variants(measure_params=blocked["timed"]))
+    assert not aligned.paired and len(aligned.kernel_ms_reps) == 2
+    apart = metrics.independent_ratio(original.kernel_ms_reps, aligned.kernel_ms_reps)
+    assert aligned.speedup_vs_original == pytest.approx(apart.point)
 
 
 def test_reorder_is_applied_and_costed_only_for_reordering_variants():

@@ -7,6 +7,7 @@ group's inputs on another stream meanwhile (``inputs.InputCache.prefetch``), and
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -132,32 +133,103 @@ def time_cuda(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2, flus
     return summarize([s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)])
 
 
-def time_wall_clock(fn: Callable[[], object], *, reps: int = 10, warmup: int = 2) -> Timing:
-    """Wall-clock time of ``fn`` after ``warmup`` calls: the CPU's timer (no cache to flush that a result could
-    be compared on)."""
-    return time_in_turns([fn], reps=[reps], warmup=[warmup])[0]
+# the most rounds a group is timed in, whatever its stability rule asks (config's MAX_REPS bounds the minimum)
+MAX_ROUNDS = 100_000
 
 
-def time_in_turns(fns: list[Callable[[], object]], *, reps: list[int], warmup: list[int]) -> list[Timing]:
-    """Wall-clock times of several calls to be compared, taken in turns: each round calls every one of ``fns`` once
-    (its ``warmup`` rounds first, then its ``reps`` timed ones), so a load that comes and goes on the machine falls on
-    all of them alike instead of on whichever was being timed (the wall clock cannot be kept from other processes as
-    CUDA events are). One timing per call, in order."""
-    for r, w in zip(reps, warmup, strict=True):
-        if r < 1 or w < 0:
-            raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={r}, warmup={w}")
-    for round_ in range(max(warmup, default=0)):
-        for fn, w in zip(fns, warmup, strict=True):
-            if round_ < w:
-                fn()
+@dataclass(frozen=True)
+class Rounds:
+    """Several launches timed together: each one's repetition times (ms) in the order taken, the rounds dropped
+    because the GPU throttled while they ran, the timer and whether the launches alternated rep by rep."""
+
+    samples_ms: list[list[float]]
+    throttled_rounds: int
+    timer: str
+    paired: bool
+
+
+def time_rounds(fns: list[Callable[[], object]], *, device: torch.device, reps: int, warmup: int, paired: bool = True,
+                baseline: int | None = None, stable_pct: float | None = None, budget_s: float = math.inf,
+                throttled: Callable[[], bool] | None = None) -> Rounds:
+    """Time launches to be compared. ``paired``: in rounds, each round calling every one of ``fns`` once in turn
+    (A B C, C B A, ...), so clock, thermal or load drift falls on all of them alike and rep i of each forms a pair
+    (``metrics.paired_ratio``); otherwise each in its own block of reps (A A A B B B ...), as timed before paired
+    timing. On a GPU every launch is timed with CUDA events after an L2 flush; on a CPU with the wall clock.
+
+    After ``warmup`` rounds, at least ``reps`` rounds run; with ``stable_pct`` (paired, given a ``baseline`` index)
+    rounds go on until every launch's paired speedup over the baseline has an interval narrower than +-stable_pct %
+    or ``budget_s`` seconds per launch are spent. A round during which ``throttled()`` turned true (the GPU slowed
+    for power or heat: ``wavealign.gpu_state``) is dropped and counted, at most ``reps`` of them (then kept: a GPU
+    that always throttles still gets a time, and the count says so)."""
+    if reps < 1 or warmup < 0:
+        raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
+    cuda = torch.device(device).type == "cuda"
+    flush = L2Flusher(device) if cuda else None
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
     samples: list[list[float]] = [[] for _ in fns]
-    for round_ in range(max(reps, default=0)):
-        for fn, r, times in zip(fns, reps, samples, strict=True):
-            if round_ < r:
+    dropped = 0
+    synced_clock(device)
+    began = time.perf_counter()
+
+    def timed_round(launches: list[Callable[[], object]]) -> list[float]:
+        if not cuda:
+            times = []
+            for fn in launches:
                 start = time.perf_counter()
                 fn()
                 times.append((time.perf_counter() - start) * 1e3)
-    return [summarize(times) for times in samples]
+            return times
+        events = []
+        for fn in launches:
+            flush()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            events.append((start, end))
+        torch.cuda.current_stream(device).synchronize()
+        return [s.elapsed_time(e) for s, e in events]
+
+    def keep(times_by_fn: list[tuple[int, float]]) -> None:
+        nonlocal dropped
+        if throttled is not None and dropped < reps and throttled():
+            dropped += 1
+            return
+        for i, t in times_by_fn:
+            samples[i].append(t)
+
+    if not paired:
+        for i, fn in enumerate(fns):
+            while len(samples[i]) < reps:
+                keep([(i, timed_round([fn])[0])])
+        return Rounds(samples, dropped, "cuda_events" if cuda else "wall_clock", paired=False)
+    while True:
+        # every other round in reverse (A B C, C B A, ...): no launch always runs first, after the flush's write-back,
+        # or last
+        order = list(range(len(fns)))[::-1 if len(samples[0]) % 2 else 1]
+        keep(list(zip(order, timed_round([fns[i] for i in order]), strict=True)))
+        rounds = len(samples[0])
+        if rounds >= MAX_ROUNDS or (rounds >= reps and (
+                stable_pct is None or baseline is None or len(fns) < 2
+                or time.perf_counter() - began >= budget_s * len(fns)
+                or _stable(samples, baseline, stable_pct))):
+            break
+    return Rounds(samples, dropped, "cuda_events" if cuda else "wall_clock", paired=True)
+
+
+def _stable(samples: list[list[float]], baseline: int, stable_pct: float) -> bool:
+    """Whether every launch's paired speedup over ``samples[baseline]`` is known to within +-``stable_pct`` %."""
+    from wavealign import metrics
+
+    for i, times in enumerate(samples):
+        if i == baseline:
+            continue
+        width = metrics.paired_ratio(samples[baseline], times).half_width_pct
+        if not width <= stable_pct:  # NaN (fewer than two kept pairs) is not stable either
+            return False
+    return True
 
 
 def time_first_call_ms(fn: Callable[[], object], device: torch.device | str = "cuda") -> float:

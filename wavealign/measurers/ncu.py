@@ -1,4 +1,4 @@
-"""``ncu``: timed as ``timed`` times, then one launch of each of the group's cells profiled by Nsight Compute in one
+"""``ncu``: timed as ``timed`` times (with its parameters), then one launch of each of the group's cells profiled by Nsight Compute in one
 child process (``wavealign.instruments.ncu``; the child is ``_ncu_child``): the same mask, order and launch the timed
 run used, the range of each opened by a marker kernel. The ``ncu_*`` figures are those of the backend's attention
 kernels (its ``ncu_kernels``); where there are none, ``ncu_unavailable`` says why."""
@@ -14,6 +14,12 @@ from pathlib import Path
 from wavealign import kernels, measurers
 from wavealign.instruments import ncu
 from wavealign.measurers import Measurement, timed
+
+
+def time_and_profile(done: list[Measurement]) -> None:
+    """The group timed as ``timed`` times it, then ``profile``."""
+    timed.time_group(done)
+    profile(done)
 
 
 def profile(done: list[Measurement]) -> None:
@@ -54,5 +60,5 @@ def profile(done: list[Measurement]) -> None:
 
 
 measurers.register(measurers.Measurer(
-    name="ncu", measure=timed.measure, after_group=profile, alone_on_gpu=True,
+    name="ncu", measure=timed.measure, after_group=time_and_profile, alone_on_gpu=True,
     description="timed, then one launch per cell profiled by Nsight Compute (L2 hit, DRAM bytes, occupancy)"))

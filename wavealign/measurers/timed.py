@@ -1,8 +1,11 @@
-"""``timed``: the launch timed where it runs (``wavealign.instruments.timing``): on a GPU with CUDA events, L2 flushed
-between repetitions; on a CPU with the wall clock, the group's cells in turns (``timing.time_in_turns``), so that a
-load coming and going on the machine falls on the original order and its variants alike. The first call
-(compile/JIT plus one run) is timed apart as ``first_call_ms`` and counts as the first warm-up. Median and IQR; the
-launch's plan is timed beside it."""
+"""``timed``: the launch timed where it runs (``wavealign.instruments.timing``): CUDA events with L2 flushed before
+every launch on a GPU, the wall clock on a CPU. A group's cells are timed together once all are planned
+(``timing.time_rounds``): by default paired, the original order and each variant launched alternately rep by rep,
+so every speedup is a paired ratio (``wavealign.metrics``), repeated until each speedup's interval is within
+``stable_pct`` or ``budget_s`` per cell is spent; ``paired: false`` times each cell in its own block of reps, as
+before paired timing. The first call (compile/JIT plus one run) is timed apart as ``first_call_ms`` and counts as
+the first warm-up. The GPU's clocks, power, temperature and throttle reasons are read before and after
+(``wavealign.gpu_state``); rounds taken while it throttled are dropped and counted."""
 
 from __future__ import annotations
 
@@ -10,22 +13,26 @@ import time
 
 import torch
 
-from wavealign import measurers
+from wavealign import gpu_state, measurers, metrics
 from wavealign.instruments import timing
+from wavealign.masks._common import check_number
 from wavealign.measurers import Measurement
 from wavealign.records import CPU
 
+PARAMS = {"paired": True, "stable_pct": 0.5, "budget_s": 1.0}
+
 
 def calls(warmup: int, reps: int) -> int:
-    """How many times a timed cell calls its launch: the first call (timed apart: compile/JIT plus one full run)
-    is its first warm-up, then ``warmup - 1`` more warm-ups and ``reps`` timed repetitions; with ``warmup=0`` the
-    first call still runs."""
+    """How many times a timed cell calls its launch at least: the first call (timed apart: compile/JIT plus one full
+    run) is its first warm-up, then ``warmup - 1`` more warm-ups and ``reps`` timed repetitions; with ``warmup=0``
+    the first call still runs."""
     return max(warmup, 1) + reps
 
 
 def measure(m: Measurement) -> None:
-    """Plan the backend's launch (timed: ``launch_plan_ms``), then time ``calls(warmup, reps)`` runs of it."""
-    cell, result, device = m.cell, m.result, m.device
+    """Plan the backend's launch (timed: ``launch_plan_ms``) and make its first call; the timed repetitions come
+    with the group's other cells (``time_group``)."""
+    result, device = m.result, m.device
     launch, result.launch_plan_ms = timing.time_plan(
         lambda: m.step.launch(m.prepared.mask, m.prepared.order, m.shape), device)
     q, k, v = m.qkv
@@ -34,34 +41,58 @@ def measure(m: Measurement) -> None:
         return launch.run(q, k, v)
 
     result.first_call_ms = timing.time_first_call_ms(call, device)
-    if device.type == "cuda":
-        measured = timing.time_cuda(call, reps=cell.reps, warmup=max(cell.warmup - 1, 0))
-        result.device, result.timer = torch.cuda.get_device_name(), "cuda_events"
-        _record(result, measured)
-    else:
-        m.call = call  # timed with the group's other CPU cells, in turns: time_in_turns
+    m.call = call
 
 
-def time_in_turns(group: list[Measurement]) -> None:
-    """After a group: its cells on a CPU, timed in turns with the wall clock (their warm-ups, then their reps)."""
+def time_group(group: list[Measurement]) -> None:
+    """After a group's cells are planned: their launches timed together (``timing.time_rounds``), the baseline's
+    pairs first in the stability rule; each cell's reps, median and IQR recorded, the GPU's state beside them."""
     pending = [m for m in group if m.call is not None]
+    if not pending:
+        return
+    first = pending[0]
+    params = measurers.get("timed").resolve(first.cell.measure_params)
+    device = first.device
+    baseline = next((i for i, m in enumerate(pending) if metrics.is_baseline(m.cell.variant)), None)
+    before = gpu_state.read(device)
     start = time.perf_counter()
-    timings = timing.time_in_turns([m.call for m in pending], reps=[m.cell.reps for m in pending],
-                                   warmup=[max(m.cell.warmup - 1, 0) for m in pending])
-    share_s = (time.perf_counter() - start) / max(len(pending), 1)
-    for m, measured in zip(pending, timings, strict=True):
-        m.result.device, m.result.timer = CPU, "wall_clock"
-        _record(m.result, measured)
-        m.result.cell_wall_s += share_s  # its part of the rounds the group was timed in
+    rounds = timing.time_rounds(
+        [m.call for m in pending], device=device, reps=max(m.cell.reps for m in pending),
+        warmup=max(max(m.cell.warmup for m in pending) - 1, 0), paired=params["paired"], baseline=baseline,
+        stable_pct=params["stable_pct"], budget_s=params["budget_s"],
+        throttled=None if before is None else lambda: _throttled(device))
+    after = gpu_state.read(device)
+    share_s = (time.perf_counter() - start) / len(pending)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else CPU
+    for m, samples in zip(pending, rounds.samples_ms, strict=True):
+        result = m.result
+        result.device, result.timer, result.paired = name, rounds.timer, rounds.paired
+        measured = timing.summarize(samples)
+        result.kernel_ms_median, result.kernel_ms_iqr = float(measured.median_ms), float(measured.iqr_ms)
+        result.reps_done, result.kernel_ms_reps = measured.reps, [float(t) for t in samples]
+        result.reps_throttled = rounds.throttled_rounds
+        gpu_state.record(result, before, after)
+        result.cell_wall_s += share_s  # its part of the rounds the group was timed in
         m.call = None
 
 
-def _record(result, measured: timing.Timing) -> None:
-    result.kernel_ms_median, result.kernel_ms_iqr = float(measured.median_ms), float(measured.iqr_ms)
-    result.reps_done = measured.reps
+def _throttled(device: torch.device) -> bool:
+    state = gpu_state.read(device)
+    return state is not None and state.throttled
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
 
 
 measurers.register(measurers.Measurer(
-    name="timed", measure=measure, after_group=time_in_turns,
-    description="the launch timed where it runs: CUDA events (L2 flushed) on a GPU, the wall clock on a CPU (a "
-                "group's cells in turns)"))
+    name="timed", measure=measure, after_group=time_group,
+    description="the launch timed where it runs: CUDA events (L2 flushed) on a GPU, the wall clock on a CPU; a "
+                "group's cells paired rep by rep until each speedup is stable",
+    params=PARAMS,
+    checks={"paired": _check_bool,
+            "stable_pct": lambda name, value: None if value is None else check_number(name, value, 0.0, 100.0,
+                                                                                       lo_open=True),
+            "budget_s": lambda name, value: check_number(name, value, 0.0, 3600.0)}))
