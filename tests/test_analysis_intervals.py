@@ -1,0 +1,93 @@
+"""The report shows each speedup's interval and verdict: error bars in the figures, marks beside same/ambiguous
+cells, hatched simulated cells, and the interval and verdict columns beside each speedup in the tables' CSVs."""
+
+import math
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from matplotlib.collections import LineCollection
+
+from wavealign import metrics
+from wavealign.analysis import figures, report, tables
+
+
+def _row(hardware: str, stages: str, reorderer: str, kernel_ms: float, reorder_ms: float, simulated: bool,
+         net: tuple[float, float, float], kernel: tuple[float, float, float]) -> dict:
+    """One finished cell whose speedups over its group's original are ``kernel`` and ``net`` (point, low, high)."""
+    if simulated:  # a prediction: no interval, its point decides
+        kernel, net = (kernel[0], math.nan, math.nan), (net[0], math.nan, math.nan)
+    return {"hardware": hardware, "backend": "reference", "method": "planted", "num_heads": 2,
+            "seq_len_tokens": 2048, "density": 0.3, "status": "done", "simulated": simulated,
+            "group_id": hardware, "stages": stages, "reorderer": reorderer, "skip_mode": "force",
+            "kernel_ms_median": kernel_ms, "reorder_ms": reorder_ms, "total_ms": kernel_ms + reorder_ms,
+            "speedup_vs_original": kernel[0], "speedup_ci_low": kernel[1], "speedup_ci_high": kernel[2],
+            "verdict": metrics.verdict(kernel[1], kernel[2], point=kernel[0]),
+            "net_speedup_vs_original": net[0], "net_speedup_ci_low": net[1], "net_speedup_ci_high": net[2],
+            "net_verdict": metrics.verdict(net[1], net[2], point=net[0])}
+
+
+@pytest.fixture
+def frame() -> pd.DataFrame:
+    """A measured CPU group (random: not significant, ambiguous; WaveAlign: faster) and a simulated H100 group."""
+    one = (1.0, math.nan, math.nan)
+    return pd.DataFrame([
+        _row("cpu", "none", "identity", 10.0, 0.0, False, one, one),
+        _row("cpu", "both", "random", 10.1, 0.1, False, (0.98, 0.94, 1.03), (0.99, 0.95, 1.04)),
+        _row("cpu", "both", "wavealign", 8.0, 0.2, False, (1.20, 1.15, 1.26), (1.25, 1.2, 1.3)),
+        _row("h100", "none", "identity", 5.0, 0.0, True, one, one),
+        _row("h100", "both", "random", 5.1, 0.1, True, (0.96, 0, 0), (0.98, 0, 0)),
+        _row("h100", "both", "wavealign", 4.0, 0.2, True, (1.19, 0, 0), (1.25, 0, 0)),
+    ])
+
+
+def _error_segments(ax) -> list:
+    """The error bar segments drawn in ``ax`` (one per point with an interval)."""
+    return [seg for c in ax.collections if isinstance(c, LineCollection) for seg in c.get_segments()]
+
+
+def test_table2_carries_each_speedups_interval_and_verdict_beside_it_and_none_for_a_prediction(frame):
+    table = tables.table2(frame).set_index(["hardware", "order"])
+    columns = list(table.columns)
+    for prefix, point in (("", "speedup"), ("net_", "speedup_with_overhead")):
+        at = columns.index(point)
+        assert columns[at + 1:at + 4] == [f"{prefix}speedup_ci_low", f"{prefix}speedup_ci_high", f"{prefix}verdict"]
+    assert table.loc[("cpu", "Random+S2"), ["net_speedup_ci_low", "net_verdict"]].tolist() == [0.94, "ambiguous"]
+    assert table.loc[("cpu", "WaveAlign"), "speedup"] == 1.25  # the record's paired speedup, not a ratio of medians
+    simulated = table.loc[("h100", "WaveAlign")]
+    assert math.isnan(simulated["speedup_ci_low"]) and simulated["verdict"] == "faster" + metrics.PREDICTED
+
+
+def test_table2_figure_draws_intervals_marks_an_ambiguous_bar_and_hatches_simulated_panels(frame):
+    fig = figures.reorderer_comparison(frame)
+    measured, simulated = (ax for ax in fig.axes if ax.get_visible())
+    assert "simulated" not in measured.get_title() and "simulated" in simulated.get_title()
+    assert len(_error_segments(measured)) == 4  # net and kernel interval of both reordered orders
+    assert _error_segments(simulated) == []  # a prediction has no spread to draw
+    assert [t.get_text() for t in measured.texts] == ["? ambiguous"]  # random's bar, not WaveAlign's
+    assert all(p.get_hatch() for p in simulated.patches) and not any(p.get_hatch() for p in measured.patches)
+    random_bar = measured.patches[[t.get_text() for t in measured.get_yticklabels()].index("Random+S2")]
+    low, high = sorted(seg[:, 0].tolist() for seg in _error_segments(measured) if seg[0, 1] == random_bar.get_y()
+                       + random_bar.get_height() / 2)[0]
+    assert (low, high) == pytest.approx((0.94, 1.03))
+    plt.close(fig)
+
+
+def test_adaptive_skip_draws_the_net_speedups_interval_as_latency_over_the_original(frame):
+    fig = figures.adaptive_skip(frame)
+    segments = [seg for ax in fig.axes for seg in _error_segments(ax)]
+    spans = [y for span in sorted(sorted(seg[:, 1].tolist()) for seg in segments) for y in span]
+    expected = sorted([[1 / 1.03, 1 / 0.94], [1 / 1.26, 1 / 1.15]] * 2)  # two panels (length, density) of the CPU
+    assert spans == pytest.approx([y for span in expected for y in span])
+    assert "? ambiguous" in [t.get_text() for ax in fig.axes for t in ax.texts]
+    plt.close(fig)
+
+
+def test_report_csv_shows_a_dash_where_a_prediction_has_no_interval(frame, tmp_path):
+    files = report.write_report(frame, tmp_path)
+    csv = pd.read_csv(files.tables["table2_reorderer_comparison"], keep_default_na=False)
+    simulated = csv[csv["simulated"].astype(str) == "True"]
+    assert set(simulated["net_speedup_ci_high"]) == {report.NO_VALUE}
+    measured = csv[(csv["simulated"].astype(str) == "False") & (csv["order"] == "WaveAlign")]
+    assert measured[["net_speedup_ci_low", "net_verdict"]].values.tolist() == [["1.15", "faster"]]
+    assert "net speedup ci low" in files.html.read_text()
