@@ -1,45 +1,106 @@
-"""What the user sees: a live per-GPU-type progress display with an ETA, and the final summary table."""
+"""What the user sees: a live per-GPU-type progress display with an ETA (on a terminal; elsewhere, a plain line every
+few seconds), and the final summary, as a table and as records (``summary_lines``)."""
 
 from __future__ import annotations
 
 import math
 import statistics
+import threading
+import time
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
-from wavealign.instruments.timing import Speedup
+from wavealign import metrics
 from wavealign.records import ORIGINAL_VARIANT, order_name
 
 COUNTS = ("done", "running", "failed", "unschedulable")
+PLAIN_EVERY_S = 10.0  # how often a console that is not a terminal (a log file, CI) gets a progress line
 
 
 class SweepProgress:
-    """Cells per placement (a GPU type, or ``cpu``): done, running, failed, unschedulable, with an ETA."""
+    """Cells per placement (a GPU type, or ``cpu``): done, running, failed, unschedulable, with an ETA. On a terminal,
+    a live display; on a console that is not one, a plain ``progress:`` line every ``every_s`` seconds of ``clock``
+    (as cells change, and from a heartbeat between) and once at the end, so that a log shows the sweep moving."""
 
-    def __init__(self, totals: dict[str, int], console: Console, enabled: bool = True) -> None:
+    def __init__(self, totals: dict[str, int], console: Console, enabled: bool = True,
+                 every_s: float = PLAIN_EVERY_S, clock: Callable[[], float] = time.monotonic) -> None:
+        if not every_s > 0:
+            raise ValueError(f"every_s must be > 0, got {every_s}")
         self.counts = {k: dict.fromkeys(COUNTS, 0) for k in totals}
         self.totals = totals
+        self._console, self._clock, self._every_s = console, clock, every_s
+        self._plain = enabled and not console.is_terminal
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._started_s = self._next_s = clock()
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                  TimeRemainingColumn(), console=console, disable=not enabled, transient=False)
+                                  TimeRemainingColumn(), console=console, disable=not enabled or self._plain,
+                                  transient=False)
         self._tasks = {k: self._progress.add_task(k, total=n) for k, n in totals.items()}
         self._refresh_all()
 
     def __enter__(self) -> SweepProgress:
+        self._started_s = self._clock()
+        self._next_s = self._started_s + self._every_s
         self._progress.start()
+        if self._plain:
+            threading.Thread(target=self._heartbeat, name="sweep-progress", daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
         self._progress.stop()
+        if self._plain:
+            with self._lock:
+                self._print_plain()
 
     def add(self, placement: str, **deltas: int) -> None:
         for key, delta in deltas.items():
             self.counts[placement][key] += delta
         self._refresh(placement)
+        self.tick()
+
+    def tick(self) -> None:
+        """Print the plain line if one is due (a console that is not a terminal only)."""
+        if not self._plain:
+            return
+        with self._lock:
+            now = self._clock()
+            if now < self._next_s:
+                return
+            self._next_s = now + self._every_s
+            self._print_plain()
+
+    def _heartbeat(self) -> None:
+        while not self._stopped.wait(self._every_s):
+            self.tick()
+
+    def plain_line(self) -> str:
+        """``progress: done D/T failed F running R eta Ns`` over all placements (with each one's done/total when there
+        are several); the ETA assumes the cells left take as long as the finished ones did, ``-`` before any."""
+        total = sum(self.totals.values())
+        summed = {key: sum(c[key] for c in self.counts.values()) for key in COUNTS}
+        finished = summed["done"] + summed["failed"] + summed["unschedulable"]
+        elapsed_s = self._clock() - self._started_s
+        eta = f"{elapsed_s / finished * (total - finished):.0f}s" if finished else "-"
+        line = (f"progress: done {summed['done']}/{total} failed {summed['failed']} running {summed['running']} "
+                f"eta {eta}")
+        if summed["unschedulable"]:
+            line += f" unschedulable {summed['unschedulable']}"
+        if len(self.totals) > 1:
+            line += " (" + ", ".join(f"{k} {c['done']}/{self.totals[k]}" for k, c in self.counts.items()) + ")"
+        return line
+
+    def _print_plain(self) -> None:
+        self._console.print(self.plain_line(), markup=False, highlight=False, soft_wrap=True)
 
     def _refresh_all(self) -> None:
         for placement in self.totals:
@@ -53,13 +114,37 @@ class SweepProgress:
         self._progress.update(self._tasks[placement], completed=finished, description=text)
 
 
+@dataclass(frozen=True)
+class SummaryLine:
+    """One line of a sweep's summary: the done cells of one (hardware, backend, measurer, method, workload, sequence
+    length, launch order), their median kernel time and their speedup over the original variant timed beside them,
+    with its interval at ``metrics.LEVEL`` (NaN where none applies) and verdict (``metrics.VERDICT_RULE``;
+    ``baseline`` on the original's own line, ``-`` without a speedup). ``variant`` is the launch order's name
+    (``records.order_name``)."""
+
+    hardware: str
+    backend: str
+    measure: str | None
+    method: str
+    workload: str | None
+    tokens: int | None
+    variant: str
+    cells_done: int
+    kernel_ms: float
+    speedup: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+    simulated: bool
+
+    @property
+    def key(self) -> tuple:
+        return (self.hardware, self.backend, self.measure, self.method, self.workload, self.tokens, self.variant)
+
+
 def _median(values: list[float | None]) -> float:
     values = [v for v in values if v is not None and not math.isnan(v)]
     return statistics.median(values) if values else math.nan
-
-
-def _fmt(value: float, spec: str) -> str:
-    return "-" if value is None or math.isnan(value) else format(value, spec)
 
 
 def _fmt_ms(value: float) -> str:
@@ -70,40 +155,80 @@ def _fmt_ms(value: float) -> str:
     return f"{value:.{max(decimals, 0)}f}"
 
 
-def _iqr_pct(iqr_ms: float, median_ms: float) -> str:
-    """The interquartile range as a share of the median: the spread a time's repetitions had."""
-    return "-" if math.isnan(iqr_ms) or not median_ms > 0 else f"{100 * iqr_ms / median_ms:.1f}"
+def _iqr_pct(iqr_ms: float, median_ms: float, simulated: bool) -> str:
+    """The interquartile range as a share of the median: the spread a time's repetitions had (a prediction has
+    none: ``-``, never 0.0)."""
+    return "-" if simulated or math.isnan(iqr_ms) or not median_ms > 0 else f"{100 * iqr_ms / median_ms:.1f}"
 
 
-def _speedup(original_ms: float, original_iqr_ms: float, kernel_ms: float, kernel_iqr_ms: float,
-             baseline: bool, timer: str | None) -> tuple[str, bool]:
-    """The speedup as printed, and whether it is marked not significant (its spread holds 1.0: ``Speedup``)."""
-    if not kernel_ms > 0 or math.isnan(original_ms):
-        return "-", False
-    if baseline:
-        return f"{original_ms / kernel_ms:.3f}", False
-    spread = Speedup.of(original_ms, _or_zero(original_iqr_ms), kernel_ms, _or_zero(kernel_iqr_ms), timer)
-    if spread.significant:
-        return f"{spread.ratio:.3f}", False
-    return f"{spread.ratio:.3f} n.s.", True
+def _finite(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
-def _or_zero(iqr_ms: float) -> float:
-    return 0.0 if iqr_ms is None or math.isnan(iqr_ms) else iqr_ms
+def _is_simulated(row: dict[str, Any]) -> bool:
+    return bool(row.get("simulated")) or row.get("timer") == "simulated"
+
+
+def _tolerance(done: list[dict[str, Any]]) -> float:
+    """The verdicts' tolerance the line's cells were judged with (``metrics.TOLERANCE`` where none recorded)."""
+    return next((t for t in (_finite(r.get("verdict_tolerance")) for r in done) if not math.isnan(t)),
+                metrics.TOLERANCE)
+
+
+def _speedup(done: list[dict[str, Any]], baseline: bool, simulated: bool) -> tuple[float, float, float, str]:
+    """A line's speedup, its interval and verdict: one cell's own; over several cells (seeds), the geometric mean of
+    their speedups with a Student-t interval across their logs (``metrics.ratio_of_logs``), judged by the same rule;
+    a prediction's point alone."""
+    judged = [r for r in done if _finite(r.get("speedup_vs_original")) > 0]
+    if not judged:
+        return math.nan, math.nan, math.nan, "-"
+    tolerance = _tolerance(judged)
+    if len(judged) == 1:
+        r = judged[0]
+        point, low, high = (_finite(r.get(c)) for c in ("speedup_vs_original", "speedup_ci_low", "speedup_ci_high"))
+        if baseline or simulated:
+            low = high = math.nan
+        return point, low, high, ("baseline" if baseline else
+                                  r.get("verdict") or metrics.verdict(low, high, tolerance, point))
+    ratio = metrics.ratio_of_logs([math.log(r["speedup_vs_original"]) for r in judged])
+    if baseline or simulated:
+        return (ratio.point, math.nan, math.nan,
+                "baseline" if baseline else metrics.verdict(math.nan, math.nan, tolerance, ratio.point))
+    return ratio.point, ratio.low, ratio.high, metrics.verdict(ratio.low, ratio.high, tolerance)
+
+
+def _line_order(key: tuple) -> tuple:
+    hardware, backend, measure, method, workload, tokens, variant = key
+    return (hardware, backend, str(measure), method, str(workload), -1 if tokens is None else tokens,
+            variant != ORIGINAL_VARIANT, variant)
+
+
+def _grouped(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """The rows per summary line (``SummaryLine.key``), in the summary's order."""
+    grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        order = order_name(row["variant"], row.get("reorderer"))
+        grouped[(row["hardware"], row["backend"], row.get("measure"), row["method"], row.get("workload"),
+                 row.get("seq_len_tokens"), order)].append(row)
+    return {key: grouped[key] for key in sorted(grouped, key=_line_order)}
+
+
+def _summary_line(key: tuple, rows: list[dict[str, Any]]) -> SummaryLine:
+    done = [r for r in rows if r["status"] == "done"]
+    simulated = bool(done) and all(_is_simulated(r) for r in done)
+    point, low, high, verdict = _speedup(done, key[-1] == ORIGINAL_VARIANT, simulated)
+    return SummaryLine(*key, cells_done=len(done), kernel_ms=_median([r["kernel_ms_median"] for r in done]),
+                       speedup=point, ci_low=low, ci_high=high, verdict=verdict, simulated=simulated)
+
+
+def summary_lines(rows: list[dict[str, Any]]) -> list[SummaryLine]:
+    """The summary's lines over ``rows`` (the latest row of each cell), in order."""
+    return [_summary_line(key, group) for key, group in _grouped(rows).items()]
 
 
 def verdicts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
-    """Per summary line (its key, as ``summary_table`` groups rows), the verdict on its speedup: ``significant``,
-    ``not significant`` or ``baseline`` (the original order; or no speedup to judge, ``-``)."""
-    return {key: line["verdict"] for key, line in _lines(rows).items()}
-
-
-def _original_ms(row: dict[str, Any]) -> float:
-    """The kernel time of the original variant timed beside this cell (its group), which its speedup refers to."""
-    kernel_ms, speedup = row.get("kernel_ms_median"), row.get("speedup_vs_original")
-    if row.get("variant") == ORIGINAL_VARIANT:
-        return math.nan if kernel_ms is None else kernel_ms
-    return math.nan if kernel_ms is None or speedup is None else kernel_ms * speedup
+    """Per summary line (``SummaryLine.key``), the verdict on its speedup."""
+    return {line.key: line.verdict for line in summary_lines(rows)}
 
 
 def _l2_hit(done: list[dict[str, Any]]) -> tuple[str, str | None]:
@@ -115,90 +240,60 @@ def _l2_hit(done: list[dict[str, Any]]) -> tuple[str, str | None]:
     return "-", None
 
 
-def _line_order(key: tuple) -> tuple:
-    hardware, backend, measure, method, workload, tokens, variant = key
-    return (hardware, backend, str(measure), method, str(workload), -1 if tokens is None else tokens,
-            variant != ORIGINAL_VARIANT, variant)
-
-
-_COUNT_HEADERS = {"failed": "failed", "unschedulable": "unsched."}
-
-
-def _lines(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, Any]]:
-    """The summary's lines, in order: per (hardware, backend, measurer, method, workload, sequence length, launch
-    order), its rows and median figures, the original order's timed beside them (in their groups), and the verdict
-    on the speedup (``Speedup``: each time's spread is the median IQR of its cells)."""
-    grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    originals = {r["group_id"]: r for r in rows if r.get("variant") == ORIGINAL_VARIANT and r["status"] == "done"}
-    for row in rows:
-        order = order_name(row["variant"], row.get("reorderer"))
-        grouped[(row["hardware"], row["backend"], row.get("measure"), row["method"], row.get("workload"),
-                 row.get("seq_len_tokens"), order)].append(row)
-    lines = {}
-    for key in sorted(grouped, key=_line_order):
-        done = [r for r in grouped[key] if r["status"] == "done"]
-        line = {"rows": grouped[key], "done": done,
-                "kernel_ms": _median([r["kernel_ms_median"] for r in done]),
-                "kernel_iqr_ms": _median([r.get("kernel_ms_iqr") for r in done]),
-                "original_ms": _median([_original_ms(r) for r in done]),
-                "original_iqr_ms": _median([originals[r["group_id"]].get("kernel_ms_iqr") for r in done
-                                            if r.get("group_id") in originals])}
-        baseline = key[-1] == ORIGINAL_VARIANT
-        timers = {r.get("timer") for r in done}  # one per line: a line is one hardware, backend and measurer
-        line["speedup"], not_significant = _speedup(line["original_ms"], line["original_iqr_ms"], line["kernel_ms"],
-                                                    line["kernel_iqr_ms"], baseline, next(iter(timers), None))
-        line["verdict"] = ("baseline" if baseline else "-" if line["speedup"] == "-" else
-                           "not significant" if not_significant else "significant")
-        lines[key] = line
-    return lines
+_COUNT_HEADERS = {"failed": "failed", "unschedulable": "un-\nsched."}
+_SHARED = {"hardware": 0, "backend": 1, "method": 3, "workload": 4}  # columns said in the title when one value
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """One line per (hardware, backend, measurer, method, workload, sequence length, launch order): cell counts and
-    median figures; the order is the variant, with its reorderer where that is not WaveAlign's Stage 1
-    (``records.order_name``). The timer gets a column only when the lines differ in it (a simulated line's is
-    ``simulated``), and the failed and unschedulable counts only when some line has one.
-
-    Each line's speedup is computed from the medians printed on it (original ms / kernel ms), so the table never
-    shows a ratio its own columns contradict; the per-cell ratios are the dataset's ``speedup_vs_original``. The IQR
-    column is the kernel time's spread over its repetitions; a speedup that spread cannot tell from 1.0 is marked
-    ``n.s.``."""
-    lines = _lines(rows)
+    """One line per (hardware, backend, measurer, method, workload, sequence length, launch order): cell counts,
+    median figures, and the speedup with its interval and verdict (``SummaryLine``); the order is the variant, with
+    its reorderer where that is not WaveAlign's Stage 1 (``records.order_name``). The failed and unschedulable counts
+    get a column only when some line has one. Values every line shares (hardware, backend, method, workload) are said
+    once, in the title, and the timers in the notes, so that the table keeps to 80 columns where it can."""
+    grouped = _grouped(rows)
     all_timers = {r.get("timer") for r in rows if r["status"] == "done"}
     counted = [c for c in ("failed", "unschedulable") if any(r["status"] == c for r in rows)]
-    table = Table(title=title)
-    headers = ["hardware", "backend", "method", "workload", "tokens", "variant", "done",
+    shared = {name: values.pop() for name, values in
+              ((name, {str(key[i] or "-") for key in grouped}) for name, i in _SHARED.items()) if len(values) == 1}
+    if shared:  # a value every line has is said once, in the title: the table keeps to 80 columns
+        title += ": " + ", ".join(f"{name} {value}" for name, value in shared.items())
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=0)
+    headers = [*(name for name in _SHARED if name not in shared), "tokens", "variant", "done",
                *(_COUNT_HEADERS[c] for c in counted),
-               "kernel ms", "IQR %", "original ms", "speedup", "reorder ms", "L2 hit %"]
-    headers += ["timer"] if len(all_timers) > 1 else []
+               "kernel\nms", "IQR\n%", "speedup\n[95% CI]", "verdict", "reorder\nms", "L2 hit\n%"]
     for header in headers:
-        text = header in ("hardware", "backend", "method", "workload", "variant")
-        table.add_column(header, justify="left" if text else "right", no_wrap=text)
-    l2_sources = set()
-    for key, line in lines.items():
-        hardware, backend, _, method, workload, tokens, variant = key
-        done = line["done"]
-        timers = sorted({r["timer"] for r in done if r.get("timer")})
+        text = header in (*_SHARED, "variant", "verdict")
+        table.add_column(header, justify="left" if text else "right", overflow="fold")
+    l2_sources, tolerances, timed_on = set(), set(), {}
+    for key, group in grouped.items():
+        line = _summary_line(key, group)
+        done = [r for r in group if r["status"] == "done"]
+        for r in done:
+            timed_on.setdefault(r.get("timer"), set()).add(f"{line.hardware}/{line.backend}")
         l2_value, l2_source = _l2_hit(done)
         l2_sources.add(l2_source)
-        cells = [hardware, backend, method, str(workload or "-"), "-" if tokens is None else f"{tokens:,}",
-                 Text(variant),  # not markup: "wavealign[lsh]" is text
-                 str(len(done)), *(str(sum(r["status"] == c for r in line["rows"])) for c in counted),
-                 _fmt_ms(line["kernel_ms"]), _iqr_pct(line["kernel_iqr_ms"], line["kernel_ms"]),
-                 _fmt_ms(line["original_ms"]), line["speedup"],
+        if line.verdict not in ("-", "baseline"):
+            tolerances.add(_tolerance(done))
+        cells = [*(str(getattr(line, name) or "-") for name in _SHARED if name not in shared),
+                 "-" if line.tokens is None else f"{line.tokens:,}",
+                 Text(line.variant),  # not markup: "wavealign[lsh]" is text
+                 str(line.cells_done), *(str(sum(r["status"] == c for r in group)) for c in counted),
+                 _fmt_ms(line.kernel_ms),
+                 _iqr_pct(_median([r.get("kernel_ms_iqr") for r in done]), line.kernel_ms, line.simulated),
+                 metrics.interval_text(line.speedup, line.ci_low, line.ci_high), line.verdict,
                  _fmt_ms(_median([r["reorder_ms"] for r in done])), l2_value]
-        if len(all_timers) > 1:
-            cells.append(",".join(timers) or "-")
         table.add_row(*cells)
-    notes = ["speedup = original ms / kernel ms, both medians over the line's done cells; original ms: the "
-             "original variant timed in their groups; IQR %: the kernel time's interquartile range over its "
-             "repetitions, as a share of its median"]
-    if any(line["verdict"] == "not significant" for line in lines.values()):
-        notes.append("n.s.: not significant, the speedup's spread holds 1.0 (each time within one IQR of its median: "
-                     "the two times' repetitions overlap; a wall-clock IQR counts as at least 2% of its median)")
+    notes = ["speedup: the original variant's kernel time over the line's, both timed in the same group, with its "
+             "95% interval (one cell: over its repetitions; several cells: the geometric mean of their speedups, "
+             "with a t interval across them); kernel ms: the median over the line's done cells; IQR %: the kernel "
+             "time's interquartile range over its repetitions, as a share of its median"]
+    notes += [metrics.VERDICT_RULE.format(tol=tol) for tol in sorted(tolerances)]
     if len(all_timers) == 1:
         notes.append(f"timer: {next(iter(all_timers))} for every line")
-    if any("[" in key[-1] for key in lines):
+    elif all_timers:
+        notes.append("timer: " + "; ".join(f"{timer} on {', '.join(sorted(where))}"
+                                            for timer, where in sorted(timed_on.items(), key=lambda t: str(t[0]))))
+    if any("[" in key[-1] for key in grouped):
         notes.append("variant\\[reorderer]: that reorderer's grouping instead of WaveAlign's Stage 1 (spatial: alone; "
                      "wavealign: then Stage 2)")
     if "ncu" in l2_sources:

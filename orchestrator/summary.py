@@ -1,11 +1,16 @@
-"""The end of a sweep: the table of the latest row of every cell of the grid (also written to ``summary.txt``),
+"""The end of a sweep: the table of the latest row of every cell of the grid (also written to ``summary.txt``, and its
+lines as records to ``summary.json`` and ``summary.csv`` beside it: ``progress.SummaryLine``),
 this run's counts, where the results are, and what to do next (log to MLflow later, resume, read the failures),
 each as a command that runs as printed from where the sweep ran (``runnable``). What explains an exit status other
 than 0 (an interruption, the cells that failed or that no node could take) goes to stderr; the rest to stdout."""
 
 from __future__ import annotations
 
+import csv
+import dataclasses
 import io
+import json
+import math
 import os
 import shlex
 import shutil
@@ -20,14 +25,15 @@ from rich.text import Text
 from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.config import MlflowConfig
 from wavealign.orchestrator.plan import SweepPlan
-from wavealign.orchestrator.progress import summary_table
+from wavealign.orchestrator.progress import SummaryLine, summary_lines, summary_table
 from wavealign.orchestrator.record import SweepOutcome
 from wavealign.orchestrator.redact import redact
 
 
 def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path,
                   errors: Console | None = None) -> None:
-    """The summary on ``console``, and what explains a status other than 0 on ``errors`` (default: stderr)."""
+    """The summary on ``console``, and what explains a status other than 0 on ``errors`` (default: stderr); the table
+    written to ``path`` and its lines to ``summary.json`` and ``summary.csv`` in the same folder."""
     ids = {c.cell_id for c in plan.grid.cells}
     latest = dataset.newest_per_cell([row for row in dataset.read(cfg.run_root).to_pylist() if row["cell_id"] in ids])
     table = summary_table(list(latest.values()), f"sweep {cfg.name} ({plan.sweep_id})")
@@ -37,6 +43,7 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     text = Console(file=io.StringIO(), width=200)
     text.print(table)
     files.write_whole(path, text.file.getvalue())
+    write_lines(summary_lines(list(latest.values())), Path(path).parent)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
     if outcome.kernel_busy_fraction is not None:
@@ -64,6 +71,20 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
 
 
 MAX_REASONS = 5  # the reasons a summary prints, most cells first
+LINE_FIELDS = tuple(f.name for f in dataclasses.fields(SummaryLine))
+
+
+def write_lines(lines: list[SummaryLine], folder: Path) -> None:
+    """The summary's lines as records, one per line: ``summary.json`` (a list of objects; a figure without a value is
+    null) and ``summary.csv`` (``LINE_FIELDS`` as its header; such a figure is empty)."""
+    records = [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in dataclasses.asdict(line).items()}
+               for line in lines]
+    files.write_whole(folder / "summary.json", json.dumps(records, indent=1) + "\n")
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=LINE_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(records)
+    files.write_whole(folder / "summary.csv", table.getvalue())
 
 
 def sync_command(cfg: DictConfig) -> str:
