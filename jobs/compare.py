@@ -1,0 +1,102 @@
+"""Compare two sweeps cell by cell: how many times faster B ran than A, with an interval and a verdict per cell.
+
+    wavealign compare RUN_ROOT_A RUN_ROOT_B
+    wavealign compare runs/before:paper_h100 runs/after:3f2a9c0d1e4b5a67   # :SWEEP picks one sweep (name or id)
+    wavealign compare A B --tolerance 0.02 --out DIR --mlflow [TRACKING_URI]
+
+Cells match on what they measure (hardware, backend, measure, method, workload, length, variant, reorderer and the
+method's and reorderer's parameters); each side's newest done row of a cell counts. The ratio is A's kernel time
+over B's (> 1: B faster), with Welch's 95 % interval from both sides' per-rep times (rows of dataset schema 7 on);
+older rows compare their medians without an interval (no verdict), simulated rows by their predicted point. Prints
+the table, the verdict counts, the cells found on one side only and the verdict rule; writes compare.csv and
+compare.html (default folder <RUN_ROOT_B>/compare). Exit status 1 when any cell is slower, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wavealign.jobs._args import Parser, UsageError, output_folder
+
+EXTRAS = ("analysis",)  # --mlflow needs MLflow too ([sweep])
+EXIT_SLOWER = 1
+
+
+def _tolerance(text: str) -> float:
+    """``--tolerance`` as a fraction in [0, 1), else a ``UsageError`` naming it."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < 1:
+        raise UsageError(f"--tolerance {text!r}: expected a fraction in [0, 1), e.g. 0.01 for 1 %")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = Parser("compare", __doc__)
+    parser.add_argument("a", metavar="RUN_ROOT_A[:SWEEP]", help="the baseline sweep's run root")
+    parser.add_argument("b", metavar="RUN_ROOT_B[:SWEEP]", help="the sweep compared with it")
+    parser.add_argument("--tolerance", default=None,
+                        help="the band 1 +- tolerance that counts as the same time (default: wavealign.metrics')")
+    parser.add_argument("--out", type=Path, help="output folder (default <RUN_ROOT_B>/compare)")
+    parser.add_argument("--mlflow", nargs="?", const="", default=None, metavar="TRACKING_URI",
+                        help="log the comparison as an MLflow run (default store: <RUN_ROOT_B>/mlflow.db)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    tolerance = None if args.tolerance is None else _tolerance(args.tolerance)
+    if args.mlflow:
+        from wavealign.orchestrator.config import check_tracking_uri
+
+        check_tracking_uri("--mlflow ", args.mlflow)
+    if args.out is not None:
+        output_folder("--out", args.out)
+    from rich.console import Console
+
+    from wavealign import metrics
+    from wavealign.analysis import compare
+
+    tolerance = metrics.TOLERANCE if tolerance is None else tolerance
+    a, b = compare.Side.parse("RUN_ROOT_A", args.a), compare.Side.parse("RUN_ROOT_B", args.b)
+    comparison = compare.compare(a, b, tolerance)
+    console = Console(highlight=False)
+    console.print(compare.rich_table(comparison))
+    print("\n".join([comparison.summary(), *compare.one_sided_lines(comparison),
+                     metrics.VERDICT_RULE.format(tol=tolerance)]))
+    files = compare.write(comparison, args.out or b.run_root / "compare")
+    print(f"compare: {files.csv.resolve()}\ncompare: {files.html.resolve()}")
+    if args.mlflow is not None:
+        _log(comparison, files, args.mlflow or None, b.run_root)
+    return EXIT_SLOWER if comparison.counts()["slower"] else 0
+
+
+def _log(comparison, files, tracking_uri: str | None, run_root_b: Path) -> None:
+    """Log to MLflow (``tracking_uri``, else B's own store); a store that cannot be used is one line, not a
+    failure of the comparison already written."""
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:
+        print("not logged to MLflow: it is not installed (pip install 'wavealign[sweep]')")
+        return
+    from wavealign.analysis.compare import log_to_mlflow
+    from wavealign.orchestrator import sqlite_store
+    from wavealign.orchestrator.redact import redact
+    from wavealign.orchestrator.tracking import default_tracking_uri
+
+    uri = tracking_uri or default_tracking_uri(run_root_b)
+    try:
+        sqlite_store.prepare(uri)
+    except sqlite_store.StoreUnusable as exc:
+        print(f"wavealign compare: not logged to MLflow: {exc}", file=sys.stderr)
+        return
+    run_id = log_to_mlflow(comparison, files, uri)
+    print(f"logged as MLflow run {run_id} in {redact(uri)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""``wavealign compare``: two real run roots (rows written with ``dataset.make_row`` and ``dataset.write``), cells
+made clearly faster, slower and the same in B, one found in B only, one simulated and one without per-rep times; the
+verdicts, the exit status, the CSV read back, the HTML, the MLflow run and the refusals."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from wavealign import metrics
+from wavealign.jobs import cli
+from wavealign.orchestrator import dataset
+from wavealign.records import Cell, CellResult
+
+SWEEP_A, SWEEP_B, SWEEP_B2 = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb", "cccccccccccccccc"
+STEADY = (1.0, 1.002, 0.998, 1.001, 0.999)  # per-rep times relative to a cell's median: a spread of 0.2 %
+
+
+def _cell(tokens: int, **changes) -> Cell:
+    cell = Cell(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu", profile_hardware="h100",
+                backend="reference", method="random", variant="wavealign", stages="both", skip_mode="force",
+                workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16, block_size=128, wave_size=4,
+                reps=5, warmup=0)
+    return replace(cell, **changes)
+
+
+def _row(cell: Cell, ms: float, sweep_id: str, sweep_name: str, reps: bool = True, simulated: bool = False) -> dict:
+    result = CellResult(cell.cell_id, cell.group_id, "done", simulated=simulated, kernel_ms_median=ms,
+                        kernel_ms_reps=[ms * f for f in STEADY] if reps else [], speedup_vs_original=1.5,
+                        speedup_ci_low=1.4, speedup_ci_high=1.6)
+    return dataset.make_row(cell, result, sweep_id=sweep_id, sweep_name=sweep_name)
+
+
+# seq_len_tokens -> (A's ms, B's ms): B faster, slower, the same; a simulated pair; a pair without per-rep times
+TIMES = {512: (10.0, 5.0), 1024: (5.0, 10.0), 2048: (8.0, 8.0)}
+SIMULATED, OLD, ONLY_B = 4096, 8192, 16384
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory) -> tuple[Path, Path]:
+    a, b = tmp_path_factory.mktemp("a"), tmp_path_factory.mktemp("b")
+    sim = _cell(SIMULATED, measure="simulated", hardware="h100")
+    dataset.write(a, [*(_row(_cell(t), ms, SWEEP_A, "before") for t, (ms, _) in TIMES.items()),
+                      _row(sim, 2.0, SWEEP_A, "before", reps=False, simulated=True),
+                      _row(_cell(OLD), 3.0, SWEEP_A, "before", reps=False)])
+    dataset.write(b, [*(_row(_cell(t), ms, SWEEP_B, "after") for t, (_, ms) in TIMES.items()),
+                      _row(sim, 1.0, SWEEP_B, "after", reps=False, simulated=True),
+                      _row(_cell(OLD), 1.0, SWEEP_B, "after", reps=False),
+                      _row(_cell(ONLY_B), 1.0, SWEEP_B, "after")])
+    # a second sweep in B that re-ran only the cell that was faster
+    dataset.write(b, [_row(_cell(512, cell_id="c512-again"), 5.0, SWEEP_B2, "again")])
+    return a, b
+
+
+def _compared(capsys, *argv: str) -> tuple[int, str, pd.DataFrame]:
+    status = cli.main(["compare", *argv])
+    printed = capsys.readouterr().out
+    out = Path(re.search(r"compare: (\S+compare\.csv)", printed).group(1))
+    return status, printed, pd.read_csv(out)
+
+
+def test_each_cell_gets_the_verdict_its_times_were_made_for(roots, tmp_path, capsys):
+    a, b = roots
+    status, printed, table = _compared(capsys, str(a), str(b), "--out", str(tmp_path))
+    verdicts = dict(zip(table["seq_len_tokens"], table["verdict"], strict=True))
+    assert verdicts == {512: "faster", 1024: "slower", 2048: "same", SIMULATED: "faster" + metrics.PREDICTED,
+                        OLD: "-"}
+    assert status == 1  # a cell is slower
+    # the predicted faster counts with the measured one; the cell without reps has no verdict
+    assert "5 cells matched: 2 faster / 1 slower / 1 same / 0 ambiguous (1 without an interval" in printed
+    assert [line for line in printed.splitlines() if line.startswith("only in")] == [
+        f"only in B: cpu timed random {ONLY_B} wavealign"]
+    assert metrics.VERDICT_RULE.format(tol=metrics.TOLERANCE) in " ".join(printed.split())
+    assert (tmp_path / "compare.html").read_text().count("data:image/png;base64,") == 1
+
+
+def test_the_ratio_is_a_over_b_of_the_geometric_means_with_an_interval_around_it(roots, tmp_path, capsys):
+    a, b = roots
+    _, _, table = _compared(capsys, str(a), str(b), "--out", str(tmp_path))
+    by_length = table.set_index("seq_len_tokens")
+    for tokens, (a_ms, b_ms) in TIMES.items():
+        # the same relative spread on both sides: the geometric means' ratio is the medians' ratio
+        assert by_length.loc[tokens, "ratio"] == pytest.approx(a_ms / b_ms)
+        assert by_length.loc[tokens, "ratio_ci_low"] < a_ms / b_ms < by_length.loc[tokens, "ratio_ci_high"]
+    assert by_length.loc[OLD, "ratio"] == pytest.approx(3.0) and math.isnan(by_length.loc[OLD, "ratio_ci_low"])
+    assert by_length.loc[512, "b_speedup_ci_high"] == pytest.approx(1.6)
+
+
+def test_a_chosen_sweep_of_b_compares_its_cells_only_and_exits_0_without_a_slower_one(roots, tmp_path, capsys):
+    a, b = roots
+    status, printed, table = _compared(capsys, str(a), f"{b}:again", "--out", str(tmp_path))
+    assert list(table["seq_len_tokens"]) == [512] and list(table["verdict"]) == ["faster"]
+    assert status == 0
+    assert printed.count("only in A:") == len(TIMES) - 1 + 2
+
+
+def test_the_table_fits_80_columns(roots, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    a, b = roots
+    _, printed, _ = _compared(capsys, str(a), str(b), "--out", str(tmp_path))
+    table = printed[:printed.index("cells matched:")].splitlines()[:-1]
+    assert len(table) > 5 and max(len(line) for line in table) <= 80
+    print(printed)
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["{tmp}/missing", "{b}"], "RUN_ROOT_A"),
+    (["{a}", "{b}:nosuch"], "no sweep named 'nosuch'"),
+    (["{a}", "{b}", "--tolerance", "2"], "--tolerance '2': expected a fraction in [0, 1)"),
+    (["{a}", "{b}", "--tolerance", "abc"], "--tolerance 'abc'"),
+    (["{a}", "{empty}"], "RUN_ROOT_B"),
+])
+def test_bad_input_is_one_line_naming_the_argument_and_exit_2(roots, tmp_path, capsys, argv, needle):
+    a, b = roots
+    empty = tmp_path / "empty"
+    dataset.write(empty, [dataset.make_row(_cell(512), None, sweep_id=SWEEP_A, sweep_name="x", status="failed")])
+    argv = [s.format(a=a, b=b, tmp=tmp_path, empty=empty) for s in argv]
+    assert cli.main(["compare", *argv, "--out", str(tmp_path / "out")]) == cli.EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert needle in error and len(error.strip().splitlines()) == 1
+
+
+def test_the_comparison_is_logged_to_mlflow_with_both_sweeps_parent_runs(roots, tmp_path, capsys):
+    from mlflow.tracking import MlflowClient
+
+    a, b = roots
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("wavealign")
+    parent = client.create_run(experiment, tags={"wavealign.kind": "sweep", "wavealign.sweep_id": SWEEP_A})
+    status = cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "out"), "--mlflow", uri])
+    assert status == 1
+    run_id = re.search(r"logged as MLflow run (\w+)", capsys.readouterr().out).group(1)
+    run = client.get_run(run_id)
+    assert run.data.tags["wavealign.compare.a_parent_run"] == parent.info.run_id
+    assert run.data.tags["wavealign.compare.b_parent_run"] == ""  # no parent run of B's sweeps in this store
+    assert run.data.tags["wavealign.compare.b_sweep_ids"] == f"{SWEEP_B},{SWEEP_B2}"
+    assert run.data.metrics["n_slower"] == 1 and run.data.metrics["n_only_b"] == 1
+    assert {f.path for f in client.list_artifacts(run_id, "compare")} == {"compare/compare.csv",
+                                                                          "compare/compare.html"}
