@@ -54,8 +54,6 @@ def main(argv: list[str]) -> int:
         from wavealign.orchestrator.config import check_tracking_uri
 
         check_tracking_uri("--mlflow ", args.mlflow)
-    if args.out is not None:
-        output_folder("--out", args.out)
     from rich.console import Console
 
     from wavealign import metrics
@@ -64,11 +62,12 @@ def main(argv: list[str]) -> int:
     tolerance = metrics.TOLERANCE if tolerance is None else tolerance
     a, b = compare.Side.parse("RUN_ROOT_A", args.a), compare.Side.parse("RUN_ROOT_B", args.b)
     comparison = compare.compare(a, b, tolerance)
+    out = output_folder("--out", args.out or b.run_root / "compare")  # made only once the input is known good
     console = Console(highlight=False)
     console.print(compare.rich_table(comparison))
     print("\n".join([comparison.summary(), *compare.one_sided_lines(comparison),
                      metrics.VERDICT_RULE.format(tol=tolerance)]))
-    files = compare.write(comparison, args.out or b.run_root / "compare")
+    files = compare.write(comparison, out)
     print(f"compare: {files.csv.resolve()}\ncompare: {files.html.resolve()}")
     if args.mlflow is not None:
         _log(comparison, files, args.mlflow or None, b.run_root)

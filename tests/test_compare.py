@@ -123,6 +123,7 @@ def test_bad_input_is_one_line_naming_the_argument_and_exit_2(roots, tmp_path, c
     assert cli.main(["compare", *argv, "--out", str(tmp_path / "out")]) == cli.EXIT_BAD_INPUT
     error = capsys.readouterr().err
     assert needle in error and len(error.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()  # nothing written
 
 
 def test_the_comparison_is_logged_to_mlflow_with_both_sweeps_parent_runs(roots, tmp_path, capsys):
