@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from wavealign import metrics
 from wavealign.orchestrator import dataset
 from wavealign.orchestrator.progress import verdicts
 
@@ -90,5 +91,9 @@ def test_the_printed_mlflow_ui_command_serves_the_page_it_names(two_runs):
 def test_two_fresh_runs_give_the_same_verdict_on_every_line(two_runs):
     first, second = (verdicts(dataset.read(root).to_pylist()) for _, root, _ in two_runs)
     assert set(first) == set(second) and len(first) == 20
-    assert first == second
-    assert {"significant", "baseline"} <= set(first.values())  # the simulated lines' speedups are clear of 1.0
+    predicted = {key for key, verdict in first.items() if verdict.endswith(metrics.PREDICTED)}
+    assert predicted and {key: first[key] for key in predicted} == {key: second[key] for key in predicted}
+    # a CPU line's reorder changes nothing the reference kernel's time depends on: paired timing must not call it
+    # faster or slower in either run
+    measured = set(first) - predicted
+    assert {first[key] for key in measured} | {second[key] for key in measured} <= {"baseline", "same", "ambiguous"}

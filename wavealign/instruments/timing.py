@@ -63,45 +63,6 @@ def summarize(samples_ms: list[float]) -> Timing:
                   reps=len(samples_ms))
 
 
-# The least spread a time taken with a timer is given, as a share of its median: the wall clock's repetitions in one
-# window understate how far two windows of the same call drift apart on a shared CPU (up to 1.2 % between the
-# original order and WaveAlign on the exact reference kernel, timed in turns on 2 cores:
-# benchmarks/results/first-hour-cpu/), so a wall-clock IQR counts as at least 2 % of the median; CUDA events with L2
-# flushed and simulated times keep their own.
-MIN_RELATIVE_IQR = {"wall_clock": 0.02}
-
-
-@dataclass(frozen=True)
-class Speedup:
-    """How much faster a launch is than the original order's, with its spread: the ratio of the two medians, and the
-    range the ratio spans when each time lies anywhere within one IQR of its median.
-
-    A speedup whose range holds 1.0 is not significant: the two times' bands overlap, so the repetitions do not tell
-    them apart (a simulated time has no spread, and any ratio but 1 is significant). The band is twice McGill's
-    notch (median +- 1.57 IQR / sqrt(n), which is +- IQR / 2 at 10 reps): two fresh runs on a loaded 2-core machine
-    then agree on every verdict (benchmarks/results/first-hour-cpu/), where a notch alone flipped some."""
-
-    ratio: float
-    low: float
-    high: float
-
-    @classmethod
-    def of(cls, original_ms: float, original_iqr_ms: float, kernel_ms: float, kernel_iqr_ms: float,
-           timer: str | None = None) -> Speedup:
-        """From both medians and IQRs; each IQR at least ``MIN_RELATIVE_IQR`` of its median for ``timer``."""
-        floor = MIN_RELATIVE_IQR.get(timer or "", 0.0)
-        original_iqr_ms = max(original_iqr_ms, floor * original_ms)
-        kernel_iqr_ms = max(kernel_iqr_ms, floor * kernel_ms)
-        fastest, slowest = kernel_ms - kernel_iqr_ms, kernel_ms + kernel_iqr_ms
-        low = (original_ms - original_iqr_ms) / slowest
-        high = (original_ms + original_iqr_ms) / fastest if fastest > 0 else float("inf")
-        return cls(ratio=original_ms / kernel_ms, low=low, high=high)
-
-    @property
-    def significant(self) -> bool:
-        return not self.low <= 1.0 <= self.high
-
-
 class L2Flusher:
     """Overwrites a buffer larger than L2, so each repetition starts with a cold cache."""
 
