@@ -40,6 +40,7 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
+from wavealign import metrics as metrics_lib  # the local name metrics is MLflow's, in the logging code
 from wavealign.orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
 from wavealign.orchestrator.files import StorageError
 from wavealign.orchestrator.redact import redact
@@ -294,9 +295,10 @@ class Tracker:
 
 def run_name(row: dict[str, Any]) -> str:
     """A child run's name, what tells it from its neighbours first (the runs table cuts long names):
-    ``xattention 147,600 wavealign h100/fa4 1a2b3c4d``."""
-    return (f"{row['method']} {row['seq_len_tokens']:,} {order_name(row['variant'], row.get('reorderer'))} "
-            f"{row['hardware']}/{row['backend']} {row['cell_id'][:8]}")
+    ``xattention 147,600 wavealign h100/fa4 1a2b3c4d``, with ``simulated`` after the order for a prediction."""
+    simulated = " simulated" if row.get("simulated") else ""
+    return (f"{row['method']} {row['seq_len_tokens']:,} {order_name(row['variant'], row.get('reorderer'))}"
+            f"{simulated} {row['hardware']}/{row['backend']} {row['cell_id'][:8]}")
 
 
 def has_dataset(run: Run, run_root: Path) -> bool:
@@ -389,7 +391,8 @@ def sweep_params(config: dict[str, Any]) -> list[tuple[str, str]]:
 def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] | None) -> dict[str, float]:
     """A sweep parent run's metrics: ``cells_<status>`` over the newest row of each of the sweep's cells; the
     medians of ``speedup_vs_original`` and ``net_speedup_vs_original`` over its done cells of a variant other
-    than the original; and the wall times and GPU-busy share of its latest run (``run_record``, as
+    than the original, and their counts per verdict, measured and simulated apart (``_measured``,
+    ``_simulated``); and the wall times and GPU-busy share of its latest run (``run_record``, as
     ``record.write_run_record`` writes it). A run that ran no cell (a resume with every cell done) logs its wall times
     as ``resume_<key>`` instead, so that the parent keeps the ``startup_s`` and ``dispatch_s`` of the run that
     measured."""
@@ -397,10 +400,16 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
     metrics: dict[str, float] = {f"cells_{status}": sum(r["status"] == status for r in latest.values())
                                  for status in dataset.STATUSES}
     reordered = [r for r in latest.values() if r["status"] == "done" and r["variant"] != ORIGINAL_VARIANT]
-    for column in ("speedup_vs_original", "net_speedup_vs_original"):
-        values = [r[column] for r in reordered if r.get(column) is not None and math.isfinite(r[column])]
-        if values:
-            metrics[f"{column}_median"] = statistics.median(values)
+    for kind, rows in (("measured", [r for r in reordered if not r.get("simulated")]),
+                       ("simulated", [r for r in reordered if r.get("simulated")])):
+        for column in ("speedup_vs_original", "net_speedup_vs_original"):
+            values = [r[column] for r in rows if r.get(column) is not None and math.isfinite(r[column])]
+            if values:  # never one median over predictions and measurements together
+                metrics[f"{column}_median_{kind}"] = statistics.median(values)
+        for verdict in metrics_lib.VERDICTS:
+            counted = sum((r.get("verdict") or "").split(" ")[0] == verdict for r in rows)
+            if rows:
+                metrics[f"cells_{verdict}_{kind}"] = counted
     ran_cells = run_record is not None and bool(run_record.get("workers"))  # a no-op resume starts none
     for key in ("startup_s", "dispatch_s", "mlflow_drain_s", "kernel_busy_fraction"):
         if run_record is not None and run_record.get(key) is not None:
