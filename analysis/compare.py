@@ -25,9 +25,10 @@ from wavealign.analysis.plotting import bar_style
 from wavealign.analysis.report import readable
 from wavealign.orchestrator import dataset
 
-# what a cell measures, for matching across sweeps (the ids also hash the code's fingerprint, so they never match)
-IDENTITY = ("hardware", "backend", "measure", "method", "workload", "seq_len_tokens", "variant", "reorderer",
-            "method_params", "reorderer_params")
+# what a cell measures, for matching across sweeps (the ids also hash the code's fingerprint, so they never match);
+# not how it was timed (measure_params: paired or blocked, reps), so two timing settings of one cell compare
+IDENTITY = ("hardware", "backend", "measure", "method", "workload", "seq_len_tokens", "num_heads", "seed", "variant",
+            "reorderer", "method_params", "reorderer_params", "backend_params")
 NO_VERDICT = "-"  # a timed cell without an interval (old rows, one rep): its point is shown, no verdict drawn
 FIGURE_DPI = 110
 
