@@ -30,13 +30,14 @@ def test_unknown_reason_bits_are_left_out():
     assert gpu_state.reason_names(0x200 | 0x8) == ("hw_slowdown",)
 
 
-def test_idle_application_clocks_and_display_clock_are_not_throttling():
+def test_idle_application_clocks_display_clock_and_the_power_cap_are_not_throttling():
     assert not _state(1980.0, 0x1 | 0x2 | 0x100).throttled
+    assert not _state(1455.0, 0x4).throttled  # a loaded H200 at its 700 W cap boosts as designed
     assert not _state(1980.0, 0x0).throttled
 
 
-@pytest.mark.parametrize("bit", [0x4, 0x8, 0x10, 0x20, 0x40, 0x80])
-def test_power_thermal_and_slowdown_reasons_are_throttling(bit):
+@pytest.mark.parametrize("bit", [0x8, 0x10, 0x20, 0x40, 0x80])
+def test_thermal_slowdown_brake_and_sync_boost_reasons_are_throttling(bit):
     assert _state(1200.0, 0x2 | bit).throttled
 
 
