@@ -196,9 +196,14 @@ def compare(a: Side, b: Side, tolerance: float = metrics.TOLERANCE) -> Compariso
 
 def cell_labels(identities: list[dict[str, Any]]) -> list[str]:
     """Each cell named by the identity columns whose values differ among ``identities`` (method and variant
-    always), so a label is short where most of the cells share their hardware, backend and the like."""
-    varying = [k for k in IDENTITY if k in ("method", "variant") or len({str(i[k]) for i in identities}) > 1]
-    return [" ".join(str(i[k]) for k in varying if i[k] not in (None, "{}")) for i in identities]
+    always), so a label is short where most of the cells share their hardware, backend and the like; the params
+    only where the cells need them to tell apart."""
+    def label(keys: list[str]) -> list[str]:
+        varying = [k for k in keys if k in ("method", "variant") or len({str(i[k]) for i in identities}) > 1]
+        return [" ".join(str(i[k]) for k in varying if i[k] not in (None, "{}")) for i in identities]
+
+    short = label([k for k in IDENTITY if not k.endswith("_params")])  # params follow the method and reorderer
+    return short if len(set(short)) == len(short) else label(list(IDENTITY))
 
 
 def rich_table(comparison: Comparison):
