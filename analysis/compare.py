@@ -345,7 +345,10 @@ def log_to_mlflow(comparison: Comparison, files: ComparisonFiles, tracking_uri: 
                      f"{COMPARE_TAG}{name}_parent_run": ",".join(parents)})
     client = MlflowClient(tracking_uri=tracking_uri)
     found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    # a local store keeps the artifacts beside the comparison (MLflow's default is ./mlruns, wherever it runs)
+    local = not tracking_uri.startswith(("http://", "https://", "databricks"))
+    location = (files.csv.parent / "mlartifacts").resolve().as_uri() if local else None
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment, artifact_location=location)
     run = client.create_run(experiment_id, run_name=f"compare {comparison.a.run_root.name} "
                                                     f"{comparison.b.run_root.name}", tags=tags)
     run_id = run.info.run_id

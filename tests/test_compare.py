@@ -133,7 +133,7 @@ def test_the_comparison_is_logged_to_mlflow_with_both_sweeps_parent_runs(roots, 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     (tmp_path / "store").mkdir()
     client = MlflowClient(tracking_uri=uri)
-    experiment = client.create_experiment("wavealign")
+    experiment = client.create_experiment("wavealign", artifact_location=(tmp_path / "artifacts").as_uri())
     parent = client.create_run(experiment, tags={"wavealign.kind": "sweep", "wavealign.sweep_id": SWEEP_A})
     status = cli.main(["compare", str(a), str(b), "--out", str(tmp_path / "out"), "--mlflow", uri])
     assert status == 1
