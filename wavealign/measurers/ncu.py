@@ -1,7 +1,7 @@
 """``ncu``: timed as ``timed`` times (with its parameters), then one launch of each of the group's cells profiled by
 Nsight Compute in one child process (``wavealign.instruments.ncu``; the child is ``_ncu_child``): the same mask,
-order and launch the timed run used, the range of each opened by a marker kernel. The ``ncu_*`` figures are those of the backend's attention
-kernels (its ``ncu_kernels``); where there are none, ``ncu_unavailable`` says why."""
+order and launch the timed run used, the range of each opened by a marker kernel. The ``ncu_*`` figures are those
+of the backend's attention kernels (its ``ncu_kernels``); where there are none, ``ncu_unavailable`` says why."""
 
 from __future__ import annotations
 
