@@ -20,7 +20,13 @@ from typing import Any
 import pandas as pd
 
 from wavealign import metrics
-from wavealign.analysis.load import is_run_root, latest_per_configuration, load, run_root_state
+from wavealign.analysis.load import (
+    is_run_root,
+    latest_per_configuration,
+    load,
+    run_root_state,
+    sweep_parent_runs,
+)
 from wavealign.analysis.plotting import bar_style
 from wavealign.analysis.report import readable
 from wavealign.orchestrator import dataset
@@ -303,22 +309,6 @@ def write(comparison: Comparison, out_dir: Path) -> ComparisonFiles:
                     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
                     "td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>" + body + "</body></html>")
     return ComparisonFiles(csv, page)
-
-
-def sweep_parent_runs(tracking_uri: str, sweep_ids: list[str]) -> list[str]:
-    """The MLflow parent run ids of ``sweep_ids`` in the store at ``tracking_uri`` (none where it has none)."""
-    from mlflow.tracking import MlflowClient
-
-    from wavealign.analysis.load import SWEEP_ID_TAG, SWEEP_KIND_TAG
-
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    found = []
-    for sweep_id in sweep_ids:
-        runs = client.search_runs(experiments, f"tags.`{SWEEP_KIND_TAG}` = 'sweep' and "
-                                               f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}'", max_results=1)
-        found += [run.info.run_id for run in runs]
-    return found
 
 
 COMPARE_TAG = "wavealign.compare."

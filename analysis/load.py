@@ -135,6 +135,20 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
     return roots, {run.data.tags[SWEEP_ID_TAG] for run in parents if SWEEP_ID_TAG in run.data.tags}
 
 
+def sweep_parent_runs(tracking_uri: str, sweep_ids: list[str]) -> list[str]:
+    """The MLflow parent run ids of ``sweep_ids`` in the store at ``tracking_uri`` (none where it has none)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    found = []
+    for sweep_id in sweep_ids:
+        runs = client.search_runs(experiments, f"tags.`{SWEEP_KIND_TAG}` = 'sweep' and "
+                                               f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}'", max_results=1)
+        found += [run.info.run_id for run in runs]
+    return found
+
+
 def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """Fill ``seq_k`` (the requested thousands of tokens) from the length run for rows written before cells
     recorded it (dataset schema v1), and ``generator`` for model-preset rows written before cells named it: the

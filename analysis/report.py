@@ -183,19 +183,14 @@ def log_to_sweep_runs(files: ReportFiles, frame: pd.DataFrame, tracking_uri: str
     the run ids logged to (none when the store has no parent run of those sweeps)."""
     from mlflow.tracking import MlflowClient
 
-    from wavealign.analysis.load import SWEEP_ID_TAG, SWEEP_KIND_TAG
+    from wavealign.analysis.load import sweep_parent_runs
 
     sweep_ids = sorted(frame["sweep_id"].dropna().unique()) if "sweep_id" in frame else []
     if not sweep_ids:
         return []
     client = MlflowClient(tracking_uri=tracking_uri)
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    logged = []
-    for sweep_id in sweep_ids:
-        runs = client.search_runs(experiments, f"tags.`{SWEEP_KIND_TAG}` = 'sweep' and "
-                                               f"tags.`{SWEEP_ID_TAG}` = '{sweep_id}'", max_results=1)
-        for run in runs:
-            for path in files.all_paths():
-                client.log_artifact(run.info.run_id, str(path), artifact_path)
-            logged.append(run.info.run_id)
+    logged = sweep_parent_runs(tracking_uri, sweep_ids)
+    for run_id in logged:
+        for path in files.all_paths():
+            client.log_artifact(run_id, str(path), artifact_path)
     return logged
