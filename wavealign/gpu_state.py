@@ -55,16 +55,17 @@ class GpuState:
     power_w: float
     temperature_c: float
     throttle_reasons: tuple[str, ...]
-    clocks_locked: bool
 
     @classmethod
     def from_nvml(cls, sm_clock_mhz: float, mem_clock_mhz: float, power_w: float, temperature_c: float,
                   reasons_mask: int) -> GpuState:
-        """A state from NVML's figures and its clocks-event bitmask; ``clocks_locked`` follows from the reasons."""
-        reasons = reason_names(reasons_mask)
+        """A state from NVML's figures and its clocks-event bitmask, decoded into reason names."""
         return cls(sm_clock_mhz=sm_clock_mhz, mem_clock_mhz=mem_clock_mhz, power_w=power_w,
-                   temperature_c=temperature_c, throttle_reasons=reasons,
-                   clocks_locked="applications_clocks_setting" in reasons)
+                   temperature_c=temperature_c, throttle_reasons=reason_names(reasons_mask))
+
+    @property
+    def clocks_locked(self) -> bool:
+        return "applications_clocks_setting" in self.throttle_reasons
 
     @property
     def throttled(self) -> bool:

@@ -126,6 +126,7 @@ def time_rounds(fns: list[Callable[[], object]], *, device: torch.device, reps: 
         raise ValueError(f"reps must be >= 1 and warmup >= 0, got reps={reps}, warmup={warmup}")
     cuda = torch.device(device).type == "cuda"
     flush = L2Flusher(device) if cuda else None
+    timer = "cuda_events" if cuda else "wall_clock"
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -165,7 +166,7 @@ def time_rounds(fns: list[Callable[[], object]], *, device: torch.device, reps: 
         for i, fn in enumerate(fns):
             while len(samples[i]) < reps:
                 keep([(i, timed_round([fn])[0])])
-        return Rounds(samples, dropped, "cuda_events" if cuda else "wall_clock", paired=False)
+        return Rounds(samples, dropped, timer, paired=False)
     while True:
         # every other round in reverse (A B C, C B A, ...): no launch always runs first, after the flush's write-back,
         # or last
@@ -177,7 +178,7 @@ def time_rounds(fns: list[Callable[[], object]], *, device: torch.device, reps: 
                 or time.perf_counter() - began >= budget_s * len(fns)
                 or _stable(samples, baseline, stable_pct))):
             break
-    return Rounds(samples, dropped, "cuda_events" if cuda else "wall_clock", paired=True)
+    return Rounds(samples, dropped, timer, paired=True)
 
 
 def _stable(samples: list[list[float]], baseline: int, stable_pct: float) -> bool:

@@ -15,7 +15,7 @@ import torch
 
 from wavealign import gpu_state, measurers, metrics
 from wavealign.instruments import timing
-from wavealign.masks._common import check_number
+from wavealign.masks import check_flag, check_number, optional
 from wavealign.measurers import Measurement
 from wavealign.records import CPU
 
@@ -81,18 +81,11 @@ def _throttled(device: torch.device) -> bool:
     return state is not None and state.throttled
 
 
-def _check_bool(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return value
-
-
 measurers.register(measurers.Measurer(
     name="timed", measure=measure, after_group=time_group,
     description="the launch timed where it runs: CUDA events (L2 flushed) on a GPU, the wall clock on a CPU; a "
                 "group's cells paired rep by rep until each speedup is stable",
     params=PARAMS,
-    checks={"paired": _check_bool,
-            "stable_pct": lambda name, value: None if value is None else check_number(name, value, 0.0, 100.0,
-                                                                                       lo_open=True),
+    checks={"paired": check_flag,
+            "stable_pct": optional(lambda name, value: check_number(name, value, 0.0, 100.0, lo_open=True)),
             "budget_s": lambda name, value: check_number(name, value, 0.0, 3600.0)}))
