@@ -35,7 +35,6 @@ from wavealign.orchestrator import dataset
 # not how it was timed (measure_params: paired or blocked, reps), so two timing settings of one cell compare
 IDENTITY = ("hardware", "backend", "measure", "method", "workload", "seq_len_tokens", "num_heads", "seed", "variant",
             "reorderer", "method_params", "reorderer_params", "backend_params")
-NO_VERDICT = "-"  # a timed cell without an interval (old rows, one rep): its point is shown, no verdict drawn
 FIGURE_DPI = 110
 
 
@@ -122,7 +121,7 @@ class Comparison:
 
     def counts(self) -> dict[str, int]:
         """Matched cells per verdict (``metrics.VERDICTS``, predicted ones counted with their word) and without."""
-        counts = dict.fromkeys((*metrics.VERDICTS, NO_VERDICT), 0)
+        counts = dict.fromkeys((*metrics.VERDICTS, metrics.NO_VERDICT), 0)
         for cell in self.cells:
             counts[cell.verdict_word] += 1
         return counts
@@ -130,8 +129,8 @@ class Comparison:
     def summary(self) -> str:
         counts = self.counts()
         line = " / ".join(f"{counts[v]} {v}" for v in metrics.VERDICTS)
-        if counts[NO_VERDICT]:
-            line += f" ({counts[NO_VERDICT]} without an interval: no verdict)"
+        if counts[metrics.NO_VERDICT]:
+            line += f" ({counts[metrics.NO_VERDICT]} without an interval: no verdict)"
         return f"{len(self.cells)} cells matched: {line}"
 
     def table(self) -> pd.DataFrame:
@@ -343,7 +342,7 @@ def log_to_mlflow(comparison: Comparison, files: ComparisonFiles, tracking_uri: 
                                                     f"{comparison.b.run_root.name}", tags=tags)
     run_id = run.info.run_id
     for verdict, count in comparison.counts().items():
-        client.log_metric(run_id, f"n_{'no_verdict' if verdict == NO_VERDICT else verdict}", count)
+        client.log_metric(run_id, f"n_{'no_verdict' if verdict == metrics.NO_VERDICT else verdict}", count)
     client.log_metric(run_id, "n_only_a", len(comparison.only_a))
     client.log_metric(run_id, "n_only_b", len(comparison.only_b))
     for path in (files.csv, files.html):

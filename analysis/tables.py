@@ -205,17 +205,17 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
 
 INTERVAL_COLUMNS = ("speedup_ci_low", "speedup_ci_high", "net_speedup_ci_low", "net_speedup_ci_high")
 VERDICT_COLUMNS = ("verdict", "net_verdict")
-NO_VERDICT = "-"  # a row without an interval or a point to judge, as metrics.verdict says it
 
 
 def with_intervals(cells: pd.DataFrame) -> pd.DataFrame:
-    """``cells`` with their speedups' intervals and verdicts (NaN and ``NO_VERDICT`` in rows from before they were
-    recorded); a simulated cell's interval is NaN whatever it holds: a prediction has no spread, and a table shows
+    """``cells`` with their speedups' intervals and verdicts (NaN and ``metrics.NO_VERDICT`` in rows from before they
+    were recorded); a simulated cell's interval is NaN whatever it holds: a prediction has no spread, and a table shows
     "-" for it, never a width of 0."""
     cells = cells.assign(**{c: cells[c].astype(float) if c in cells else math.nan
                             for c in ("speedup_vs_original", "net_speedup_vs_original", *INTERVAL_COLUMNS)})
     cells.loc[is_simulated(cells), list(INTERVAL_COLUMNS)] = math.nan
-    return cells.assign(**{c: cells[c].fillna(NO_VERDICT) if c in cells else NO_VERDICT for c in VERDICT_COLUMNS})
+    return cells.assign(**{c: cells[c].fillna(metrics.NO_VERDICT) if c in cells else metrics.NO_VERDICT
+                           for c in VERDICT_COLUMNS})
 
 
 def _one_cells(values: pd.Series) -> float:

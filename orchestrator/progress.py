@@ -181,7 +181,7 @@ def _speedup(done: list[dict[str, Any]], baseline: bool, simulated: bool) -> tup
     a prediction's point alone."""
     judged = [r for r in done if _finite(r.get("speedup_vs_original")) > 0]
     if not judged:
-        return math.nan, math.nan, math.nan, "-"
+        return math.nan, math.nan, math.nan, metrics.NO_VERDICT
     tolerance = _tolerance(judged)
     if len(judged) == 1:
         r = judged[0]
@@ -272,7 +272,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
             timed_on.setdefault(r.get("timer"), set()).add(f"{line.hardware}/{line.backend}")
         l2_value, l2_source = _l2_hit(done)
         l2_sources.add(l2_source)
-        if line.verdict not in ("-", "baseline"):
+        if line.verdict not in (metrics.NO_VERDICT, "baseline"):
             tolerances.add(_tolerance(done))
         cells = [*(str(getattr(line, name) or "-") for name in _SHARED if name not in shared),
                  "-" if line.tokens is None else f"{line.tokens:,}",

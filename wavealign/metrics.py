@@ -37,6 +37,7 @@ LEVEL = 0.95  # the confidence level of every interval
 TOLERANCE = 0.01  # a speedup within 1 +- 1 % is the same time: the verdicts' default band (grid.verdict_tolerance)
 TUKEY_FENCE = 1.5  # log ratios beyond 1.5 IQR of their quartiles are outliers (Tukey's fences)
 VERDICTS = ("faster", "slower", "same", "ambiguous")
+NO_VERDICT = "-"  # the verdict of a speedup with neither an interval nor a point to judge
 PREDICTED = " (predicted)"  # appended to a simulated cell's verdict: a model's point, not a measurement's interval
 VERDICT_RULE = ("verdict: faster / slower when the whole 95 % interval lies beyond 1 +- {tol:.1%}; same when it lies "
                 "within; ambiguous when it crosses either edge; (predicted): a simulated point, no interval")
@@ -144,12 +145,12 @@ def independent_ratio(baseline_ms: Sequence[float], ms: Sequence[float]) -> Rati
 
 def verdict(low: float, high: float, tolerance: float = TOLERANCE, point: float = math.nan) -> str:
     """The verdict on a speedup from its interval (``VERDICT_RULE``); without one (NaN) the ``point`` decides, as
-    a prediction (``PREDICTED`` appended), and with neither it is ``-``."""
+    a prediction (``PREDICTED`` appended), and with neither it is ``NO_VERDICT``."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
     if math.isnan(low) or math.isnan(high):
         if math.isnan(point):
-            return "-"
+            return NO_VERDICT
         low = high = point
         suffix = PREDICTED
     else:
