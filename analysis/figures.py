@@ -44,6 +44,7 @@ from wavealign.analysis.plotting import (
     relative_to_original,
     variant_color,
 )
+from wavealign.analysis.rebuild import RebuiltHead, rebuild_head
 from wavealign.analysis.tables import order_label, table2, with_intervals
 from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, ORIGINAL_VARIANT, order_name
 
@@ -571,40 +572,20 @@ def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_t
         chosen = chosen.sort_values(["_synthetic", "_both", "seq_len_tokens", "_near_quarter"], ascending=False)
     config = json.loads(chosen.iloc[0]["cell_json"])
     try:
-        cell, head, after = _rebuild_and_reorder(config)
+        rebuilt = rebuild_head(config)
     except Exception as exc:  # a record of older code may not rebuild with this one: say so, keep the report
         return note_figure(title, f"cannot rebuild the mask of cell {config.get('cell_id')} with this code:\n"
                                   f"{type(exc).__name__}: {str(exc)[:200]}")
-    return _draw_masks(cell, head, after, title)
+    return _draw_masks(rebuilt, title)
 
 
-def _rebuild_and_reorder(config: dict):
-    """The cell's first head's mask, rebuilt with the sweep's own code, and the same head reordered."""
-    import dataclasses
-
-    from wavealign import inputs, launch_order, placement
-    from wavealign.attention import AttentionStep
-    from wavealign.records import Cell
-
-    known = {f.name for f in dataclasses.fields(Cell)}
-    cell = Cell(**{k: v for k, v in config.items() if k in known})
-    if cell.model is not None:  # one head is all the figure shows: build only that head's Q/K
-        cell.heads, cell.num_heads = list(cell.heads[:1]), 1
-    cell.measure = "simulated"  # the mask alone, no Q/K/V for a kernel (built on a GPU when one is visible)
-    mask, _ = inputs.build(cell, placement.device(cell))
-    head = mask[:1]
-    cell.stages = cell.stages if cell.stages != "none" else "both"
-    order = AttentionStep.for_cell(cell).plan_order(head, cell.stages)  # the cell's own reorderer and its params
-    return cell, head.cpu(), launch_order.permute_mask(head, order).cpu()
-
-
-def _draw_masks(cell, head, after, title: str) -> Figure:
-    stages = cell.stages
-    wave = min(cell.wave_size, head.shape[1])
+def _draw_masks(rebuilt: RebuiltHead, title: str) -> Figure:
+    stages, head, after = rebuilt.stages, rebuilt.head, rebuilt.after
+    wave = min(rebuilt.wave_size, head.shape[1])
     fig, axes = panel_grid(2, 2, width=4.4, height=4.0)
     # WaveAlign's own stages by the paper's ablation names; a baseline by its Table II name ("MinHash+S2")
-    own = cell.reorderer in (DEFAULT_REORDERER, NO_REORDERER)
-    reordered = STAGE_LABELS[stages] if own else order_label(stages, cell.reorderer)
+    own = rebuilt.reorderer in (DEFAULT_REORDERER, NO_REORDERER)
+    reordered = STAGE_LABELS[stages] if own else order_label(stages, rebuilt.reorderer)
     for col, (name, m) in enumerate((("original order", head[0]), (f"after {reordered}", after[0]))):
         union = int(m[:wave].any(0).sum())
         axes[0][col].imshow(m.numpy(), cmap="Greys", interpolation="nearest", aspect="auto")
@@ -614,7 +595,7 @@ def _draw_masks(cell, head, after, title: str) -> Figure:
         for ax in (axes[0][col], axes[1][col]):
             ax.set_xlabel("K/V block")
             ax.set_ylabel("launch slot (query block)")
-    fig.suptitle(f"{title}\n{cell.hardware}/{cell.method} {cell.seq_len_tokens} tokens, head 0 "
+    fig.suptitle(f"{title}\n{rebuilt.hardware}/{rebuilt.method} {rebuilt.seq_len_tokens} tokens, head 0 "
                  f"(regenerated with wavealign.inputs.build)", fontsize=10)
     fig.tight_layout()
     return fig

@@ -10,7 +10,6 @@ columns.
 from __future__ import annotations
 
 import os
-from dataclasses import fields
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -24,7 +23,7 @@ UNPLACED = "unschedulable"  # the status of a cell no node could take (``dataset
 SWEEP_KIND_TAG = "wavealign.kind"
 SWEEP_ID_TAG = "wavealign.sweep_id"
 # what drew a model preset's Q/K/V in rows written before cells named their generator
-_GENERATOR_BEFORE_NAMED = next(f.default for f in fields(Cell) if f.name == "generator")
+_GENERATOR_BEFORE_NAMED = "clusters"
 
 
 def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
@@ -60,7 +59,7 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
 def configuration_columns(frame: pd.DataFrame) -> list[str]:
     """The columns that say what a cell measures: every ``records.Cell`` field but its ids (which also hash
     the code's fingerprint), so one configuration measured by two code versions is one configuration."""
-    return [f.name for f in fields(Cell) if f.name not in ("cell_id", "group_id") and f.name in frame.columns]
+    return [name for name in Cell.columns() if name not in ("cell_id", "group_id") and name in frame.columns]
 
 
 def latest_per_configuration(frame: pd.DataFrame, order: tuple[str, ...] = dataset.ORDER_COLUMNS) -> pd.DataFrame:

@@ -151,13 +151,12 @@ def from_run_root(run_root: Path) -> list[Measured]:
     from wavealign.analysis.load import load
 
     frame = load(run_root)
-    names = {f.name for f in dataclasses.fields(Cell)}
     measured = []
     for _, row in frame.iterrows():
         if row["status"] != "done" or row["simulated"] or math.isnan(row["ncu_l2_hit_pct"] or math.nan):
             continue
         config = json.loads(row["cell_json"])
-        cell = Cell(**{k: v for k, v in config.items() if k in names})
+        cell = Cell.from_flat(config)
         cell = dataclasses.replace(cell, stages=row["stages_applied"], skip_mode="force")
         measured.append(Measured(cell, cell.method, float(row["ncu_l2_hit_pct"]), float(row["ncu_dram_read_bytes"]),
                                  float(row["ncu_kernel_ms"])))

@@ -85,14 +85,14 @@ def _record_fields(record: type, skip: tuple[str, ...] = ()) -> list[tuple[str, 
 SCHEMA = pa.schema([
     ("schema_version", pa.int32()), ("result_id", pa.string()), ("sweep_id", pa.string()),
     ("sweep_name", pa.string()),
-    *_record_fields(Cell),
+    *[(name, _arrow_type(f"Cell.{name}", hint)) for name, hint in Cell.column_hints().items()],
     *_record_fields(CellResult, skip=("cell_id", "group_id", "environment")),
     *_record_fields(Environment),
     ("ray_node_id", pa.string()), ("worker_pid", pa.int64()), ("started_at", _TS), ("finished_at", _TS),
     ("recorded_at", _TS), ("run_seq", pa.int64()), ("cell_json", pa.string()), ("repro_command", pa.string()),
 ], metadata={"wavealign.schema_version": str(SCHEMA_VERSION)})
 FILE_SCHEMA = pa.schema([f for f in SCHEMA if f.name not in PARTITION_COLUMNS], metadata=SCHEMA.metadata)
-CELL_COLUMNS = tuple(name for name, _ in _record_fields(Cell))
+CELL_COLUMNS = Cell.columns()
 # Which of two rows is newer: the later run of the run root (``run_seq``: 1, 2, ... per driver run, from what the run
 # root holds, ``next_run_seq``), then, within a run or between rows written before v6 (run_seq 0), the later
 # ``recorded_at``. Never the wall clock first: a host whose clock ran a year ahead once would otherwise have its
@@ -135,7 +135,7 @@ def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name
              error: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One dataset row from a cell and its result (None for cells that never ran, e.g. unschedulable)."""
     row: dict[str, Any] = {name: None for name in SCHEMA.names}
-    config = dataclasses.asdict(cell)
+    config = cell.flat()
     for key, value in config.items():
         row[key] = _json(value) if isinstance(value, dict | list) else value
     if result is not None:

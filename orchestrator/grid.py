@@ -58,15 +58,13 @@ def stable_hash(payload: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-_CELL_FIELDS = tuple(f.name for f in dataclasses.fields(Cell) if f.name not in ("cell_id", "group_id"))
-
-
-def cell_identity(cell: Cell) -> dict[str, Any]:
-    """What a cell id hashes: its resolved config (ids excluded), the code's fingerprint and the hardware type.
-    The fields are read as they are (plain values, hashed as JSON), not deep-copied: ``expand`` hashes every cell."""
-    fields = {name: getattr(cell, name) for name in _CELL_FIELDS}
+def cell_identity(values: dict[str, Any]) -> dict[str, Any]:
+    """What a cell id hashes: a cell's flat view (``Cell.flat``, ids excluded), the code's fingerprint and the
+    hardware type. The values are read as they are (plain values, hashed as JSON), not deep-copied: ``expand`` hashes
+    every cell."""
+    fields = {k: v for k, v in values.items() if k not in ("cell_id", "group_id")}
     return {"cell": fields, "code_version": fingerprint.code_version(), "cell_schema": CELL_SCHEMA,
-            "hardware": cell.hardware}
+            "hardware": values["hardware"]}
 
 
 def expand(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> Grid:
@@ -244,8 +242,8 @@ def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) ->
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in block.orders:
                 stages, skip = variants[order.variant]
-                cell = Cell(cell_id="", group_id=group_id, variant=order.variant, stages=stages, skip_mode=skip,
-                            reorderer=order.reorderer, reorderer_params=order.reorderer_params, **base)
-                cell.cell_id = stable_hash(cell_identity(cell))
-                out.cells.append(cell)
+                values = dict(variant=order.variant, stages=stages, skip_mode=skip, reorderer=order.reorderer,
+                              reorderer_params=order.reorderer_params, **base)
+                cell = Cell.from_flat({**values, "cell_id": "", "group_id": group_id})
+                out.cells.append(dataclasses.replace(cell, cell_id=stable_hash(cell_identity(cell.flat()))))
     return out

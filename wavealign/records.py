@@ -9,7 +9,9 @@ so a new field is one line here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GPU of a given type
@@ -67,6 +69,27 @@ class Cell:
     reorderer_params: dict[str, Any] = field(default_factory=dict)
     reps: int = 5
     warmup: int = 1
+
+    @classmethod
+    def column_hints(cls) -> dict[str, Any]:
+        """The type hint of each column of a cell's flat view (``flat``), in order: the dataset's cell columns."""
+        hints = typing.get_type_hints(cls)
+        return {f.name: hints[f.name] for f in fields(cls)}
+
+    @classmethod
+    def columns(cls) -> tuple[str, ...]:
+        """The names of a cell's flat view (``flat``): the dataset's cell columns and the keys of ``cell_json``."""
+        return tuple(cls.column_hints())
+
+    def flat(self) -> dict[str, Any]:
+        """The cell as one flat mapping of plain values, a key per column: what the dataset records and ids hash."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_flat(cls, values: Mapping[str, Any]) -> Cell:
+        """The cell a flat mapping (a dataset row, ``cell_json``) describes; keys that are not columns are ignored."""
+        names = set(cls.columns())
+        return cls(**{k: v for k, v in values.items() if k in names})
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import fields
 from pathlib import Path
 
 from wavealign import inputs, placement
@@ -16,9 +15,7 @@ from wavealign.records import Cell
 
 
 def main(spec_path: str) -> int:
-    names = {f.name for f in fields(Cell)}
-    listed = json.loads(Path(spec_path).read_text())["cells"]
-    cells = [Cell(**{k: v for k, v in c.items() if k in names}) for c in listed]
+    cells = [Cell.from_flat(c) for c in json.loads(Path(spec_path).read_text())["cells"]]
     device = placement.device(cells[0])
     mask, qkv = inputs.build(cells[0], device)
     for cell in cells:

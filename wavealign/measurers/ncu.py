@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from wavealign import kernels, measurers
@@ -33,7 +33,7 @@ def profile(done: list[Measurement]) -> None:
     cells = [replace(m.cell, stages=m.result.stages_applied, skip_mode="force", measure="timed") for m in done]
     with tempfile.TemporaryDirectory(prefix="wavealign-ncu-") as tmp:
         spec = Path(tmp) / "cells.json"
-        spec.write_text(json.dumps({"cells": [asdict(c) for c in cells]}))
+        spec.write_text(json.dumps({"cells": [c.flat() for c in cells]}))
         records, _ = ncu.collect([sys.executable, "-m", "wavealign.measurers._ncu_child", str(spec)],
                                  Path(tmp) / "cells", occupancy=True)
     if isinstance(records, ncu.NcuUnavailable):
