@@ -9,6 +9,7 @@ import math
 import pandas as pd
 
 from wavealign import metrics
+from wavealign.analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
 from wavealign.analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
@@ -19,7 +20,6 @@ from wavealign.analysis.plotting import (
     missing_note,
     relative_to_original,
 )
-from wavealign.jobs._paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
 
 GROUP_KEYS = ["hardware", "backend", "method"]
 

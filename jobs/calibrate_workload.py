@@ -58,15 +58,15 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from wavealign.jobs._args import Parser, add_workload_arguments, output_folder
-from wavealign.jobs._paper import (
+from wavealign.analysis.paper import (
     DENSITY_TOLERANCE_PTS,
     L2_RATIO_TOLERANCE,
     L2_TOLERANCE_PTS,
     TABLE_I_DENSITY,
     TABLE_I_L2_HIT_PCT,
 )
-from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
+from wavealign.analysis.paper import TABLE_I_METHODS as METHODS
+from wavealign.jobs._args import Parser, add_workload_arguments, output_folder
 from wavealign.jobs._records import write_csv
 
 if TYPE_CHECKING:  # numpy, torch and the library: each function imports what it runs, once arguments parse

@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wavealign import hardware
+from wavealign.analysis.paper import TABLE_I_DENSITY as PAPER_DENSITY
+from wavealign.analysis.paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._args import Parser, UsageError, add_workload_arguments, output_folder
-from wavealign.jobs._paper import TABLE_I_DENSITY as PAPER_DENSITY
-from wavealign.jobs._paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._records import write_csv
 from wavealign.records import Cell
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wavealign.analysis.paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
 from wavealign.jobs._args import Parser, output_folder
-from wavealign.jobs._paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
 from wavealign.jobs._records import write_csv
 
 if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse

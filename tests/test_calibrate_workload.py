@@ -12,8 +12,8 @@ import torch
 import yaml
 
 from wavealign import workloads
+from wavealign.analysis.paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
 from wavealign.jobs import calibrate_workload as cal
-from wavealign.jobs._paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
 from wavealign.workloads.clusters import HEAD_TYPES, GeneratorConfig
 
 TINY = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p", "--block-size", "64", "--device", "cpu",

@@ -21,14 +21,14 @@ import torch
 
 from wavealign import sim
 from wavealign.analysis.load import load
-from wavealign.analysis.tables import distance_to_paper, table1_against_paper
-from wavealign.jobs._paper import (
+from wavealign.analysis.paper import (
     DENSITY_TOLERANCE_PTS,
     L2_RATIO_TOLERANCE,
     L2_TOLERANCE_PTS,
     TABLE_I_DENSITY,
     TABLE_I_L2_HIT_PCT,
 )
+from wavealign.analysis.tables import distance_to_paper, table1_against_paper
 from wavealign.jobs.calibrate_workload import SIM_PAPER_ROW_JITTER, l2_target_for
 
 HEADS, BLOCKS = 40, 2841  # Wan2.1-14B at 363,600 tokens in blocks of 128
