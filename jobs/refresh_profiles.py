@@ -8,8 +8,9 @@ For each hardware: pair every mask's original-order cell with its forced WaveAli
 hardware only, and of its default backend where the results have some, or ``backend=[...]``), fit
 ``wavealign.skip``'s log-linear models, evaluate them on held-out sequence lengths (or methods), log an
 MLflow run (params, metrics, evaluation table and plot, the profile), register the profile as
-``wavealign-skip-<hw>`` with alias ``current``, and install it where the runtime reads it
-(``wavealign/profiles/<hw>.yaml``, or ``profile_dir=``/``WAVEALIGN_PROFILE_DIR``).
+``wavealign-skip-<hw>`` with alias ``current``, and install it where the runtime reads it before the packaged
+profiles (``<hw>.yaml`` in the user's folder, ``wavealign.user_config.profiles_dir()``: ``~/.config/wavealign/profiles``
+unless ``WAVEALIGN_HOME`` or ``XDG_CONFIG_HOME`` say otherwise; or ``profile_dir=``/``WAVEALIGN_PROFILE_DIR``).
 ``fetch=DIR`` downloads every ``models:/wavealign-skip-<hw>@<alias>`` into DIR (packaged profiles where
 none is registered); run a sweep with ``WAVEALIGN_PROFILE_DIR=DIR`` to decide with them.
 """
@@ -34,7 +35,7 @@ DEFAULTS: dict[str, Any] = {
     "register": True,
     "alias": "current",
     "install": True,
-    "profile_dir": None,  # default: where the runtime reads (wavealign.skip.profile_dir())
+    "profile_dir": None,  # default: where the runtime reads first (wavealign.skip.profile_dir(): the user's folder)
     "out": None,  # local copy of the evaluation; default <run_root>/skip-fits/<hw>-<utc time>/
     "fetch": None,
 }

@@ -10,6 +10,13 @@ from wavealign import hardware, skip
 from wavealign.masks import synthetic
 
 
+@pytest.fixture(autouse=True)
+def user_home(tmp_path, monkeypatch):
+    """The user's folder of each test is its own, never the real home's."""
+    monkeypatch.setenv("WAVEALIGN_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
 def test_features_of_a_hand_made_mask():
     mask = torch.tensor([[[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1]]], dtype=torch.bool)
     f = skip.features(mask, "h100", block_size=64, head_dim=64, wave_size=2)
@@ -127,3 +134,21 @@ def test_current_profile_is_this_gpus_or_the_nearest():
     profile = skip.current_profile()
     detected = hardware.detect()
     assert detected is None or profile.hardware in (detected.name, skip.nearest_profiled(detected.name))
+
+
+def test_a_profile_in_the_users_folder_wins_over_the_packaged_one(user_home, monkeypatch):
+    monkeypatch.delenv("WAVEALIGN_PROFILE_DIR", raising=False)
+    packaged = skip.Profile.load(skip.PROFILE_DIR / "h100.yaml")
+    assert skip.load_profile("h100") == packaged  # nothing installed: the packaged default
+    assert skip.profile_dir() == user_home / "profiles"  # where refresh-profiles installs
+    mine = skip.Profile.from_dict(packaged.to_dict() | {"version": "mine"}).save(skip.profile_dir() / "h100.yaml")
+    assert skip.profile_path("h100") == mine and skip.load_profile("h100").version == "mine"
+    assert skip.load_profile("a40") == skip.Profile.load(skip.PROFILE_DIR / "a40.yaml")  # the others stay packaged
+
+
+def test_wavealign_profile_dir_replaces_the_users_and_the_packaged_folders(tmp_path, user_home, monkeypatch):
+    skip.Profile.load(skip.PROFILE_DIR / "h100.yaml").save(user_home / "profiles" / "h100.yaml")
+    monkeypatch.setenv("WAVEALIGN_PROFILE_DIR", str(tmp_path / "fetched"))
+    assert skip.profile_dir() == tmp_path / "fetched" and skip.profiled_hardware() == []
+    with pytest.raises(ValueError, match=r"no skip profile for 'h100' in \S*fetched"):
+        skip.load_profile("h100")

@@ -1,4 +1,6 @@
-"""Per-hardware skip profiles: the small versioned file (``wavealign/profiles/<hardware>.yaml``) the policy reads.
+"""Per-hardware skip profiles: the small versioned file (``<hardware>.yaml``) the policy reads, the user's
+(``wavealign.user_config.profiles_dir()``, where ``wavealign refresh-profiles`` installs) before the packaged
+(``wavealign/profiles/``, read-only defaults), or only ``$WAVEALIGN_PROFILE_DIR``'s where that is set.
 
 A fitted profile carries log-linear models of the kernel time in the original order, with WaveAlign, and of
 the reorder cost; a provisional one carries the paper's rule (skip short sequences and very sparse or
@@ -21,15 +23,17 @@ from typing import Any
 
 import yaml
 
-from wavealign import bounded
+from wavealign import bounded, user_config
 from wavealign import hardware as hw_registry
 from wavealign.skip.mask_features import MODEL_FEATURES
 
 logger = logging.getLogger(__name__)
 
 PROFILE_SCHEMA_VERSION = 2
-# the packaged profiles stay in wavealign/profiles/, beside this package
+# the packaged profiles stay in wavealign/profiles/, beside this package: defaults no command writes to
 PROFILE_DIR = Path(__file__).parent.with_name("profiles")
+# a folder that replaces both the user's and the packaged profiles (e.g. one `refresh-profiles fetch=DIR` filled)
+PROFILE_DIR_ENV = "WAVEALIGN_PROFILE_DIR"
 # the model inputs of each profile schema (a schema-1 model has no head term)
 _SCHEMA_FEATURES = {1: MODEL_FEATURES[:5], 2: MODEL_FEATURES}
 
@@ -92,22 +96,38 @@ class Profile:
         return path
 
 
-def profile_dir() -> Path:
-    """The folder the runtime reads profiles from: ``WAVEALIGN_PROFILE_DIR`` if set, else the packaged one.
+def profile_dirs() -> list[Path]:
+    """The folders the runtime reads profiles from, the first holding a hardware's file winning:
+    ``WAVEALIGN_PROFILE_DIR`` alone if set, else the user's (``user_config.profiles_dir()``) then the packaged.
 
-    To decide with profiles from the MLflow registry, point it at the folder that
+    To decide with profiles from the MLflow registry, point ``WAVEALIGN_PROFILE_DIR`` at the folder that
     ``wavealign refresh-profiles fetch=DIR`` fills; the library itself never talks to MLflow.
     """
-    return Path(os.environ.get("WAVEALIGN_PROFILE_DIR", PROFILE_DIR))
+    if os.environ.get(PROFILE_DIR_ENV):
+        return [Path(os.environ[PROFILE_DIR_ENV])]
+    return [user_config.profiles_dir(), PROFILE_DIR]
+
+
+def profile_dir() -> Path:
+    """Where a fitted profile is installed for the runtime to read first: ``WAVEALIGN_PROFILE_DIR`` if set, else the
+    user's folder (``profile_dirs()[0]``); never the packaged one."""
+    return profile_dirs()[0]
+
+
+def _searched() -> str:
+    """The folders ``profile_dirs()`` names, for messages."""
+    return " or ".join(str(folder) for folder in profile_dirs())
 
 
 def profile_path(hardware: str) -> Path:
-    """Where the runtime looks for ``hardware``'s profile: ``profile_dir() / <hardware>.yaml``."""
-    return profile_dir() / f"{hw_registry.get(hardware).name}.yaml"
+    """Where the runtime reads ``hardware``'s profile: ``<hardware>.yaml`` in the first of ``profile_dirs()`` that has
+    it, else where it would be installed (``profile_dir()``)."""
+    name = f"{hw_registry.get(hardware).name}.yaml"
+    return next((folder / name for folder in profile_dirs() if (folder / name).is_file()), profile_dir() / name)
 
 
 def profiled_hardware() -> list[str]:
-    """Hardware ids that have a profile file in ``profile_dir()``."""
+    """Hardware ids that have a profile file in one of ``profile_dirs()``."""
     return [name for name in hw_registry.names() if profile_path(name).is_file()]
 
 
@@ -162,9 +182,9 @@ def load_profile(hardware: str | Path, fallback: bool = True) -> Profile:
         return _load(path)
     nearest = nearest_profiled(name) if fallback else None
     if nearest is None:
-        raise ValueError(f"no skip profile for {hardware!r} at {path}"
-                         + ("" if not fallback else f" and no other GPU's profile in {profile_dir()}"))
-    _warn_fallback(name, nearest, str(profile_dir()))
+        raise ValueError(f"no skip profile for {hardware!r} in {_searched()}"
+                         + ("" if not fallback else " and no other GPU's profile there"))
+    _warn_fallback(name, nearest, _searched())
     return _load(profile_path(nearest))
 
 
@@ -184,8 +204,8 @@ def current_profile(device: int | None = None) -> Profile:
     props = torch.cuda.get_device_properties(device)
     candidates = profiled_hardware()
     if not candidates:
-        raise ValueError(f"no skip profile in {profile_dir()} for GPU {props.name!r}")
+        raise ValueError(f"no skip profile in {_searched()} for GPU {props.name!r}")
     nearest = min(candidates, key=lambda n: abs(math.log(hw_registry.get(n).sm_count / props.multi_processor_count))
                   + abs(math.log(hw_registry.get(n).l2_bytes / max(props.L2_cache_size, 1))))
-    _warn_fallback(props.name, nearest, str(profile_dir()))
+    _warn_fallback(props.name, nearest, _searched())
     return load_profile(nearest)
