@@ -118,8 +118,9 @@ class SweepProgress:
 class SummaryLine:
     """One line of a sweep's summary: the done cells of one (hardware, backend, measurer, method, workload, sequence
     length, launch order), their median kernel time and their speedup over the original variant timed beside them,
-    with its interval at ``metrics.LEVEL`` (NaN where none applies) and verdict (``metrics.VERDICT_RULE``;
-    ``baseline`` on the original's own line, ``-`` without a speedup). ``variant`` is the launch order's name
+    with its interval at ``metrics.LEVEL`` (NaN where none applies) and verdict (``metrics.VERDICT_RULE``; over
+    several cells ``metrics.AGGREGATE_RULE``; ``metrics.BASELINE`` on the original's own line, ``-`` without a
+    speedup). ``variant`` is the launch order's name
     (``records.order_name``)."""
 
     hardware: str
@@ -170,31 +171,17 @@ def _is_simulated(row: dict[str, Any]) -> bool:
 
 
 def _tolerance(done: list[dict[str, Any]]) -> float:
-    """The verdicts' tolerance the line's cells were judged with (``metrics.TOLERANCE`` where none recorded)."""
-    return next((t for t in (_finite(r.get("verdict_tolerance")) for r in done) if not math.isnan(t)),
-                metrics.TOLERANCE)
+    """The verdicts' tolerance the line's cells were judged with (``metrics.recorded_tolerance``)."""
+    return metrics.recorded_tolerance([r.get("verdict_tolerance") for r in done])
 
 
-def _speedup(done: list[dict[str, Any]], baseline: bool, simulated: bool) -> tuple[float, float, float, str]:
-    """A line's speedup, its interval and verdict: one cell's own; over several cells (seeds), the geometric mean of
-    their speedups with a Student-t interval across their logs (``metrics.ratio_of_logs``), judged by the same rule;
-    a prediction's point alone."""
-    judged = [r for r in done if _finite(r.get("speedup_vs_original")) > 0]
-    if not judged:
-        return math.nan, math.nan, math.nan, metrics.NO_VERDICT
-    tolerance = _tolerance(judged)
-    if len(judged) == 1:
-        r = judged[0]
-        point, low, high = (_finite(r.get(c)) for c in ("speedup_vs_original", "speedup_ci_low", "speedup_ci_high"))
-        if baseline or simulated:
-            low = high = math.nan
-        return point, low, high, ("baseline" if baseline else
-                                  r.get("verdict") or metrics.verdict(low, high, tolerance, point))
-    ratio = metrics.ratio_of_logs([math.log(r["speedup_vs_original"]) for r in judged])
-    if baseline or simulated:
-        return (ratio.point, math.nan, math.nan,
-                "baseline" if baseline else metrics.verdict(math.nan, math.nan, tolerance, ratio.point))
-    return ratio.point, ratio.low, ratio.high, metrics.verdict(ratio.low, ratio.high, tolerance)
+def _speedup(done: list[dict[str, Any]], baseline: bool, simulated: bool) -> metrics.Shown:
+    """A line's speedup, its interval and verdict over its done cells, by the one rule for several cells
+    (``metrics.aggregate``): the report's tables and figures show the same for the same cells."""
+    columns = ("speedup_vs_original", "speedup_ci_low", "speedup_ci_high")
+    points, lows, highs = ([_finite(r.get(c)) for r in done] for c in columns)
+    return metrics.aggregate(points, lows, highs, predicted=simulated, baseline=baseline,
+                             tolerance=_tolerance(done))
 
 
 def _line_order(key: tuple) -> tuple:
@@ -216,9 +203,10 @@ def _grouped(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
 def _summary_line(key: tuple, rows: list[dict[str, Any]]) -> SummaryLine:
     done = [r for r in rows if r["status"] == "done"]
     simulated = bool(done) and all(_is_simulated(r) for r in done)
-    point, low, high, verdict = _speedup(done, key[-1] == ORIGINAL_VARIANT, simulated)
+    shown = _speedup(done, metrics.is_baseline(key[-1]), simulated)
     return SummaryLine(*key, cells_done=len(done), kernel_ms=_median([r["kernel_ms_median"] for r in done]),
-                       speedup=point, ci_low=low, ci_high=high, verdict=verdict, simulated=simulated)
+                       speedup=shown.point, ci_low=shown.low, ci_high=shown.high, verdict=shown.verdict,
+                       simulated=simulated)
 
 
 def summary_lines(rows: list[dict[str, Any]]) -> list[SummaryLine]:
@@ -272,7 +260,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
             timed_on.setdefault(r.get("timer"), set()).add(f"{line.hardware}/{line.backend}")
         l2_value, l2_source = _l2_hit(done)
         l2_sources.add(l2_source)
-        if line.verdict not in (metrics.NO_VERDICT, "baseline"):
+        if line.verdict not in (metrics.NO_VERDICT, metrics.BASELINE):
             tolerances.add(_tolerance(done))
         cells = [*(str(getattr(line, name) or "-") for name in _SHARED if name not in shared),
                  "-" if line.tokens is None else f"{line.tokens:,}",
@@ -284,10 +272,11 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
                  _fmt_ms(_median([r["reorder_ms"] for r in done])), l2_value]
         table.add_row(*cells)
     notes = ["speedup: the original variant's kernel time over the line's, both timed in the same group, with its "
-             "95% interval (one cell: over its repetitions; several cells: the geometric mean of their speedups, "
-             "with a t interval across them); kernel ms: the median over the line's done cells; IQR %: the kernel "
+             "95% interval over its repetitions; kernel ms: the median over the line's done cells; IQR %: the kernel "
              "time's interquartile range over its repetitions, as a share of its median"]
     notes += [metrics.VERDICT_RULE.format(tol=tol) for tol in sorted(tolerances)]
+    if any(len([r for r in group if r["status"] == "done"]) > 1 for group in grouped.values()):
+        notes.append(metrics.AGGREGATE_RULE)
     if len(all_timers) == 1:
         notes.append(f"timer: {next(iter(all_timers))} for every line")
     elif all_timers:

@@ -95,3 +95,50 @@ def test_interval_text():
     assert metrics.interval_text(1.1, 1.05, 1.15) == "1.100 [1.050, 1.150]"
     assert metrics.interval_text(1.1, math.nan, math.nan) == "1.100"
     assert metrics.interval_text(math.nan, math.nan, math.nan) == "-"
+
+
+NAN = math.nan
+
+
+def test_one_cell_shows_its_own_interval_and_the_verdict_it_gives():
+    shown = metrics.aggregate([1.1], [1.08], [1.12])
+    assert (shown.point, shown.low, shown.high, shown.verdict, shown.cells) == (1.1, 1.08, 1.12, "faster", 1)
+
+
+def test_several_cells_show_their_geometric_mean_with_a_t_interval_across_their_logs():
+    points = [1.10, 1.12, 1.14]
+    shown = metrics.aggregate(points, [1.0, 1.0, 1.0], [1.3, 1.3, 1.3])  # the cells' own intervals play no part
+    logs = np.log(points)
+    reach = 4.303 * logs.std(ddof=1) / math.sqrt(3)  # t_{0.975, 2}
+    assert shown.point == pytest.approx(math.exp(logs.mean()))
+    assert (shown.low, shown.high) == pytest.approx((math.exp(logs.mean() - reach), math.exp(logs.mean() + reach)))
+    assert shown.verdict == metrics.verdict(shown.low, shown.high) == "faster" and shown.cells == 3
+
+
+def test_cells_that_each_are_clear_but_disagree_are_ambiguous_together_and_none_is_dropped():
+    shown = metrics.aggregate([1.2, 0.9, 1.2, 1.2, 1.2], [1.18, 0.88, 1.18, 1.18, 1.18],
+                              [1.22, 0.92, 1.22, 1.22, 1.22])
+    assert shown.cells == 5 and shown.verdict == "ambiguous"
+
+
+def test_a_measured_cell_without_an_interval_has_no_verdict_and_a_prediction_is_judged_by_its_point():
+    assert metrics.aggregate([1.3], [NAN], [NAN]).verdict == metrics.NO_VERDICT
+    predicted = metrics.aggregate([1.2, 1.3], [NAN, NAN], [NAN, NAN], predicted=True)
+    assert predicted.point == pytest.approx(math.sqrt(1.2 * 1.3)) and math.isnan(predicted.low)
+    assert predicted.verdict == "faster" + metrics.PREDICTED
+
+
+def test_the_baseline_s_cells_show_their_point_and_no_verdict_of_their_own():
+    shown = metrics.aggregate([1.0, 1.0], [NAN, NAN], [NAN, NAN], baseline=True)
+    assert (shown.point, shown.verdict) == (1.0, metrics.BASELINE) and math.isnan(shown.high)
+
+
+def test_cells_without_a_point_are_left_out_and_none_left_means_no_verdict():
+    assert metrics.aggregate([NAN, 1.1], [NAN, 1.05], [NAN, 1.15]).verdict == "faster"
+    empty = metrics.aggregate([NAN], [NAN], [NAN])
+    assert (empty.cells, empty.verdict) == (0, metrics.NO_VERDICT) and math.isnan(empty.point)
+
+
+def test_the_recorded_tolerance_is_the_first_finite_one_else_the_default():
+    assert metrics.recorded_tolerance([None, NAN, 0.02, 0.05]) == 0.02
+    assert metrics.recorded_tolerance([None]) == metrics.TOLERANCE

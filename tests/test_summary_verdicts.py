@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import statistics
 from types import SimpleNamespace
 
 import pytest
@@ -26,10 +27,10 @@ SWEEP = "0123456789abcdef"
 def row(variant: str, speedup: float, low: float = math.nan, high: float = math.nan, *, seed: int = 0,
         simulated: bool = False, tokens: int = 4096, kernel_ms: float = 2.0) -> dict:
     """A done row of hand-set figures, through the dataset's own row maker; its verdict as the pipeline gives it."""
-    cell = Cell(cell_id=f"{variant}-{seed}-{tokens}", group_id=f"g{seed}-{tokens}", hardware="h100",
+    cell = Cell.from_flat(dict(cell_id=f"{variant}-{seed}-{tokens}", group_id=f"g{seed}-{tokens}", hardware="h100",
                 profile_hardware="h100", backend="fa4", method="random", variant=variant, stages="both",
                 skip_mode="force", workload="shape", seq_len_tokens=tokens, num_heads=2, head_dim=64, block_size=128,
-                wave_size=4, reps=10, warmup=1, seed=seed)
+                wave_size=4, reps=10, warmup=1, seed=seed))
     baseline = variant == "original"
     result = CellResult(cell_id=cell.cell_id, group_id=cell.group_id, status="done", simulated=simulated,
                         timer="simulated" if simulated else "cuda_events", kernel_ms_median=kernel_ms,
@@ -59,10 +60,23 @@ def test_seeds_on_one_line_give_their_geometric_mean_with_a_t_interval_across_th
     rows = [r for seed, p in enumerate(points) for r in (row("original", 1.0, seed=seed),
                                                           row("wavealign", p, p - 0.01, p + 0.01, seed=seed))]
     line = only_line(rows)
-    expected = metrics.ratio_of_logs([math.log(p) for p in points])
-    assert (line.cells_done, line.speedup, line.ci_low, line.ci_high) == (3, expected.point, expected.low,
-                                                                          expected.high)
-    assert line.verdict == metrics.verdict(expected.low, expected.high) == "faster"
+    logs = [math.log(p) for p in points]
+    mean, reach = sum(logs) / 3, 4.303 * statistics.stdev(logs) / math.sqrt(3)  # t_{0.975, 2}
+    assert line.cells_done == 3 and line.speedup == pytest.approx(math.exp(mean))
+    assert (line.ci_low, line.ci_high) == pytest.approx((math.exp(mean - reach), math.exp(mean + reach)))
+    assert line.verdict == metrics.verdict(line.ci_low, line.ci_high) == "faster"
+    notes = summary_table(rows, "t").caption
+    assert metrics.AGGREGATE_RULE in notes
+
+
+def test_a_line_of_one_cell_does_not_state_the_rule_for_several():
+    assert metrics.AGGREGATE_RULE not in summary_table([row("original", 1.0), row("wavealign", 1.1, 1.05, 1.15)],
+                                                       "t").caption
+
+
+def test_a_measured_cell_without_an_interval_has_no_verdict_not_a_prediction_s():
+    line = only_line([row("original", 1.0), row("wavealign", 1.3)])  # one rep: a point, no interval
+    assert (line.speedup, line.verdict) == (1.3, metrics.NO_VERDICT)
 
 
 def test_seeds_that_disagree_are_ambiguous_though_each_is_clear():
@@ -106,12 +120,12 @@ def test_print_summary_writes_its_lines_as_json_and_csv(tmp_path):
                   tmp_path / "summary.txt", errors=console)
     records = json.loads((tmp_path / "summary.json").read_text())
     assert [(r["variant"], r["speedup"], r["ci_low"], r["ci_high"], r["verdict"]) for r in records] == [
-        ("original", 1.0, None, None, "baseline"), ("wavealign", 1.102, 1.095, 1.110, "faster")]
+        ("original", 1.0, None, None, metrics.BASELINE), ("wavealign", 1.102, 1.095, 1.110, "faster")]
     assert records[1]["hardware"] == "h100" and records[1]["tokens"] == 4096 and records[1]["cells_done"] == 1
     assert records[1]["kernel_ms"] == 2.0 and records[1]["simulated"] is False
     with open(tmp_path / "summary.csv", newline="") as fh:
         table = list(csv.DictReader(fh))
-    assert [(r["variant"], r["ci_low"], r["verdict"]) for r in table] == [("original", "", "baseline"),
+    assert [(r["variant"], r["ci_low"], r["verdict"]) for r in table] == [("original", "", metrics.BASELINE),
                                                                           ("wavealign", "1.095", "faster")]
 
 

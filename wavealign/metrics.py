@@ -20,6 +20,14 @@ Verdicts (written once here, shown in the summary's notes: ``VERDICT_RULE``)
     same        the whole interval lies within ``1 +- tolerance``
     ambiguous   the interval crosses ``1 + tolerance`` or ``1 - tolerance``: more repetitions could tell
     A prediction (a simulated cell) has no spread: its point decides, and the verdict says it was predicted.
+
+One speedup over several cells (written once here, shown beside the verdict rule: ``AGGREGATE_RULE``)
+    A summary line, a Table II row, a figure's bar or point that stands for several cells (seeds, workloads,
+    lengths) shows the geometric mean of their speedups, with a Student-t interval across their logarithms (each
+    cell one sample: the spread between cells, not within them; no cell dropped), judged by the verdict rule. One
+    cell shows its own interval; a measured cell without one (a single rep) has no verdict. Predictions show the
+    geometric mean of their points, judged as predictions. The baseline's own cells show their point, ``BASELINE``.
+    ``aggregate`` is the one implementation: the summary, the report's tables and every figure call it.
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ NO_VERDICT = "-"  # the verdict of a speedup with neither an interval nor a poin
 PREDICTED = " (predicted)"  # appended to a simulated cell's verdict: a model's point, not a measurement's interval
 VERDICT_RULE = ("verdict: faster / slower when the whole 95 % interval lies beyond 1 +- {tol:.1%}; same when it lies "
                 "within; ambiguous when it crosses either edge; (predicted): a simulated point, no interval")
+BASELINE = "baseline"  # the verdict shown for the baseline's own cells: the speedups refer to them
+AGGREGATE_RULE = ("several cells on one line or bar: the geometric mean of their speedups with a 95 % t interval "
+                  "across their logs, judged by the same rule; one cell: its own interval")
 
 # Student's t quantile t_{0.975, df} for df = 1..30 (two-sided 95 %; any statistics table, e.g. NIST/SEMATECH
 # e-Handbook 1.3.6.7.2); beyond 30 the Cornish-Fisher expansion of the normal quantile is within 1e-4 of it
@@ -105,16 +116,20 @@ def _drop_outliers(logs: np.ndarray) -> np.ndarray:
     return logs[(logs >= q1 - reach) & (logs <= q3 + reach)]
 
 
+def _t_interval(logs: np.ndarray) -> tuple[float, float, float]:
+    """The geometric mean of ``exp(logs)`` and its Student-t interval at ``LEVEL`` (NaN with fewer than two)."""
+    mean = float(logs.mean())
+    if logs.size < 2:
+        return math.exp(mean), math.nan, math.nan
+    reach = t_quantile(logs.size - 1) * float(logs.std(ddof=1)) / math.sqrt(logs.size)
+    return math.exp(mean), math.exp(mean - reach), math.exp(mean + reach)
+
+
 def ratio_of_logs(log_ratios: Sequence[float]) -> Ratio:
     """A speedup from per-rep log ratios: their geometric mean and Student-t interval, outliers dropped."""
     logs = np.asarray(log_ratios, dtype=float)
     kept = _drop_outliers(logs)
-    point = float(np.exp(kept.mean()))
-    if kept.size < 2:
-        return Ratio(point, math.nan, math.nan, int(kept.size), int(logs.size - kept.size))
-    reach = t_quantile(kept.size - 1) * float(kept.std(ddof=1)) / math.sqrt(kept.size)
-    mean = float(kept.mean())
-    return Ratio(point, math.exp(mean - reach), math.exp(mean + reach), int(kept.size), int(logs.size - kept.size))
+    return Ratio(*_t_interval(kept), int(kept.size), int(logs.size - kept.size))
 
 
 def paired_ratio(baseline_ms: Sequence[float], ms: Sequence[float], extra_ms: float = 0.0) -> Ratio:
@@ -164,6 +179,46 @@ def verdict(low: float, high: float, tolerance: float = TOLERANCE, point: float 
     else:
         word = "ambiguous"
     return word + suffix
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A speedup as shown for one or more cells (``aggregate``): its point, its interval at ``LEVEL`` (NaN where
+    none applies), its verdict and how many cells it stands for."""
+
+    point: float
+    low: float
+    high: float
+    verdict: str
+    cells: int
+
+
+def recorded_tolerance(tolerances: Sequence[float | None]) -> float:
+    """The verdicts' tolerance cells were judged with: the first recorded (finite) one, else ``TOLERANCE``."""
+    return next((float(t) for t in tolerances if t is not None and math.isfinite(t)), TOLERANCE)
+
+
+def aggregate(points: Sequence[float], lows: Sequence[float], highs: Sequence[float], *, predicted: bool = False,
+              baseline: bool = False, tolerance: float = TOLERANCE) -> Shown:
+    """The one speedup shown for cells of ``points`` (their own intervals ``lows``/``highs``, NaN where none) by
+    ``AGGREGATE_RULE``: cells without a finite positive point are left out; one cell keeps its interval; several
+    give their geometric mean with a Student-t interval across their logs; ``predicted`` cells give their geometric
+    mean, judged as a prediction; ``baseline`` cells their geometric mean, ``BASELINE``."""
+    points, lows, highs = (np.asarray(v, dtype=float).reshape(-1) for v in (points, lows, highs))
+    if not points.size == lows.size == highs.size:
+        raise ValueError(f"points, lows and highs must be as long, got {points.size}, {lows.size}, {highs.size}")
+    kept = np.isfinite(points) & (points > 0)
+    cells = int(kept.sum())
+    if not cells:
+        return Shown(math.nan, math.nan, math.nan, NO_VERDICT, 0)
+    point, low, high = _t_interval(np.log(points[kept]))
+    if baseline:
+        return Shown(point, math.nan, math.nan, BASELINE, cells)
+    if predicted:
+        return Shown(point, math.nan, math.nan, verdict(math.nan, math.nan, tolerance, point), cells)
+    if cells == 1:
+        point, low, high = float(points[kept][0]), float(lows[kept][0]), float(highs[kept][0])
+    return Shown(point, low, high, verdict(low, high, tolerance), cells)
 
 
 def interval_text(point: float, low: float, high: float) -> str:
