@@ -14,7 +14,6 @@ from wavealign.analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
     done_cells,
-    geomean,
     is_simulated,
     missing_columns,
     missing_note,
@@ -160,12 +159,12 @@ def order_label(stages: str, reorderer: str | None) -> str:
 
 
 def table2(frame: pd.DataFrame) -> pd.DataFrame:
-    """Table II: per hardware, backend, method, head count, sequence length and launch order (original, WaveAlign,
-    each baseline with and without Stage 2): kernel and reorder time, the speedup over the group's original order
-    without and with the reorder overhead (the records' own, ``wavealign.metrics``; geomean over cells), each beside
-    its interval and verdict (a single cell's; "-" for a prediction; no interval and "mixed" for cells that disagree),
-    HBM SOL % and L2 hit % (Nsight Compute where profiled, else simulated). Lengths are kept apart: a 2K and a 4K
-    cell are not one mean."""
+    """Table II: per hardware, backend, method, workload, head count, sequence length and launch order (original,
+    WaveAlign, each baseline with and without Stage 2): kernel and reorder time, the speedup over the group's
+    original order without and with the reorder overhead (the records' own, ``wavealign.metrics``), each beside its
+    interval and verdict (over several cells, ``metrics.AGGREGATE_RULE``: the summary's rule), HBM SOL % and L2 hit
+    % (Nsight Compute where profiled, else simulated). Lengths are kept apart: a 2K and a 4K cell are not one
+    mean."""
     need = (*GROUP_KEYS, "num_heads", "stages", "group_id", "kernel_ms_median", "reorder_ms")
     if missing := missing_columns(frame, need):
         return _note_table(missing_note(missing))
@@ -179,32 +178,37 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     cells = cells.assign(
         simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells),
         order=[order_label(st, r) for st, r in zip(cells["stages"], reorderer, strict=True)],
-        speedup=cells["speedup_vs_original"].combine_first(
+        speedup_vs_original=cells["speedup_vs_original"].combine_first(
             metrics.speedup(original_ms, cells["kernel_ms_median"])),
-        speedup_with_overhead=cells["net_speedup_vs_original"].combine_first(
+        net_speedup_vs_original=cells["net_speedup_vs_original"].combine_first(
             metrics.speedup(original_ms, cells["kernel_ms_median"] + cells["reorder_ms"].fillna(0.0))))
     cells = cells[original_ms.notna()]
     if cells.empty:
         return _note_table("no cell with an original-order cell in its group")
-    shape = ["num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in cells else [])]
-    table = cells.groupby([*GROUP_KEYS, *shape, "order", "simulated"]).agg(
-        cells=("kernel_ms_median", "size"), kernel_ms=("kernel_ms_median", "mean"),
-        reorder_ms=("reorder_ms", "mean"), speedup=("speedup", geomean),
-        speedup_ci_low=("speedup_ci_low", _one_cells), speedup_ci_high=("speedup_ci_high", _one_cells),
-        verdict=("verdict", _agreed), speedup_with_overhead=("speedup_with_overhead", geomean),
-        net_speedup_ci_low=("net_speedup_ci_low", _one_cells), net_speedup_ci_high=("net_speedup_ci_high", _one_cells),
-        net_verdict=("net_verdict", _agreed),
-        hbm_sol_pct=("hbm_sol_pct", "mean"), l2_hit_pct=("l2_hit_pct", "mean")).reset_index()
+    shape = [*(["workload"] if "workload" in cells else []), "num_heads",
+             *(["seq_len_tokens"] if "seq_len_tokens" in cells else [])]
+    keys = [*GROUP_KEYS, *shape, "order", "simulated"]
+    rows = []
+    for key, part in cells.groupby(keys, dropna=False, sort=False):
+        kernel, net = shown(part), shown(part, NET)
+        rows.append({**dict(zip(keys, key, strict=True)), "cells": len(part),
+                     "kernel_ms": part["kernel_ms_median"].mean(), "reorder_ms": part["reorder_ms"].mean(),
+                     "speedup": kernel.point, "speedup_ci_low": kernel.low, "speedup_ci_high": kernel.high,
+                     "verdict": kernel.verdict, "speedup_with_overhead": net.point, "net_speedup_ci_low": net.low,
+                     "net_speedup_ci_high": net.high, "net_verdict": net.verdict,
+                     "hbm_sol_pct": part["hbm_sol_pct"].mean(), "l2_hit_pct": part["l2_hit_pct"].mean()})
     others = [label for r, label in REORDERER_LABELS.items() if r not in ("identity", "wavealign")]
     rank = {label: i for i, label in enumerate(
         ["Original", "O+S2", *[f"{label}{s}" for label in others for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
-    table = table.sort_values([*GROUP_KEYS, *shape, "order"],
-                              key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order" else c)
+    table = pd.DataFrame(rows).sort_values(
+        [*GROUP_KEYS, *shape, "order"], key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order"
+        else c)
     return table.reset_index(drop=True)
 
 
 INTERVAL_COLUMNS = ("speedup_ci_low", "speedup_ci_high", "net_speedup_ci_low", "net_speedup_ci_high")
 VERDICT_COLUMNS = ("verdict", "net_verdict")
+NET = "net_"  # the prefix of a record's speedup columns with the reorder counted (net_speedup_vs_original, ...)
 
 
 def with_intervals(cells: pd.DataFrame) -> pd.DataFrame:
@@ -218,16 +222,23 @@ def with_intervals(cells: pd.DataFrame) -> pd.DataFrame:
                            for c in VERDICT_COLUMNS})
 
 
-def _one_cells(values: pd.Series) -> float:
-    """A group's interval bound where the group is one cell; NaN for several (their geomean has no interval of
-    its own: the cells' intervals stay in their rows)."""
-    return float(values.iloc[0]) if len(values) == 1 else math.nan
+def is_baseline(cells: pd.DataFrame) -> pd.Series:
+    """Per cell: is it its group's baseline, the original variant (stages ``none`` in rows without a variant)."""
+    if "variant" in cells:
+        return cells["variant"].map(metrics.is_baseline).astype(bool)
+    return cells["stages"] == "none"
 
 
-def _agreed(verdicts: pd.Series) -> str:
-    """The verdict the group's cells share, or "mixed"."""
-    kept = set(verdicts)
-    return kept.pop() if len(kept) == 1 else "mixed"
+def shown(cells: pd.DataFrame, prefix: str = "") -> metrics.Shown:
+    """The one speedup ``cells`` show together by ``metrics.AGGREGATE_RULE`` (``metrics.aggregate``, as the sweep's
+    summary does): their kernel speedups over the original (``prefix`` ""), or with the reorder counted (``NET``);
+    predicted when every cell is simulated, the baseline's when every cell is the original variant, judged with the
+    tolerance the cells recorded. ``cells`` went through ``with_intervals``."""
+    tolerances = cells["verdict_tolerance"].tolist() if "verdict_tolerance" in cells else []
+    return metrics.aggregate(cells[f"{prefix}speedup_vs_original"], cells[f"{prefix}speedup_ci_low"],
+                             cells[f"{prefix}speedup_ci_high"], predicted=bool(is_simulated(cells).all()),
+                             baseline=bool(is_baseline(cells).all()),
+                             tolerance=metrics.recorded_tolerance(tolerances))
 
 
 def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:

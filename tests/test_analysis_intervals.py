@@ -91,3 +91,18 @@ def test_report_csv_shows_a_dash_where_a_prediction_has_no_interval(frame, tmp_p
     measured = csv[(csv["simulated"].astype(str) == "False") & (csv["order"] == "WaveAlign")]
     assert measured[["net_speedup_ci_low", "net_verdict"]].values.tolist() == [["1.15", "faster"]]
     assert "net speedup ci low" in files.html.read_text()
+
+
+def test_table2_row_of_several_cells_shows_the_one_rule_s_mean_interval_and_verdict_not_mixed(frame):
+    cpu = frame[frame["hardware"] == "cpu"]
+    again = cpu.assign(group_id="cpu-seed1", speedup_vs_original=cpu["speedup_vs_original"] * 0.9)
+    again["verdict"] = [metrics.verdict(lo, hi, point=p) for lo, hi, p in
+                        zip(again["speedup_ci_low"], again["speedup_ci_high"], again["speedup_vs_original"],
+                            strict=True)]
+    table = tables.table2(pd.concat([cpu, again], ignore_index=True)).set_index("order")
+    expected = metrics.aggregate([1.25, 1.25 * 0.9], [1.2, 1.2], [1.3, 1.3])
+    row = table.loc["WaveAlign"]
+    assert row["cells"] == 2 and row["speedup"] == pytest.approx(expected.point)
+    assert (row["speedup_ci_low"], row["speedup_ci_high"]) == pytest.approx((expected.low, expected.high))
+    assert row["verdict"] == expected.verdict == "ambiguous"
+    assert table.loc["Original", "verdict"] == metrics.BASELINE
