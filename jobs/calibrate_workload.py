@@ -1,6 +1,6 @@
 """Fit a synthetic workload generator so the paper's four methods give Table I's densities and L2 hit rates.
 
-Either generator (``--generator``: ``clusters``, the default, or ``scene``) starts from its hand-set values. Each
+Either generator (``--generator``: ``scene``, the default, or ``clusters``) starts from its hand-set values. Each
 head type (spatial, temporal, 3D-local, semantic, sink) gets a sharpness multiplier and a noise energy from a
 candidate grid, a layer gets a head-type mix, and the generator's own knobs may be searched too (``--search
 KEY=V1,V2``, repeated: the cartesian product of the lists; e.g. the scene's ``ground_sharpness``). Three seeded
@@ -25,8 +25,10 @@ phases:
    spread (the fit must hold over scene seeds, not on one).
 
 Writes samples.csv, verify.csv, fit.json, the generator YAML with its provenance (``calibrated.yaml`` or
-``scene.yaml``) and summary.md under --out; ``--install`` makes it the generator's shipped values
-(``wavealign/workloads/<that file>``). ``--verify-config YAML`` skips phases 1 and 2 and verifies that generator.
+``scene.yaml``) and summary.md under --out; ``--install`` also writes it where the library reads it before the packaged
+values (``wavealign/workloads/<that file>``, never written): the user's ``workloads/`` folder
+(``wavealign.user_config.workloads_dir()``, ``~/.config/wavealign/workloads`` unless ``WAVEALIGN_HOME`` or
+``XDG_CONFIG_HOME`` say otherwise). ``--verify-config YAML`` skips phases 1 and 2 and verifies that generator.
 
 ``--row-jitter`` defaults to the value sim-paper fitted so a dense FA4 launch on the H100 (two L2 partitions) reads
 Table I's 46.5% (``benchmarks/results/sim-paper``); lock-step rows (0) over-reward masks whose neighbouring rows
@@ -56,6 +58,7 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wavealign.analysis.paper import (
@@ -559,6 +562,19 @@ def _check_ranges(args: argparse.Namespace, wl: workloads.Workload, base: HeadTy
         raise ValueError(f"--row-jitter must be in [0, {sim.MAX_ROW_JITTER}], got {args.row_jitter}")
 
 
+def install(text: str, name: str) -> Path:
+    """Write a fitted generator's YAML ``text`` as ``name`` in the user's workloads folder, whole (a temporary file
+    renamed over it: a run reading it never sees half), where ``HeadTypesConfig.calibrated`` reads it first."""
+    from wavealign import user_config
+
+    path = user_config.workloads_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{name}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+    return path
+
+
 def _verified_config(path: str, generator: str) -> HeadTypesConfig:
     """The generator of a calibrated YAML (its ``generator`` section) for ``--verify-config``."""
     from wavealign import bounded
@@ -599,7 +615,8 @@ def main(argv: list[str]) -> int:
                         help="the simulator's row jitter (default: sim-paper's dense fit, %(default)s)")
     parser.add_argument("--random-density", type=float, default=0.25, help="density of the iid random control")
     parser.add_argument("--workers", type=int, default=None, help="simulator processes (default: CPUs, max 16)")
-    parser.add_argument("--install", action="store_true", help="make the fit the generator's shipped values")
+    parser.add_argument("--install", action="store_true",
+                        help="make the fit the generator's values for this user (its YAML in the user's folder)")
     args = parser.parse_args(argv)
     import torch
     import yaml
@@ -681,8 +698,9 @@ def main(argv: list[str]) -> int:
                "below).\n" + yaml.safe_dump(document, sort_keys=False, width=120)
         (out / generator.CALIBRATED_PATH.name).write_text(text)
         if args.install:
-            generator.CALIBRATED_PATH.write_text(text)
-            print(f"installed as the {args.generator} generator's values: {generator.CALIBRATED_PATH}")
+            installed = install(text, generator.CALIBRATED_PATH.name)
+            print(f"installed as the {args.generator} generator's values (read before the packaged "
+                  f"{generator.CALIBRATED_PATH}): {installed}")
     else:
         provenance["verified_config"] = args.verify_config
         (out / "verify.json").write_text(json.dumps({"provenance": provenance}, indent=1))

@@ -20,6 +20,13 @@ TINY = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p", "--bl
         "--workers", "1"]
 
 
+@pytest.fixture(autouse=True)
+def user_home(tmp_path, monkeypatch):
+    """The user's folder of each test is its own, never the real home's."""
+    monkeypatch.setenv("WAVEALIGN_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
 def planted_rows(true_candidate: tuple[float, float], setting: str = "{}", random_hit: float = 0.106,
                  ) -> list[cal.SampleRow]:
     """Every type's ``true_candidate`` gives exactly Table I (and its random control ``random_hit``); the other
@@ -177,6 +184,22 @@ def test_the_cli_fits_the_scene_generator_over_a_searched_knob_and_verifies_over
     assert doc["provenance"]["residuals"]["xattention"]["layers"] == 4
     assert "Spread over the 4 verified layers" in capsys.readouterr().out
     assert not (tmp_path / "calibrated.yaml").exists()
+
+
+def test_install_writes_the_fit_to_the_users_folder_which_wins_over_the_package(tmp_path, user_home, capsys):
+    packaged = GeneratorConfig.CALIBRATED_PATH.read_bytes()
+    argv = ["--out", str(tmp_path / "out"), *TINY, "--generator", "clusters", "--sharpness", "3", "--noise", "0.2",
+            "--replicates", "1", "--layers", "0", "--steps", "0", "--verify-at", "0:0", "--mix-step", "0.5",
+            "--restarts", "1", "--install"]
+    assert cal.main(argv) == 0
+    installed = user_home / "workloads" / "calibrated.yaml"
+    assert installed.read_text() == (tmp_path / "out" / "calibrated.yaml").read_text()
+    assert f"installed as the clusters generator's values (read before the packaged {GeneratorConfig.CALIBRATED_PATH}" \
+           f"): {installed}" in capsys.readouterr().out
+    assert GeneratorConfig.CALIBRATED_PATH.read_bytes() == packaged  # the package is never written
+    fitted = GeneratorConfig.from_dict(yaml.safe_load(installed.read_text())["generator"])
+    assert GeneratorConfig.calibrated_path() == installed and workloads.generator("clusters") == fitted
+    assert fitted != GeneratorConfig.from_dict(yaml.safe_load(packaged)["generator"])
 
 
 def test_the_cli_verifies_a_given_generator_yaml_without_fitting(tmp_path):

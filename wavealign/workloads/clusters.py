@@ -27,7 +27,8 @@ generator (``scene.py``), which replaces the per-head clusters by one moving sce
 ``synthetic`` run either: the config's ``basis`` and ``span`` are its content.
 
 ``GeneratorConfig.calibrated()`` is the cluster generator ``wavealign calibrate-workload`` fitted to the paper's
-Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance);
+Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance, unless the user
+installed their own fit: ``HeadTypesConfig.calibrated_path``);
 ``GeneratorConfig()`` is the hand-set starting point the fit begins from. A caller that names no config gets
 the default generator's (``default_config()``: the scene generator's). Everything is a
 function of (seed, layer, head) and the token positions, generated in fixed chunks of tokens, so a head
@@ -46,7 +47,7 @@ from typing import Any, ClassVar, Self
 
 import torch
 
-from wavealign import bounded
+from wavealign import bounded, user_config
 from wavealign.workloads.presets import Workload
 from wavealign.workloads.rope import apply_rope, pair_angles, positions
 
@@ -99,7 +100,7 @@ DEFAULT_GENERATOR = "scene"
 class HeadTypesConfig(abc.ABC):
     """What every generator shares: the head types' profiles and their mix over depth, and the sharpness over
     denoising steps; a generator adds its own content (``basis`` and ``span``) and knobs in a subclass, named by
-    ``GENERATOR`` (``wavealign.workloads.GENERATORS``), whose fitted values live in ``CALIBRATED_PATH``."""
+    ``GENERATOR`` (``wavealign.workloads.GENERATORS``), whose packaged fitted values live in ``CALIBRATED_PATH``."""
 
     GENERATOR: ClassVar[str]
     CALIBRATED_PATH: ClassVar[Path]
@@ -164,16 +165,28 @@ class HeadTypesConfig(abc.ABC):
         return cls(**values)
 
     @classmethod
+    def calibrated_path(cls) -> Path | None:
+        """The fitted values this generator is read from: the user's (``calibrate-workload --install`` writes
+        ``user_config.workloads_dir() / <CALIBRATED_PATH's name>``) before the packaged ``CALIBRATED_PATH``; None
+        where neither exists."""
+        return next((path for path in (user_config.workloads_dir() / cls.CALIBRATED_PATH.name, cls.CALIBRATED_PATH)
+                     if path.is_file()), None)
+
+    @classmethod
     def calibrated(cls) -> Self:
-        """The fitted generator (``CALIBRATED_PATH``'s ``generator``), or the hand-set one if none is shipped."""
-        return _calibrated(cls)
+        """The fitted generator (``calibrated_path()``'s ``generator``), or the hand-set one if there is none;
+        cached until that file changes (a new install is picked up at once)."""
+        path = cls.calibrated_path()
+        return cls() if path is None else _calibrated(cls, str(path), path.stat().st_mtime_ns)
 
 
-@functools.cache
-def _calibrated(cls: type[HeadTypesConfig]) -> HeadTypesConfig:
-    if not cls.CALIBRATED_PATH.exists():
-        return cls()
-    return cls.from_dict(bounded.load_yaml(cls.CALIBRATED_PATH, "calibrated generator")["generator"])
+@functools.lru_cache(maxsize=16)
+def _calibrated(cls: type[HeadTypesConfig], path: str, mtime_ns: int) -> HeadTypesConfig:
+    document = bounded.load_yaml(path, "calibrated generator")
+    if not isinstance(document, dict) or not isinstance(document.get("generator"), dict):
+        raise ValueError(f"calibrated generator {path!r}: expected a mapping with a 'generator' mapping, as "
+                         "`wavealign calibrate-workload` writes")
+    return cls.from_dict(document["generator"])
 
 
 @dataclass(frozen=True)
