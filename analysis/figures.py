@@ -1,7 +1,15 @@
-"""The paper's figures from a results frame (``wavealign.analysis.load``): one function per figure, each returning a
-matplotlib Figure drawn only from the cells present, with a note in any panel that lacks data.
+"""The paper's figures from a results frame (``wavealign.analysis.load``). Each figure is two steps: one function
+builds the rows it draws (``PaperFigure.rows``: a DataFrame, one row per drawn point or bar, with the cells it stands
+for), and one draws exactly those rows (``PaperFigure.draw``), so that the report writes beside each figure the table
+of what it drew (``<figure>.csv``) and no figure computes a number its table lacks. A figure lacking its data is a
+note (``plotting.note_figure``); its rows are then one ``NOTE``.
 
-``FIGURES`` lists them in report order: ``{name: function}``; every function takes the frame alone.
+Every speedup a figure draws carries its 95 % interval as an error bar where it has one, and a same or ambiguous
+verdict is marked beside it (``plotting.mark_verdicts``); over several cells the speedup, its interval and verdict
+follow ``metrics.AGGREGATE_RULE`` (``tables.shown``), the sweep summary's rule, so a bar and the summary's line of the
+same cells read alike. Simulated cells are drawn hatched, dashed or hollow and labelled "simulated".
+
+``FIGURES`` lists them in report order: ``{name: PaperFigure}``; each is called with the frame alone.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -45,21 +54,76 @@ from wavealign.analysis.plotting import (
     variant_color,
 )
 from wavealign.analysis.rebuild import RebuiltHead, rebuild_head
-from wavealign.analysis.tables import order_label, table2, with_intervals
+from wavealign.analysis.tables import NET, one_or_joined, order_label, shown, table2, tolerance, with_speedups
 from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, ORIGINAL_VARIANT, order_name
 
 ORIGINAL = ORIGINAL_VARIANT
 DENSE = "dense"
 BYTES_HINT = "needs Nsight Compute counters (measure ncu)\nor simulated cells (measure simulated)"
 COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
+NOTE = "note"  # the one column of a figure's rows when it has nothing to draw: why
+FOOTNOTE = "footnote"  # rows.attrs key: what the figure leaves out and why, said once under it
+# what a drawn point stands for, as columns of its rows: each identity column of its cells (their one value, or their
+# values joined where they differ; variant is the launch order's name, records.order_name), then how many cells
+IDENTITY = {"hardware": "hardware", "backend": "backend", "method": "method", "workload": "workload",
+            "seq_len_tokens": "seq_len_tokens", "variant": "launch_order", "simulated": "_sim"}
+# a drawn speedup: over what, its point, its interval at metrics.LEVEL (NaN where none) and its verdict
+SPEEDUP_COLUMNS = ("speedup_over", "speedup", "speedup_ci_low", "speedup_ci_high", "verdict")
+OVER_ORIGINAL = "original"  # the kernel's speedup over its group's original variant: the summary's
+OVER_ORIGINAL_NET = "original, reorder counted"
+OVER_DENSE = "dense"
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """A figure as the rows it draws (``rows``: the results frame -> one row per drawn point or bar, or a ``NOTE``)
+    and the drawing of exactly those rows (``draw``); called with a frame, it draws that frame's rows."""
+
+    rows: Callable[[pd.DataFrame], pd.DataFrame]
+    draw: Callable[[pd.DataFrame], Figure]
+
+    def __call__(self, frame: pd.DataFrame) -> Figure:
+        return self.draw(self.rows(frame))
+
+
+def _note_rows(text: str) -> pd.DataFrame:
+    return pd.DataFrame({NOTE: [text]})
+
+
+def _noted(rows: pd.DataFrame, title: str) -> Figure | None:
+    """The note figure of rows that are a ``NOTE``, else None."""
+    return note_figure(title, str(rows[NOTE].iloc[0])) if NOTE in rows else None
+
+
+def _identity(cells: pd.DataFrame) -> dict:
+    """The identity columns of a drawn point's cells (``IDENTITY``) and their count."""
+    return {**{name: one_or_joined(cells[column]) for name, column in IDENTITY.items() if column in cells},
+            "cells": len(cells)}
+
+
+def _speedup(point: metrics.Shown, over: str) -> dict:
+    """A drawn speedup's ``SPEEDUP_COLUMNS``."""
+    return dict(zip(SPEEDUP_COLUMNS, (over, point.point, point.low, point.high, point.verdict), strict=True))
 
 
 def _cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """Finished cells with a ``_sim`` flag column and the derived columns of ``wavealign.analysis.load``."""
+    """Finished cells with the derived columns of ``wavealign.analysis.load``, a ``_sim`` flag and, where variants are
+    recorded, ``launch_order`` (``records.order_name``)."""
     cells = done_cells(frame)
     if "seq_k" not in cells:
         cells = with_derived_columns(cells)
-    return cells.assign(_sim=is_simulated(cells))
+    cells = cells.assign(_sim=is_simulated(cells))
+    if "variant" not in cells:
+        return cells
+    reorderer = cells["reorderer"] if "reorderer" in cells else pd.Series(None, index=cells.index, dtype=object)
+    return cells.assign(launch_order=[order_name(str(v), r) for v, r in zip(cells["variant"], reorderer, strict=True)])
+
+
+def _reps(value: object) -> list[float]:
+    """A row's ``kernel_ms_reps`` as a list (empty where none were recorded)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return []
+    return [float(v) for v in value]
 
 
 def _seq_ticks(ax, seqs: list[float]) -> None:
@@ -68,55 +132,99 @@ def _seq_ticks(ax, seqs: list[float]) -> None:
     ax.set_xlabel("sequence length (tokens)")
 
 
-def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
-    """Fig. 2: per method, the compute-proportional bound 1/rho against the measured dense/sparse kernel
-    time ratio (same hardware, backend, workload and length), both in the original row order."""
-    title = "Upper bound 1/ρ vs actual speedup over dense (Fig. 2)"
+def _over_dense(dense_ms: float, ms: float, dense_reps: object, reps: object, simulated: bool) -> metrics.Ratio:
+    """A sparse cell's speedup over the dense cell of its shape: two samples timed apart (``metrics.independent_ratio``
+    of their reps, as ``wavealign compare``), or the medians' ratio without an interval (a prediction, or no reps)."""
+    dense_reps, reps = _reps(dense_reps), _reps(reps)
+    if not simulated and dense_reps and reps:
+        return metrics.independent_ratio(dense_reps, reps)
+    return metrics.Ratio(float(metrics.speedup(dense_ms, ms)), math.nan, math.nan, 1)
+
+
+FIG2_TITLE = "Upper bound 1/ρ vs actual speedup over dense (Fig. 2)"
+
+
+def speedup_vs_bound_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 2's rows: per method (panel), hardware/backend (series) and length, the compute-proportional bound 1/rho
+    and the kernel's speedup over the dense cell of the same hardware, backend, workload and length, both in the
+    original row order (each sparse cell against its dense cell: ``_over_dense``; over several cells,
+    ``metrics.AGGREGATE_RULE``)."""
     need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "density", "kernel_ms_median")
     if missing := missing_columns(frame, need):
-        return note_figure(title, missing_note(missing))
+        return _note_rows(missing_note(missing))
     cells = _cells(frame)
     if cells.empty:
-        return note_figure(title, NO_CELLS)
+        return _note_rows(NO_CELLS)
+    if "kernel_ms_reps" not in cells:
+        cells = cells.assign(kernel_ms_reps=None)
     originals = cells[cells["variant"] == ORIGINAL]
     dense, sparse = originals[originals["method"] == DENSE], originals[originals["method"] != DENSE]
     methods = sorted(sparse["method"].unique())
     if not methods:
-        return note_figure(title, "no sparse-method cells in the original order")
+        return _note_rows("no sparse-method cells in the original order")
     keys = ["hardware", "backend", "seq_len_tokens"] + (["workload"] if "workload" in cells else [])
-    baseline = dense.drop_duplicates(keys)[[*keys, "kernel_ms_median"]].rename(
-        columns={"kernel_ms_median": "dense_ms"})
-    paired = {m: sparse[sparse["method"] == m].merge(baseline, on=keys) for m in methods}
-    drawn = [m for m in methods if not paired[m].empty]
+    baseline = dense.drop_duplicates(keys)[[*keys, "kernel_ms_median", "kernel_ms_reps"]].rename(
+        columns={"kernel_ms_median": "dense_ms", "kernel_ms_reps": "dense_ms_reps"})
+    pairs = sparse.merge(baseline, on=keys)
+    drawn = [m for m in methods if (pairs["method"] == m).any()]
     hint = ("no dense baseline cell of the same hardware, backend and length (method=dense, variant=original): "
             "add the sweep's dense_baseline grid")
     if not drawn:
-        return note_figure(title, f"{', '.join(methods)}: {hint.replace(': ', ':' + chr(10))}")
-    fig, axes = panel_grid(1, len(drawn))
-    for ax, method in zip(axes[0], drawn, strict=True):
+        return _note_rows(f"{', '.join(methods)}: {hint.replace(': ', ':' + chr(10))}")
+    ratios = [_over_dense(d, ms, dr, r, bool(sim)) for d, ms, dr, r, sim in zip(
+        pairs["dense_ms"], pairs["kernel_ms_median"], pairs["dense_ms_reps"], pairs["kernel_ms_reps"], pairs["_sim"],
+        strict=True)]
+    pairs = pairs.assign(_point=[r.point for r in ratios], _low=[r.low for r in ratios],
+                         _high=[r.high for r in ratios], _bound=metrics.bound_speedup(pairs["density"]))
+    rows = []
+    for (method, hw, backend, sim, seq_k), part in pairs.groupby(["method", "hardware", "backend", "_sim", "seq_k"]):
+        over_dense = metrics.aggregate(part["_point"], part["_low"], part["_high"], predicted=bool(sim),
+                                       tolerance=tolerance(part))
+        rows.append({"panel": method, "series": f"{hw}/{backend}", "seq_k": seq_k, **_identity(part),
+                     "bound": part["_bound"].mean(), **_speedup(over_dense, OVER_DENSE)})
+    out = pd.DataFrame(rows)
+    if len(drawn) < len(methods):
+        out.attrs[FOOTNOTE] = f"not drawn: {', '.join(m for m in methods if m not in drawn)} ({hint})"
+    return out
+
+
+def draw_speedup_vs_bound(rows: pd.DataFrame) -> Figure:
+    """Fig. 2 from its rows: per method, each series' bound (dotted) and actual speedup over dense with its interval
+    and verdict mark, simulated series dashed and hollow."""
+    if (noted := _noted(rows, FIG2_TITLE)) is not None:
+        return noted
+    panels = list(dict.fromkeys(rows["panel"]))
+    fig, axes = panel_grid(1, len(panels))
+    for ax, method in zip(axes[0], panels, strict=True):
         ax.set_title(method)
-        pairs = paired[method]
-        pairs = pairs.assign(bound=metrics.bound_speedup(pairs["density"]),
-                             actual=metrics.speedup(pairs["dense_ms"], pairs["kernel_ms_median"]))
-        for i, ((hw, backend, sim), part) in enumerate(pairs.groupby(["hardware", "backend", "_sim"])):
-            by_len = part.groupby("seq_k")[["bound", "actual"]].mean()
+        for i, ((series, sim), line) in enumerate(rows[rows["panel"] == method].groupby(["series", "simulated"])):
+            line = line.sort_values("seq_k")
             color = COLORS[i % len(COLORS)]
             style = line_style(bool(sim))
-            ax.plot(by_len.index, by_len["bound"], marker="^", color=color, **{**style, "linestyle": ":"},
-                    label=label(f"{hw}/{backend} 1/ρ", bool(sim)))
-            ax.plot(by_len.index, by_len["actual"], marker="o", color=color, **style,
-                    label=label(f"{hw}/{backend} actual", bool(sim)))
+            ax.plot(line["seq_k"], line["bound"], marker="^", color=color, **{**style, "linestyle": ":"},
+                    label=label(f"{series} 1/ρ", bool(sim)))
+            ax.plot(line["seq_k"], line["speedup"], marker="o", color=color, **style,
+                    label=label(f"{series} actual", bool(sim)))
+            draw_intervals(ax, line["seq_k"], line["speedup"], line["speedup_ci_low"], line["speedup_ci_high"],
+                           color=color)
+            mark_verdicts(ax, line["seq_k"], line["speedup"], line["verdict"])
             if sim:
                 badge_simulated(ax)
         _log_scale(ax, "y")
         ax.set_xlabel("sequence length (K tokens)")
-        ax.set_ylabel("speedup over dense")
+        ax.set_ylabel("speedup over dense (95 % CI)")
         ax.legend(fontsize=7)
-    fig.suptitle(title)
+    fig.suptitle(FIG2_TITLE)
     fig.tight_layout()
-    if len(drawn) < len(methods):
-        _footnote(fig, f"not drawn: {', '.join(m for m in methods if m not in drawn)} ({hint})")
+    if rows.attrs.get(FOOTNOTE):
+        _footnote(fig, rows.attrs[FOOTNOTE])
     return fig
+
+
+def speedup_vs_bound(frame: pd.DataFrame) -> Figure:
+    """Fig. 2: per method, the compute-proportional bound 1/rho against the measured dense/sparse kernel time ratio
+    with its interval (same hardware, backend, workload and length), both in the original row order."""
+    return draw_speedup_vs_bound(speedup_vs_bound_rows(frame))
 
 
 def _flops(cells: pd.DataFrame) -> pd.Series:
@@ -125,62 +233,90 @@ def _flops(cells: pd.DataFrame) -> pd.Series:
                                    cells["num_heads"], cells["density"])
 
 
-def roofline(frame: pd.DataFrame) -> Figure:
-    """Fig. 3/15: achieved TFLOP/s against operational intensity (FLOPs per DRAM byte, from Nsight Compute
-    or the simulator), under the compute and HBM roofs of each cell's hardware."""
-    title = "Roofline (Fig. 3 / 15)"
+ROOFLINE_TITLE = "Roofline (Fig. 3 / 15)"
+PANELS = "panels"  # rows.attrs key: the panels a figure draws, those without rows holding a note
+
+
+def roofline_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 3/15's rows: one per cell on a described GPU, its achieved TFLOP/s and operational intensity (FLOPs per
+    DRAM byte, from Nsight Compute or the simulator), with its method and launch order's label; ``attrs[PANELS]``
+    the GPUs drawn (one panel each, under their roofs)."""
     need = ("hardware", "method", "seq_len_tokens", "head_dim", "num_heads", "density", "kernel_ms_median")
     if missing := missing_columns(frame, need):
-        return note_figure(title, missing_note(missing))
+        return _note_rows(missing_note(missing))
     cells = _cells(frame)
     if cells.empty:
-        return note_figure(title, NO_CELLS)
+        return _note_rows(NO_CELLS)
     gpus = [hw for hw in sorted(cells["hardware"].unique()) if hw in hardware_registry.names()]
     if not gpus:
-        return note_figure(title, "no cells on (or simulated for) a described GPU; hardware=cpu cells have no roofs")
+        return _note_rows("no cells on (or simulated for) a described GPU; hardware=cpu cells have no roofs")
     if "ncu_dram_read_bytes" in cells and cells["ncu_dram_read_bytes"].notna().any():
         dram = cells["ncu_dram_read_bytes"] + cells.get("ncu_dram_write_bytes", 0.0)
         source = "Nsight Compute DRAM bytes"
     elif "hbm_read_bytes" in cells:
         dram, source = cells["hbm_read_bytes"], "HBM read bytes"
     else:
-        return note_figure(title, f"no DRAM byte counts: {BYTES_HINT}")
+        return _note_rows(f"no DRAM byte counts: {BYTES_HINT}")
     cells = cells.assign(_bytes=dram, _flops=_flops(cells))
-    cells = cells.assign(_intensity=metrics.operational_intensity(cells["_flops"], cells["_bytes"]),
-                         _tflops=metrics.tflops(cells["_flops"], cells["kernel_ms_median"]))
-    methods = sorted(cells["method"].unique())
+    cells = cells.assign(intensity=metrics.operational_intensity(cells["_flops"], cells["_bytes"]),
+                         tflops=metrics.tflops(cells["_flops"], cells["kernel_ms_median"]))
+    cells = cells[cells["hardware"].isin(gpus) & np.isfinite(cells["intensity"]) & (cells["_bytes"] > 0)]
+    rows = []
+    for _, part in cells.groupby(["hardware", "method", "_sim"]):
+        labelled = part.assign(_label=_variant_labels(part) if "variant" in part else "original")
+        for name in _ordered_labels(labelled) if "variant" in part else ["original"]:
+            for _, cell in labelled[labelled["_label"] == name].iterrows():
+                rows.append({"panel": cell["hardware"], "label": name, **_identity(cell.to_frame().T), "source": source,
+                             "intensity": cell["intensity"], "tflops": cell["tflops"]})
+    out = pd.DataFrame(rows, columns=["panel", "label", *IDENTITY, "cells", "source", "intensity", "tflops"])
+    out.attrs[PANELS] = gpus
+    return out
+
+
+def draw_roofline(rows: pd.DataFrame) -> Figure:
+    """Fig. 3/15 from its rows: per GPU, its compute and HBM roofs and each cell's point, a marker per launch order
+    and a colour per method, simulated points hollow."""
+    if (noted := _noted(rows, ROOFLINE_TITLE)) is not None:
+        return noted
+    gpus = rows.attrs[PANELS]
+    methods = sorted(rows["method"].unique())
     fig, axes = panel_grid(1, len(gpus), width=5.2, height=4.0)
     for ax, hw_name in zip(axes[0], gpus, strict=True):
         hw = hardware_registry.get(hw_name)
         ax.set_title(f"{hw.display_name}")
-        part = cells[(cells["hardware"] == hw_name) & np.isfinite(cells["_intensity"]) & (cells["_bytes"] > 0)]
+        part = rows[rows["panel"] == hw_name]
         if part.empty:
+            source = rows["source"].iloc[0] if len(rows) else "DRAM bytes"
             note(ax, f"no {hw_name} cell has {source}:\n{BYTES_HINT}")
             continue
         ridge = hw.ridge_flops_per_byte
-        lo, hi = min(part["_intensity"].min() / 10, ridge / 30), max(part["_intensity"].max() * 10, ridge * 3)
+        lo, hi = min(part["intensity"].min() / 10, ridge / 30), max(part["intensity"].max() * 10, ridge * 3)
         xs = np.logspace(math.log10(lo), math.log10(hi), 200)
         ax.plot(xs, np.minimum(hw.peak_bf16_flops, hw.hbm_bytes_per_s * xs) / 1e12, color="0.2", linewidth=1.5,
                 label=f"roof: {hw.peak_bf16_flops / 1e12:.0f} TFLOP/s, {hw.hbm_bytes_per_s / 1e12:.2f} TB/s")
-        for i, method in enumerate(methods):
-            for sim, pts in part[part["method"] == method].groupby("_sim"):
-                order = (pts.assign(_label=_variant_labels(pts))["_label"] if "variant" in pts
-                         else pd.Series("original", index=pts.index))
-                for name in _ordered_labels(pts.assign(_label=order)) if "variant" in pts else ["original"]:
-                    sel = pts[order == name]
-                    ax.scatter(sel["_intensity"], sel["_tflops"], marker=_variant_marker(name), s=30,
-                               facecolors="none" if sim else COLORS[i % len(COLORS)],
-                               edgecolors=COLORS[i % len(COLORS)], label=label(f"{method} {name}", bool(sim)))
-                if sim:
-                    badge_simulated(ax)
+        for (method, sim), points in part.groupby(["method", "simulated"], sort=False):
+            color = COLORS[methods.index(method) % len(COLORS)]
+            for name in dict.fromkeys(points["label"]):
+                sel = points[points["label"] == name]
+                ax.scatter(sel["intensity"], sel["tflops"], marker=_variant_marker(name), s=30,
+                           facecolors="none" if sim else color, edgecolors=color,
+                           label=label(f"{method} {name}", bool(sim)))
+            if sim:
+                badge_simulated(ax)
         _log_scale(ax, "x")
         _log_scale(ax, "y")
-        ax.set_xlabel(f"operational intensity (FLOP / byte; {source})")
+        ax.set_xlabel(f"operational intensity (FLOP / byte; {part['source'].iloc[0]})")
         ax.set_ylabel("achieved TFLOP/s")
         ax.legend(fontsize=7)
-    fig.suptitle(title)
+    fig.suptitle(ROOFLINE_TITLE)
     fig.tight_layout()
     return fig
+
+
+def roofline(frame: pd.DataFrame) -> Figure:
+    """Fig. 3/15: achieved TFLOP/s against operational intensity (FLOPs per DRAM byte, from Nsight Compute
+    or the simulator), under the compute and HBM roofs of each cell's hardware."""
+    return draw_roofline(roofline_rows(frame))
 
 
 # one marker per launch order, the same in every panel: the variants in their fixed order, then any other label
@@ -204,9 +340,7 @@ def _params(text: object) -> dict:
 def _variant_labels(panel: pd.DataFrame) -> pd.Series:
     """The variant name (with its reorderer where that is not WaveAlign's Stage 1), plus the backend parameters that
     differ within the panel (e.g. the kernel's ``head_order``: the head-order variants O+Seq / O+WA of Fig. 9)."""
-    reorderer = panel["reorderer"] if "reorderer" in panel else pd.Series(None, index=panel.index)
-    labels = pd.Series([order_name(str(v), r) for v, r in zip(panel["variant"], reorderer, strict=True)],
-                       index=panel.index)
+    labels = panel["launch_order"]
     if "backend_params" not in panel:
         return labels
     params = panel["backend_params"].map(_params)
@@ -228,86 +362,129 @@ def _ordered_labels(panel: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(label for _, label in keyed))
 
 
-def kernel_latency(frame: pd.DataFrame) -> Figure:
-    """Fig. 9/10: kernel latency per variant (original vs WaveAlign, and head-order variants where the
-    backend parameters differ), with the reorder overhead stacked on top, against sequence length, per
-    hardware/backend/workload (rows) and the methods each row has (columns)."""
-    title = "Kernel latency with reorder overhead stacked (Fig. 9 / 10)"
+LATENCY_TITLE = "Kernel latency with reorder overhead stacked (Fig. 9 / 10)"
+LATENCY_AXIS = "kernel ms (whiskers: reps' IQR)"
+
+
+def kernel_latency_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 9/10's rows: one per bar, per hardware/backend/source/workload (a panel row), method (a panel), launch
+    order's label and length: the cells' median kernel ms with the interquartile range of their reps (NaN where none
+    were recorded: a prediction), their median reorder ms, and the speedup over the original with its interval and
+    verdict (``tables.shown``: the summary's rule)."""
     need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "kernel_ms_median")
     if missing := missing_columns(frame, need):
-        return note_figure(title, missing_note(missing))
+        return _note_rows(missing_note(missing))
     cells = _cells(frame)
     if cells.empty:
-        return note_figure(title, NO_CELLS)
-    if "workload" not in cells:
-        cells = cells.assign(workload="")
-    # one row per workload too (a 4-head and a 40-head workload of one method are not one panel's bars), and per
-    # simulated or measured (a backend's predicted launch is not its timed one); in a row only the methods it has
-    rows = {key: sorted(part["method"].unique())
-            for key, part in cells.groupby(["hardware", "backend", "_sim", "workload"])}
-    many = cells["workload"].nunique() > 1
-    fig, axes = panel_grid(len(rows), max(len(methods) for methods in rows.values()))
-    for ((hw, backend, simulated, workload), methods), axes_row in zip(sorted(rows.items()), axes, strict=True):
+        return _note_rows(NO_CELLS)
+    cells = with_speedups(cells.assign(**{c: cells.get(c, default) for c, default in (
+        ("workload", ""), ("reorder_ms", 0.0), ("kernel_ms_reps", None))}))  # older results: kernel time alone
+    rows = []
+    # one panel row per workload too (a 4-head and a 40-head workload of one method are not one panel's bars), and
+    # per simulated or measured (a backend's predicted launch is not its timed one); in a row only its methods
+    for _, panel in cells.groupby(["hardware", "backend", "_sim", "workload", "method"]):
+        panel = panel.assign(_label=_variant_labels(panel))
+        for name in _ordered_labels(panel):
+            for seq_k, part in panel[panel["_label"] == name].groupby("seq_k"):
+                reps = [t for value in part["kernel_ms_reps"] for t in _reps(value)]
+                q1, q3 = np.quantile(reps, [0.25, 0.75]) if reps else (math.nan, math.nan)
+                rows.append({"label": name, "seq_k": seq_k, **_identity(part),
+                             "kernel_ms": part["kernel_ms_median"].median(), "kernel_ms_q1": q1,
+                             "kernel_ms_q3": q3, "reorder_ms": part["reorder_ms"].median(),
+                             **_speedup(shown(part), OVER_ORIGINAL)})
+    return pd.DataFrame(rows)
+
+
+def draw_kernel_latency(rows: pd.DataFrame) -> Figure:
+    """Fig. 9/10 from its rows: per panel, a bar per launch order and length with its reps' IQR as whiskers, the
+    reorder overhead stacked on top, a same or ambiguous speedup over the original marked above its bar, simulated
+    bars hatched."""
+    if (noted := _noted(rows, LATENCY_TITLE)) is not None:
+        return noted
+    keys = ["hardware", "backend", "simulated", "workload"]
+    panel_rows = {key: list(dict.fromkeys(part["method"])) for key, part in rows.groupby(keys, sort=False)}
+    many = rows["workload"].nunique() > 1
+    fig, axes = panel_grid(len(panel_rows), max(len(methods) for methods in panel_rows.values()))
+    for ((hw, backend, simulated, workload), methods), axes_row in zip(panel_rows.items(), axes, strict=True):
         for ax in axes_row[len(methods):]:
             ax.set_visible(False)
         for ax, method in zip(axes_row, methods, strict=False):
             ax.set_title(f"{hw} / {backend} / {method}" + (f"\n{workload}" if many else ""), fontsize=9)
-            panel = cells[(cells["hardware"] == hw) & (cells["backend"] == backend) & (cells["method"] == method)
-                          & (cells["workload"] == workload) & (cells["_sim"] == simulated)]
-            panel = panel.assign(_label=_variant_labels(panel))
-            if "reorder_ms" not in panel:  # older results: draw the kernel time alone
-                panel = panel.assign(reorder_ms=0.0)
+            panel = rows[(rows[keys] == pd.Series([hw, backend, simulated, workload], index=keys)).all(axis=1)
+                         & (rows["method"] == method)]
             seqs = sorted(panel["seq_k"].unique())
-            labels = _ordered_labels(panel)
+            labels = list(dict.fromkeys(panel["label"]))
             width = 0.8 / len(labels)
             for j, name in enumerate(labels):
-                part = panel[panel["_label"] == name].groupby("seq_k").agg(
-                    kernel=("kernel_ms_median", "median"), reorder=("reorder_ms", "median"), sim=("_sim", "any"))
-                xs = [seqs.index(s) + (j - (len(labels) - 1) / 2) * width for s in part.index]
-                sim = bool(part["sim"].any())
+                bars = panel[panel["label"] == name]
+                xs = [seqs.index(s) + (j - (len(labels) - 1) / 2) * width for s in bars["seq_k"]]
+                sim = bool(simulated)
                 color = variant_color(name)
-                ax.bar(xs, part["kernel"], width, color=color, label=label(name, sim), **bar_style(sim))
-                overhead = part["reorder"].fillna(0.0)
+                ax.bar(xs, bars["kernel_ms"], width, color=color, label=label(name, sim), **bar_style(sim))
+                draw_intervals(ax, xs, bars["kernel_ms"], bars["kernel_ms_q1"], bars["kernel_ms_q3"])
+                overhead = bars["reorder_ms"].fillna(0.0)
                 if (overhead > 0).any():
-                    ax.bar(xs, overhead, width, bottom=part["kernel"], facecolor="white", edgecolor=color,
+                    ax.bar(xs, overhead, width, bottom=bars["kernel_ms"], facecolor="white", edgecolor=color,
                            hatch="..", label=f"{name}: reorder overhead")
+                mark_verdicts(ax, xs, bars["kernel_ms"] + overhead, bars["verdict"], upright=True)
                 if sim:
                     badge_simulated(ax)
             _seq_ticks(ax, seqs)
-            ax.set_ylabel("ms")
+            ax.set_ylabel(LATENCY_AXIS, fontsize=8)
             _legend_in_corner(ax, fontsize=6)
-    fig.suptitle(title)
+    fig.suptitle(LATENCY_TITLE)
     fig.tight_layout()
     _legends_clear_of_bars(fig)
     return fig
 
 
-def reorderer_comparison(frame: pd.DataFrame) -> Figure:
-    """Table II as bars: one panel per hardware, backend, method, head count, length and source (measured or
-    simulated) that has cells (none drawn empty), each launch order's speedup over the original with the reorder
-    counted (bar) and of the kernel alone (tick), each with its interval as an error bar where it has one, a same or
-    ambiguous net verdict marked beside its bar (``plotting.mark_verdicts``), and simulated panels hatched and titled
-    so."""
-    title = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
+def kernel_latency(frame: pd.DataFrame) -> Figure:
+    """Fig. 9/10: kernel latency per variant (original vs WaveAlign, and head-order variants where the backend
+    parameters differ), with the reps' interquartile range and the reorder overhead stacked on top, against sequence
+    length, per hardware/backend/workload (rows) and the methods each row has (columns); a same or ambiguous speedup
+    over the original is marked above its bar."""
+    return draw_kernel_latency(kernel_latency_rows(frame))
+
+
+REORDERERS_TITLE = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"
+
+
+def reorderer_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Table II's figure's rows: Table II's (``tables.table2``) but the original's own, each a panel's bar (the
+    speedup with the reorder counted) and tick (the kernel's), with their intervals and verdicts."""
     table = table2(frame)
     if "note" in table:
-        return note_figure(title, table["note"][0])
+        return _note_rows(table["note"][0])
     table = table[table["order"] != "Original"]
     if table.empty or table["order"].nunique() < 2:
-        return note_figure(title, "fewer than two reordered launch orders: nothing to compare")
-    keys = ["hardware", "backend", "method", "num_heads", *(["seq_len_tokens"] if "seq_len_tokens" in table else []),
-            "simulated"]
-    panels = sorted(table.groupby(keys).groups)
-    orders = list(dict.fromkeys(table["order"]))  # table2's order: baselines, then WaveAlign
+        return _note_rows("fewer than two reordered launch orders: nothing to compare")
+    return table.assign(speedup_over=OVER_ORIGINAL).reset_index(drop=True)
+
+
+def draw_reorderers(rows: pd.DataFrame) -> Figure:
+    """Table II's figure from its rows: one panel per hardware, backend, method, workload, head count, length and
+    source (measured or simulated) that has cells, each launch order's bar (reorder counted) and tick (kernel alone),
+    each with its interval as an error bar where it has one, a same or ambiguous net verdict marked beside its bar
+    (``plotting.mark_verdicts``), and simulated panels hatched and titled so."""
+    if (noted := _noted(rows, REORDERERS_TITLE)) is not None:
+        return noted
+    keys = [k for k in ("hardware", "backend", "method", "workload", "num_heads", "seq_len_tokens", "simulated")
+            if k in rows]
+    panels = sorted(rows.groupby(keys).groups)
+    orders = list(dict.fromkeys(rows["order"]))  # table2's order: baselines, then WaveAlign
+    many = "workload" in rows and rows["workload"].nunique() > 1
     cols = min(4, len(panels))
     fig, axes = panel_grid(-(-len(panels) // cols), cols, width=4.2, height=0.35 * len(orders) + 1.2)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax, key in zip(axes.flat, panels, strict=False):
-        hw, backend, method, heads, *tokens, sim = key
-        ax.set_title(label(f"{hw} / {backend} / {method}, {heads} heads" + (f", {tokens[0]:,} tokens" if tokens
-                                                                            else ""), bool(sim)), fontsize=9)
-        panel = table[(table[keys] == pd.Series(key, index=keys)).all(axis=1)].set_index("order")
+        named = dict(zip(keys, key, strict=True))
+        sim = bool(named["simulated"])
+        tokens = f", {named['seq_len_tokens']:,} tokens" if "seq_len_tokens" in named else ""
+        workload = f"\n{named['workload']}" if many else ""
+        ax.set_title(label(f"{named['hardware']} / {named['backend']} / {named['method']}, {named['num_heads']} heads"
+                           f"{tokens}{workload}", sim), fontsize=9)
+        panel = rows[(rows[keys] == pd.Series(key, index=keys)).all(axis=1)].set_index("order")
         panel = panel.loc[[o for o in orders if o in panel.index]]  # the launch orders this panel has cells of
         ys = np.arange(len(panel))
         ax.barh(ys, panel["speedup_with_overhead"], hatch=SIMULATED_HATCH if sim else None,
@@ -327,10 +504,16 @@ def reorderer_comparison(frame: pd.DataFrame) -> Figure:
         ax.set_yticks(list(ys))
         ax.set_yticklabels(list(panel.index), fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel("x original", fontsize=8)
-    fig.suptitle(title)
+        ax.set_xlabel("x original (95 % CI)", fontsize=8)
+    fig.suptitle(REORDERERS_TITLE)
     fig.tight_layout()
     return fig
+
+
+def reorderer_comparison(frame: pd.DataFrame) -> Figure:
+    """Table II as bars: per panel, each launch order's speedup over the original with the reorder counted (bar) and
+    of the kernel alone (tick), with their intervals, same/ambiguous marks, and simulated panels hatched."""
+    return draw_reorderers(reorderer_rows(frame))
 
 
 # Table II's techniques, one colour each; the grouping alone is drawn pale, with Stage 2 full
@@ -342,28 +525,6 @@ _TECHNIQUE_COLORS = {"Hypergraph": "tab:purple", "MinHash": "tab:brown", "LSH": 
 def _technique_color(order: str) -> str:
     technique = order.removesuffix("+S2").removesuffix(" S1")
     return _TECHNIQUE_COLORS.get(technique, variant_color(technique))
-
-
-def _bars_by_method(ax, cells: pd.DataFrame, value: pd.Series, stages: list[str],
-                    aggregate: Callable[[pd.Series], float], ylabel: str) -> None:
-    """Bars of ``value`` aggregated per method (x), one per reorder stage and source (measured or simulated) that the
-    panel's cells have, centred on the method's label (a panel with two of four stages draws two bars, not four
-    slots with two empty)."""
-    methods = sorted(cells["method"].unique())
-    slots = [(stage, sim, part) for stage in stages
-             for sim, part in cells[cells["stages"] == stage].groupby("_sim")]
-    width = 0.8 / max(len(slots), 1)
-    for j, (stage, sim, part) in enumerate(slots):
-        heights = [aggregate(value[part.index[part["method"] == m]]) for m in methods]
-        xs = [i + (j - (len(slots) - 1) / 2) * width for i in range(len(methods))]
-        ax.bar(xs, heights, width, color=variant_color(stage),
-               label=label(STAGE_LABELS.get(stage, stage), bool(sim)), **bar_style(bool(sim)))
-        if sim:
-            badge_simulated(ax)
-    ax.set_xticks(range(len(methods)))
-    ax.set_xticklabels(methods, fontsize=8, rotation=15)
-    ax.set_ylabel(ylabel)
-    _legend_in_corner(ax, fontsize=7)
 
 
 def _footnote(fig: Figure, text: str) -> None:
@@ -410,63 +571,238 @@ def _mean(values: pd.Series) -> float:
     return float(kept.mean()) if len(kept) else math.nan
 
 
-def _geomean(values: pd.Series) -> float:
-    return geomean(values.tolist())
+SPEEDUP_PANEL = "kernel speedup over original (95 % CI)"
 
 
-def _cache_panels(frame: pd.DataFrame, title: str, stages: list[str], with_time: bool) -> Figure:
+def _own_orders(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells whose launch order is WaveAlign's own stages (a baseline reorderer's is Table II's, not the
+    ablation's); all of them in rows from before reorderers were recorded."""
+    if "reorderer" not in cells:
+        return cells
+    return cells[cells["reorderer"].isna() | cells["reorderer"].isin([DEFAULT_REORDERER, NO_REORDERER])]
+
+
+def _cache_rows(frame: pd.DataFrame, stages: list[str], with_time: bool) -> pd.DataFrame:
+    """The rows of Fig. 11/12: per GPU (a panel row), figure (a panel: the kernel's speedup over the original with
+    ``with_time``, L2 hit %, HBM read over the original's), method and reorder stage set with source (a bar): the bar's
+    value (the speedup by ``tables.shown`` with its interval and verdict; the mean L2 hit; the geometric mean of the
+    HBM reads' ratios); ``attrs[FOOTNOTE]`` the panels left out for want of figures."""
     need = ("hardware", "method", "stages", "group_id")
     if missing := missing_columns(frame, need):
-        return note_figure(title, missing_note(missing))
+        return _note_rows(missing_note(missing))
     cells = _cells(frame)
     if cells.empty:
-        return note_figure(title, NO_CELLS)
+        return _note_rows(NO_CELLS)
     if "skip_mode" in cells:
         cells = cells[cells["skip_mode"] == "force"]
-    cells = cells[cells["stages"].isin(stages)]
+    cells = _own_orders(cells[cells["stages"].isin(stages)])
     if cells.empty or set(cells["stages"]) <= {"none"}:
-        return note_figure(title, f"no cells with reorder stages {[STAGE_LABELS[s] for s in stages if s != 'none']}")
+        return _note_rows(f"no cells with reorder stages {[STAGE_LABELS[s] for s in stages if s != 'none']}")
+    cells = with_speedups(cells)
     rows, omitted = [], []  # per GPU, the panels that have figures; the ones that have none, said once below
     for hw in sorted(cells["hardware"].unique()):
         part = cells[cells["hardware"] == hw]
         l2, hbm = l2_hit_column(part), hbm_read_column(part)  # per GPU: measured here, simulated there
-        panels = [("kernel time ÷ original (geomean)", "kernel_ms_median", True)] if with_time else []
-        panels += [(f"L2 hit % ({l2 or 'none'})", l2, False), (f"HBM read ÷ original ({hbm or 'none'})", hbm, True)]
+        panels = [(SPEEDUP_PANEL, "speedup_vs_original")] if with_time else []
+        panels += [(f"L2 hit % ({l2 or 'none'})", l2), (f"HBM read ÷ original ({hbm or 'none'})", hbm)]
         drawn = [p for p in panels if p[1] is not None and p[1] in part and part[p[1]].notna().any()]
         omitted += [f"{hw} {p[0].split(' (')[0]}" for p in panels if p not in drawn]
-        if drawn:
-            rows.append((hw, part, drawn))
+        for ylabel, column in drawn:
+            for stage in stages:
+                for _, bar in part[part["stages"] == stage].groupby(["method", "_sim"]):
+                    rows.append({"panel": ylabel, "stage": stage, **_identity(bar),
+                                 **_cache_value(part, bar, column, hbm)})
     if not rows:
-        return note_figure(title, f"no L2 or HBM figures for {', '.join(sorted(cells['hardware'].unique()))}:\n"
-                                  f"{BYTES_HINT}")
-    fig, axes = panel_grid(len(rows), max(len(drawn) for _, _, drawn in rows))
-    for (hw, part, drawn), axes_row in zip(rows, axes, strict=True):
-        for ax in axes_row[len(drawn):]:
+        return _note_rows(f"no L2 or HBM figures for {', '.join(sorted(cells['hardware'].unique()))}:\n{BYTES_HINT}")
+    out = pd.DataFrame(rows)
+    if omitted:
+        out.attrs[FOOTNOTE] = f"not drawn, no figures: {', '.join(omitted)} ({BYTES_HINT.replace(chr(10), ' ')})"
+    return out
+
+
+def _cache_value(part: pd.DataFrame, bar: pd.DataFrame, column: str, hbm: str | None) -> dict:
+    """A cache figure's bar of the cells ``bar`` (of one GPU's cells ``part``): its drawn ``value`` and its
+    ``SPEEDUP_COLUMNS`` (the kernel's speedup by ``tables.shown``; none for an L2 hit or an HBM ratio)."""
+    if column == "speedup_vs_original":
+        speedup = _speedup(shown(bar), OVER_ORIGINAL)
+        return {"value": speedup["speedup"], **speedup}
+    value = geomean(relative_to_original(part, column)[bar.index].tolist()) if column == hbm else _mean(bar[column])
+    return {"value": value, **dict(zip(SPEEDUP_COLUMNS, (None, math.nan, math.nan, math.nan, metrics.NO_VERDICT),
+                                       strict=True))}
+
+
+def _draw_cache_panels(rows: pd.DataFrame, title: str, stages: list[str]) -> Figure:
+    """Fig. 11/12 from their rows: per GPU a row of panels, in each a bar per method and stage set with source,
+    speedups with their intervals and same/ambiguous marks, ratios over a line at 1."""
+    if (noted := _noted(rows, title)) is not None:
+        return noted
+    gpus = list(dict.fromkeys(rows["hardware"]))
+    panels = {hw: list(dict.fromkeys(rows.loc[rows["hardware"] == hw, "panel"])) for hw in gpus}
+    fig, axes = panel_grid(len(gpus), max(len(p) for p in panels.values()))
+    for hw, axes_row in zip(gpus, axes, strict=True):
+        for ax in axes_row[len(panels[hw]):]:
             ax.set_visible(False)
-        for ax, (ylabel, column, relative) in zip(axes_row, drawn, strict=False):
+        for ax, ylabel in zip(axes_row, panels[hw], strict=False):
             ax.set_title(f"{hw}: {ylabel.split(' (')[0]}", fontsize=9)
-            value = relative_to_original(part, column) if relative else part[column]
-            _bars_by_method(ax, part, value, stages, _geomean if relative else _mean, ylabel)
-            if relative:
+            _bars_by_method(ax, rows[(rows["hardware"] == hw) & (rows["panel"] == ylabel)], stages, ylabel)
+            if not ylabel.startswith("L2"):
                 ax.axhline(1.0, color="0.4", linewidth=0.8)
     fig.suptitle(title)
     fig.tight_layout()
     _legends_clear_of_bars(fig)
-    if omitted:
-        _footnote(fig, f"not drawn, no figures: {', '.join(omitted)} ({BYTES_HINT.replace(chr(10), ' ')})")
+    if rows.attrs.get(FOOTNOTE):
+        _footnote(fig, rows.attrs[FOOTNOTE])
     return fig
+
+
+def _bars_by_method(ax, bars: pd.DataFrame, stages: list[str], ylabel: str) -> None:
+    """A bar per row of ``bars``: per method (x), one per stage set and source (measured or simulated) the panel
+    has, centred on the method's label (a panel with two of four stages draws two bars, not four slots with two
+    empty), each with its interval and same/ambiguous mark where it has one."""
+    methods = sorted(bars["method"].unique())
+    slots = list(dict.fromkeys((s, sim) for s in stages for sim in sorted(set(bars.loc[bars["stage"] == s,
+                                                                                        "simulated"]))))
+    width = 0.8 / max(len(slots), 1)
+    for j, (stage, sim) in enumerate(slots):
+        slot = bars[(bars["stage"] == stage) & (bars["simulated"] == sim)].set_index("method").reindex(methods)
+        xs = [i + (j - (len(slots) - 1) / 2) * width for i in range(len(methods))]
+        ax.bar(xs, slot["value"], width, color=variant_color(stage),
+               label=label(STAGE_LABELS.get(stage, stage), bool(sim)), **bar_style(bool(sim)))
+        draw_intervals(ax, xs, slot["value"], slot["speedup_ci_low"], slot["speedup_ci_high"])
+        mark_verdicts(ax, xs, slot["speedup_ci_high"].fillna(slot["value"]), slot["verdict"], upright=True)
+        if sim:
+            badge_simulated(ax)
+    ax.set_xticks(range(len(methods)))
+    ax.set_xticklabels(methods, fontsize=8, rotation=15)
+    ax.set_ylabel(ylabel)
+    _legend_in_corner(ax, fontsize=7)
+
+
+CACHE_TITLE = "L2 hit ratio and normalised HBM read (Fig. 11)"
+CACHE_STAGES = ["none", "both"]
+ABLATION_TITLE = "Ablation: Original, O+S1, O+S2, O+S1+S2 (Fig. 12)"
+ABLATION_STAGES = list(STAGE_LABELS)
+
+
+def cache_behaviour_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 11's rows (``_cache_rows``): L2 hit and HBM read over the original's, original vs O+S1+S2."""
+    return _cache_rows(frame, CACHE_STAGES, with_time=False)
+
+
+def draw_cache_behaviour(rows: pd.DataFrame) -> Figure:
+    return _draw_cache_panels(rows, CACHE_TITLE, CACHE_STAGES)
 
 
 def cache_behaviour(frame: pd.DataFrame) -> Figure:
     """Fig. 11: L2 hit ratio and HBM read normalised to the original order, per method, original vs
     WaveAlign (O+S1+S2)."""
-    return _cache_panels(frame, "L2 hit ratio and normalised HBM read (Fig. 11)", ["none", "both"], False)
+    return draw_cache_behaviour(cache_behaviour_rows(frame))
+
+
+def ablation_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 12's rows (``_cache_rows``): the kernel's speedup over the original with its interval and verdict, L2
+    hit, and HBM read over the original's, for Original, O+S1, O+S2 and O+S1+S2."""
+    return _cache_rows(frame, ABLATION_STAGES, with_time=True)
+
+
+def draw_ablation(rows: pd.DataFrame) -> Figure:
+    return _draw_cache_panels(rows, ABLATION_TITLE, ABLATION_STAGES)
 
 
 def ablation(frame: pd.DataFrame) -> Figure:
-    """Fig. 12: Original, O+S1, O+S2, O+S1+S2: kernel time and HBM read relative to the original order,
-    and L2 hit ratio, per method."""
-    return _cache_panels(frame, "Ablation: Original, O+S1, O+S2, O+S1+S2 (Fig. 12)", list(STAGE_LABELS), True)
+    """Fig. 12: Original, O+S1, O+S2, O+S1+S2: the kernel's speedup over the original order with its interval and
+    verdict, HBM read relative to the original order, and L2 hit ratio, per method."""
+    return draw_ablation(ablation_rows(frame))
+
+
+SKIP_TITLE = "Adaptive skip: latency with and without the skip (Fig. 13)"
+ALWAYS, ADAPTIVE = "no skip (always reorder)", "adaptive skip"
+
+
+def adaptive_skip_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Fig. 13's rows: one per drawn point, a reordered cell always reordering (``ALWAYS``) or under the skip policy
+    (``ADAPTIVE``): its latency (reorder + kernel) over the original's, 1 / its net speedup (the record's, by
+    ``tables.shown``; from its total over the original's in rows from before speedups were recorded) with the
+    interval 1/high..1/low and the speedup's verdict, its length and density, whether the policy skipped (or would
+    have), and the skip profiles that decided for its GPU."""
+    need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
+            "total_ms")
+    if missing := missing_columns(frame, need):
+        return _note_rows(missing_note(missing))
+    cells = _cells(frame)
+    if cells.empty:
+        return _note_rows(NO_CELLS)
+    cells = with_speedups(cells)
+    always = cells[(cells["stages"] != "none") & (cells["skip_mode"] == "force")]
+    adaptive = cells[cells["skip_mode"] == "policy"]
+    always, adaptive = (part[part["net_speedup_vs_original"].notna()] for part in (always, adaptive))
+    if always.empty and adaptive.empty:
+        return _note_rows("no reordered cells with an original-order cell in their group")
+    rows = []
+    for hw in sorted(set(always["hardware"]) | set(adaptive["hardware"])):
+        hw_always, hw_adaptive = always[always["hardware"] == hw], adaptive[adaptive["hardware"] == hw]
+        decided = sorted({str(p) for p in pd.concat([hw_always, hw_adaptive]).get(
+            "profile_hardware", pd.Series(dtype=object)).dropna()})
+        if len(hw_adaptive):  # the policy's own cells: skipped where it did not reorder
+            applied = hw_adaptive["reorder_applied"].fillna(False).astype(bool) \
+                if "reorder_applied" in hw_adaptive else pd.Series(True, index=hw_adaptive.index)
+            skipped = {ALWAYS: pd.Series(False, index=hw_always.index), ADAPTIVE: ~applied}
+        else:  # none: where the policy would have skipped the always-reordered cells, if it was asked
+            asked = "skip_reorder" in hw_always and hw_always["skip_reorder"].notna().any()
+            would = hw_always["skip_reorder"].fillna(True).astype(bool) == False if asked \
+                else pd.Series(False, index=hw_always.index)  # noqa: E712
+            skipped = {ALWAYS: would, ADAPTIVE: pd.Series(dtype=bool)}
+        for series, part in ((ALWAYS, hw_always), (ADAPTIVE, hw_adaptive)):
+            for index in part.index:
+                cell = part.loc[[index]]
+                net = shown(cell, NET)
+                rows.append({"series": series, **_identity(cell), "seq_k": cell["seq_k"].iloc[0],
+                             "density": cell["density"].iloc[0], "latency": 1.0 / net.point,
+                             "latency_low": 1.0 / net.high, "latency_high": 1.0 / net.low,
+                             **_speedup(net, OVER_ORIGINAL_NET), "skipped": bool(skipped[series][index]),
+                             "skip_profiles": ", ".join(decided)})
+    return pd.DataFrame(rows)
+
+
+def draw_adaptive_skip(rows: pd.DataFrame) -> Figure:
+    """Fig. 13 from its rows: per GPU, against length and against density, the always-reordered and the adaptive
+    cells' latency over the original's with their intervals and same/ambiguous marks, a red x where the policy
+    skipped (or would have), a line at the original's; every point inside its axes."""
+    if (noted := _noted(rows, SKIP_TITLE)) is not None:
+        return noted
+    hardware = list(dict.fromkeys(rows["hardware"]))
+    fig, axes = panel_grid(len(hardware), 2)
+    for hw, axes_row in zip(hardware, axes, strict=True):
+        points = rows[rows["hardware"] == hw]
+        always, adaptive = points[points["series"] == ALWAYS], points[points["series"] == ADAPTIVE]
+        decided = points["skip_profiles"].iloc[0]
+        for ax, (x, xlabel) in zip(axes_row, (("seq_k", "sequence length (K tokens)"), ("density", "density")),
+                                   strict=True):
+            profile = f" (skip profile: {decided})" if decided else ""
+            ax.set_title(f"{hw}{profile}: against {xlabel.split(' (')[0]}", fontsize=9)
+            for sim, part in always.groupby("simulated"):
+                ax.scatter(part[x], part["latency"], marker="o", facecolors="none" if sim else "tab:blue",
+                           edgecolors="tab:blue", s=22, label=label(ALWAYS, bool(sim)))
+            draw_intervals(ax, points[x], points["latency"], points["latency_low"], points["latency_high"])
+            mark_verdicts(ax, points[x], points["latency"], points["verdict"])
+            if len(adaptive):
+                ax.scatter(adaptive[x], adaptive["latency"], marker="s", facecolors="none", edgecolors="tab:green",
+                           s=30, label=label(ADAPTIVE, bool(adaptive["simulated"].astype(bool).any())))
+            skipped = points[points["skipped"]]
+            if len(adaptive) or len(skipped):
+                ax.scatter(skipped[x], skipped["latency"], marker="x", color="tab:red", s=40,
+                           label="skipped" if len(adaptive) else "policy would skip")
+            if points["simulated"].astype(bool).any():
+                badge_simulated(ax)
+            ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="-", label="original (never reorder)")
+            _log_scale(ax, "y")
+            ax.margins(x=0.08, y=0.15)  # no marker cut by the frame
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("latency ÷ original kernel (95 % CI)")
+            ax.legend(fontsize=7)
+    fig.suptitle(SKIP_TITLE)
+    fig.tight_layout()
+    return fig
 
 
 def adaptive_skip(frame: pd.DataFrame) -> Figure:
@@ -475,85 +811,27 @@ def adaptive_skip(frame: pd.DataFrame) -> Figure:
     net speedup's interval as an error bar where it has one, and a same or ambiguous verdict is marked beside it. Each
     panel names the skip profile that decided (a ``cpu`` cell's is its ``cpu_profile`` GPU's), and every point is
     inside its axes."""
-    title = "Adaptive skip: latency with and without the skip (Fig. 13)"
-    need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
-            "total_ms")
-    if missing := missing_columns(frame, need):
-        return note_figure(title, missing_note(missing))
-    cells = _cells(frame)
-    if cells.empty:
-        return note_figure(title, NO_CELLS)
-    # latency over the original's: 1 / the record's net speedup (wavealign.metrics), its interval 1/high..1/low; a
-    # row from before speedups were recorded: its total over the original's (whose total is its kernel)
-    cells = with_intervals(cells)
-    cells = cells.assign(_rel=(1.0 / cells["net_speedup_vs_original"]).combine_first(
-                             relative_to_original(cells, "total_ms")),
-                         _rel_low=1.0 / cells["net_speedup_ci_high"], _rel_high=1.0 / cells["net_speedup_ci_low"])
-    always = cells[(cells["stages"] != "none") & (cells["skip_mode"] == "force") & cells["_rel"].notna()]
-    adaptive = cells[(cells["skip_mode"] == "policy") & cells["_rel"].notna()]
-    if always.empty and adaptive.empty:
-        return note_figure(title, "no reordered cells with an original-order cell in their group")
-    hardware = sorted(set(always["hardware"]) | set(adaptive["hardware"]))
-    fig, axes = panel_grid(len(hardware), 2)
-    for hw, axes_row in zip(hardware, axes, strict=True):
-        hw_always = always[always["hardware"] == hw]
-        hw_adaptive = adaptive[adaptive["hardware"] == hw]
-        for ax, (x, xlabel) in zip(axes_row, (("seq_k", "sequence length (K tokens)"), ("density", "density")),
-                                   strict=True):
-            decided = sorted({str(p) for p in pd.concat([hw_always, hw_adaptive]).get(
-                "profile_hardware", pd.Series(dtype=object)).dropna()})
-            profile = f" (skip profile: {', '.join(decided)})" if decided else ""
-            ax.set_title(f"{hw}{profile}: against {xlabel.split(' (')[0]}", fontsize=9)
-            for sim, part in hw_always.groupby("_sim"):
-                ax.scatter(part[x], part["_rel"], marker="o", facecolors="none" if sim else "tab:blue",
-                           edgecolors="tab:blue", s=22, label=label("no skip (always reorder)", bool(sim)))
-            for part in (hw_always, hw_adaptive):
-                draw_intervals(ax, part[x], part["_rel"], part["_rel_low"], part["_rel_high"])
-                mark_verdicts(ax, part[x], part["_rel"], part["net_verdict"])
-            if len(hw_adaptive):
-                applied = hw_adaptive["reorder_applied"].fillna(False).astype(bool) \
-                    if "reorder_applied" in hw_adaptive else pd.Series(True, index=hw_adaptive.index)
-                ax.scatter(hw_adaptive[x], hw_adaptive["_rel"], marker="s", facecolors="none",
-                           edgecolors="tab:green", s=30, label=label("adaptive skip", bool(hw_adaptive["_sim"].any())))
-                skipped = hw_adaptive[~applied]
-                ax.scatter(skipped[x], skipped["_rel"], marker="x", color="tab:red", s=40, label="skipped")
-            elif "skip_reorder" in hw_always and hw_always["skip_reorder"].notna().any():
-                would_skip = hw_always[hw_always["skip_reorder"].fillna(True).astype(bool) == False]  # noqa: E712
-                ax.scatter(would_skip[x], would_skip["_rel"], marker="x", color="tab:red", s=40,
-                           label="policy would skip")
-            if hw_always["_sim"].any() or (len(hw_adaptive) and hw_adaptive["_sim"].any()):
-                badge_simulated(ax)
-            ax.axhline(1.0, color="0.3", linewidth=0.8, linestyle="-", label="original (never reorder)")
-            _log_scale(ax, "y")
-            ax.margins(x=0.08, y=0.15)  # no marker cut by the frame
-            ax.set_xlabel(xlabel)
-            ax.set_ylabel("latency ÷ original kernel")
-            ax.legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return draw_adaptive_skip(adaptive_skip_rows(frame))
 
 
-def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_tokens: int = 65_536) -> Figure:
-    """Fig. 14: one head's block mask before and after reordering, in full and zoomed to the first wave.
+MASK_TITLE = "Mask before and after reordering, one head (Fig. 14)"
 
-    The mask is regenerated from the cell's recorded config with ``wavealign.inputs.build`` (the
-    sweep's own mask-building code) and reordered with ``wavealign.launch_order.plan`` using the cell's stages,
-    wave size and seed. Without ``cell_id``, the longest reordered cell up to ``max_seq_len_tokens``
-    (building a mask from Q/K on the CPU costs time) is drawn, preferring Q/K-free synthetic masks and a
-    density near 25%.
-    """
-    title = "Mask before and after reordering, one head (Fig. 14)"
+
+def mask_pictures_rows(frame: pd.DataFrame, cell_id: str | None = None,
+                       max_seq_len_tokens: int = 65_536) -> pd.DataFrame:
+    """Fig. 14's row: the one cell whose mask it redraws (``cell_id``; without it, the longest reordered cell up to
+    ``max_seq_len_tokens``, building a mask from Q/K on the CPU costs time, preferring Q/K-free synthetic masks, full
+    WaveAlign and a density near 25 %), with its ``cell_json``."""
     need = ("cell_id", "cell_json", "stages", "seq_len_tokens", "method")
     if missing := missing_columns(frame, need):
-        return note_figure(title, missing_note(missing))
+        return _note_rows(missing_note(missing))
     cells = _cells(frame)
     if cells.empty:
-        return note_figure(title, NO_CELLS)
+        return _note_rows(NO_CELLS)
     if cell_id is not None:
         chosen = cells[cells["cell_id"] == cell_id]
         if chosen.empty:
-            return note_figure(title, f"no finished cell {cell_id!r} in the results")
+            return _note_rows(f"no finished cell {cell_id!r} in the results")
     else:
         # a Q/K-free mask redraws at any length; one built from Q/K only up to max_seq_len_tokens (CPU time)
         qk_free = [m for m in cells["method"].unique() if m in masks.available() and not masks.get(m).needs_qk]
@@ -563,20 +841,37 @@ def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_t
         if {"num_q_blocks", "wave_size"} <= set(chosen):  # a mask of one wave has no first wave to show apart
             chosen = chosen[chosen["num_q_blocks"] > chosen["wave_size"]]
         if chosen.empty:
-            return note_figure(title, "no reordered cell of more than one wave to redraw (Q/K-built masks up to "
-                                      f"{max_seq_len_tokens} tokens; report --mask-cell ID draws any cell)")
+            return _note_rows("no reordered cell of more than one wave to redraw (Q/K-built masks up to "
+                              f"{max_seq_len_tokens} tokens; report --mask-cell ID draws any cell)")
         # prefer Q/K-free masks, full WaveAlign, the longest sequence, then the density nearest the paper's 25%
         chosen = chosen.assign(_synthetic=chosen["method"].isin(qk_free),
                                _both=chosen["stages"] == "both",
                                _near_quarter=-(chosen["density"] - 0.25).abs() if "density" in chosen else 0.0)
         chosen = chosen.sort_values(["_synthetic", "_both", "seq_len_tokens", "_near_quarter"], ascending=False)
-    config = json.loads(chosen.iloc[0]["cell_json"])
+    cell = chosen.iloc[[0]]
+    return pd.DataFrame([{"cell_id": cell["cell_id"].iloc[0], **_identity(cell), "stages": cell["stages"].iloc[0],
+                          "cell_json": cell["cell_json"].iloc[0]}])
+
+
+def draw_mask_pictures(rows: pd.DataFrame) -> Figure:
+    """Fig. 14 from its row: the cell's mask regenerated from its recorded config with ``wavealign.inputs.build``
+    (the sweep's own mask-building code) and reordered with ``wavealign.launch_order.plan`` using the cell's stages,
+    wave size and seed (``analysis.rebuild``); a note where this code cannot rebuild it."""
+    if (noted := _noted(rows, MASK_TITLE)) is not None:
+        return noted
+    config = json.loads(rows["cell_json"].iloc[0])
     try:
         rebuilt = rebuild_head(config)
     except Exception as exc:  # a record of older code may not rebuild with this one: say so, keep the report
-        return note_figure(title, f"cannot rebuild the mask of cell {config.get('cell_id')} with this code:\n"
-                                  f"{type(exc).__name__}: {str(exc)[:200]}")
-    return _draw_masks(rebuilt, title)
+        return note_figure(MASK_TITLE, f"cannot rebuild the mask of cell {config.get('cell_id')} with this code:\n"
+                                       f"{type(exc).__name__}: {str(exc)[:200]}")
+    return _draw_masks(rebuilt, MASK_TITLE)
+
+
+def mask_pictures(frame: pd.DataFrame, cell_id: str | None = None, max_seq_len_tokens: int = 65_536) -> Figure:
+    """Fig. 14: one head's block mask before and after reordering, in full and zoomed to the first wave, of the
+    cell ``cell_id`` or the one ``mask_pictures_rows`` chooses."""
+    return draw_mask_pictures(mask_pictures_rows(frame, cell_id, max_seq_len_tokens))
 
 
 def _draw_masks(rebuilt: RebuiltHead, title: str) -> Figure:
@@ -601,13 +896,13 @@ def _draw_masks(rebuilt: RebuiltHead, title: str) -> Figure:
     return fig
 
 
-FIGURES: dict[str, Callable[[pd.DataFrame], Figure]] = {
-    "fig02_speedup_vs_bound": speedup_vs_bound,
-    "fig03_roofline": roofline,
-    "fig10_kernel_latency": kernel_latency,
-    "fig11_cache_behaviour": cache_behaviour,
-    "fig12_ablation": ablation,
-    "fig13_adaptive_skip": adaptive_skip,
-    "fig14_mask_pictures": mask_pictures,
-    "table2_reorderers": reorderer_comparison,
+FIGURES: dict[str, PaperFigure] = {
+    "fig02_speedup_vs_bound": PaperFigure(speedup_vs_bound_rows, draw_speedup_vs_bound),
+    "fig03_roofline": PaperFigure(roofline_rows, draw_roofline),
+    "fig10_kernel_latency": PaperFigure(kernel_latency_rows, draw_kernel_latency),
+    "fig11_cache_behaviour": PaperFigure(cache_behaviour_rows, draw_cache_behaviour),
+    "fig12_ablation": PaperFigure(ablation_rows, draw_ablation),
+    "fig13_adaptive_skip": PaperFigure(adaptive_skip_rows, draw_adaptive_skip),
+    "fig14_mask_pictures": PaperFigure(mask_pictures_rows, draw_mask_pictures),
+    "table2_reorderers": PaperFigure(reorderer_rows, draw_reorderers),
 }

@@ -146,14 +146,17 @@ def draw_intervals(ax: Axes, positions: Iterable[float], points: Iterable[float]
 
 
 def mark_verdicts(ax: Axes, positions: Iterable[float], points: Iterable[float], verdicts: Iterable[object],
-                  horizontal: bool = False) -> None:
-    """Label each same or ambiguous point with its mark and verdict ("? ambiguous"), beside the point."""
+                  horizontal: bool = False, upright: bool = False) -> None:
+    """Label each same or ambiguous point with its mark and verdict ("? ambiguous"), beside the point (after it on a
+    ``horizontal`` axis); ``upright``: written upwards from the top of a vertical bar, so that neighbouring bars'
+    labels do not run into each other."""
+    place = ({"xytext": (4, 0), "va": "center"} if horizontal else
+             {"xytext": (0, 3), "va": "bottom", "ha": "center", "rotation": 90} if upright else
+             {"xytext": (3, 3), "va": "bottom"})
     for position, point, verdict in zip(positions, points, verdicts, strict=True):
         if (mark := verdict_mark(verdict)) and np.isfinite(point):
             xy = (point, position) if horizontal else (position, point)
-            ax.annotate(f"{mark} {verdict}", xy, xytext=(4, 2) if horizontal else (3, 3),
-                        textcoords="offset points", fontsize=6, color=NOTE_COLOR,
-                        va="center" if horizontal else "bottom")
+            ax.annotate(f"{mark} {verdict}", xy, textcoords="offset points", fontsize=6, color=NOTE_COLOR, **place)
 
 
 def badge_simulated(ax: Axes) -> None:

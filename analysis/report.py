@@ -13,43 +13,61 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from wavealign import metrics
 from wavealign.analysis.figures import FIGURES
 from wavealign.analysis.load import is_unplaced
 from wavealign.analysis.plotting import left_out_because
-from wavealign.analysis.tables import TABLE_TITLES, TABLES
+from wavealign.analysis.tables import TABLE_TITLES, TABLES, tolerance
 
 FIGURE_DPI = 110
 
 
 @dataclass
 class ReportFiles:
-    """What ``write_report`` wrote."""
+    """What ``write_report`` wrote: the page, each figure's PNG and the table of what it drew (``figure_rows``:
+    ``<figure>.csv``, one row per drawn point or bar), and each table's CSV."""
 
     html: Path
     figures: dict[str, Path] = field(default_factory=dict)
+    figure_rows: dict[str, Path] = field(default_factory=dict)
     tables: dict[str, Path] = field(default_factory=dict)
 
     def all_paths(self) -> list[Path]:
-        return [self.html, *self.figures.values(), *self.tables.values()]
+        return [self.html, *self.figures.values(), *self.figure_rows.values(), *self.tables.values()]
 
 
-def write_figures(frame: pd.DataFrame, out_dir: Path) -> tuple[dict[str, Path], dict[str, str], dict[str, str]]:
-    """Each of ``FIGURES`` that has data as ``<out_dir>/<name>.png``; returns the paths, each figure's title, and
-    each figure left out for want of data with the reason (``plotting.left_out_because``)."""
+@dataclass
+class WrittenFigures:
+    """What ``write_figures`` wrote: each figure's PNG and rows' CSV by name, each figure's title, and each figure
+    left out for want of data with the reason (``plotting.left_out_because``)."""
+
+    pngs: dict[str, Path] = field(default_factory=dict)
+    rows: dict[str, Path] = field(default_factory=dict)
+    titles: dict[str, str] = field(default_factory=dict)
+    left_out: dict[str, str] = field(default_factory=dict)
+
+
+def write_figures(frame: pd.DataFrame, out_dir: Path) -> WrittenFigures:
+    """Each of ``FIGURES`` that has data as ``<out_dir>/<name>.png``, and beside it ``<name>.csv``: the rows it drew
+    (``PaperFigure.rows``, the very frame its drawing read; ``NO_VALUE`` where a figure does not apply)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written, titles, left_out = {}, {}, {}
-    for name, draw in FIGURES.items():
-        fig = draw(frame)
+    written = WrittenFigures()
+    for name, figure in FIGURES.items():
+        rows = figure.rows(frame)
+        fig = figure.draw(rows)
         suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
-        titles[name] = suptitle or (fig.axes[0].get_title() if fig.axes else name)
+        written.titles[name] = suptitle or (fig.axes[0].get_title() if fig.axes else name)
+        png, csv = out_dir / f"{name}.png", out_dir / f"{name}.csv"
         if (reason := left_out_because(fig)) is not None:
-            left_out[name] = reason
-            (out_dir / f"{name}.png").unlink(missing_ok=True)  # an earlier report's, of other results
+            written.left_out[name] = reason
+            png.unlink(missing_ok=True)  # an earlier report's, of other results
+            csv.unlink(missing_ok=True)
         else:
-            written[name] = out_dir / f"{name}.png"
-            fig.savefig(written[name], dpi=FIGURE_DPI)
+            fig.savefig(png, dpi=FIGURE_DPI)
+            rows.to_csv(csv, index=False, na_rep=NO_VALUE)
+            written.pngs[name], written.rows[name] = png, csv
         plt.close(fig)
-    return written, titles, left_out
+    return written
 
 
 # how the report spells a column name's words, and the units its suffix carries
@@ -141,7 +159,8 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
             f"sweeps: {', '.join(html.escape(s) for s in sweeps) or 'none'}. "
             "Simulated cells are hatched, dashed or hollow and labelled &ldquo;simulated&rdquo;. Error bars span a "
             "speedup's 95 % interval; ~ marks a verdict of same, ? an ambiguous one; - : no value (a prediction has "
-            "no interval).</p>",
+            f"no interval). {html.escape(metrics.VERDICT_RULE.format(tol=tolerance(frame)))}; "
+            f"{html.escape(metrics.AGGREGATE_RULE)}. Beside each figure's PNG, its CSV holds the rows it drew.</p>",
             _summary(frame)]
     for name, table in tables.items():
         body.append(f'<h2 id="{html.escape(name)}">{html.escape(TABLE_TITLES.get(name, name))}</h2>')
@@ -164,17 +183,18 @@ def render_html(frame: pd.DataFrame, figures: dict[str, Path], tables: dict[str,
 
 
 def write_report(frame: pd.DataFrame, out_dir: str | Path, title: str = "WaveAlign sweep report") -> ReportFiles:
-    """Write the figures (PNG), the tables (CSV) and ``report.html`` into ``out_dir``."""
+    """Write the figures (PNG) with the rows each drew (CSV), the tables (CSV) and ``report.html`` into
+    ``out_dir``."""
     out_dir = Path(out_dir)
-    figures, figure_titles, left_out = write_figures(frame, out_dir)
+    figures = write_figures(frame, out_dir)
     tables = {name: make(frame) for name, make in TABLES.items()}
     table_paths = {}
     for name, table in tables.items():
         table_paths[name] = out_dir / f"{name}.csv"
         table.to_csv(table_paths[name], index=False, na_rep=NO_VALUE)
     page = out_dir / "report.html"
-    page.write_text(render_html(frame, figures, tables, title, figure_titles, left_out))
-    return ReportFiles(html=page, figures=figures, tables=table_paths)
+    page.write_text(render_html(frame, figures.pngs, tables, title, figures.titles, figures.left_out))
+    return ReportFiles(html=page, figures=figures.pngs, figure_rows=figures.rows, tables=table_paths)
 
 
 def log_to_sweep_runs(files: ReportFiles, frame: pd.DataFrame, tracking_uri: str,

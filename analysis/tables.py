@@ -19,6 +19,7 @@ from wavealign.analysis.plotting import (
     missing_note,
     relative_to_original,
 )
+from wavealign.records import order_name
 
 GROUP_KEYS = ["hardware", "backend", "method"]
 
@@ -163,7 +164,8 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     WaveAlign, each baseline with and without Stage 2): kernel and reorder time, the speedup over the group's
     original order without and with the reorder overhead (the records' own, ``wavealign.metrics``), each beside its
     interval and verdict (over several cells, ``metrics.AGGREGATE_RULE``: the summary's rule), HBM SOL % and L2 hit
-    % (Nsight Compute where profiled, else simulated). Lengths are kept apart: a 2K and a 4K cell are not one
+    % (Nsight Compute where profiled, else simulated). ``variant`` names the cells' launch orders
+    (``records.order_name``). Lengths are kept apart: a 2K and a 4K cell are not one
     mean."""
     need = (*GROUP_KEYS, "num_heads", "stages", "group_id", "kernel_ms_median", "reorder_ms")
     if missing := missing_columns(frame, need):
@@ -171,18 +173,14 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     cells = done_cells(frame)
     if cells.empty:
         return _note_table(NO_CELLS)
-    original_ms = cells["kernel_ms_median"] / relative_to_original(cells, "kernel_ms_median")  # NaN: no original
     reorderer = cells["reorderer"] if "reorderer" in cells else pd.Series(None, index=cells.index, dtype=object)
-    cells = with_intervals(cells)
-    # the speedups the record carries (metrics, paired reps); a row from before they were recorded: its medians'
+    cells = with_speedups(cells)
     cells = cells.assign(
         simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells),
         order=[order_label(st, r) for st, r in zip(cells["stages"], reorderer, strict=True)],
-        speedup_vs_original=cells["speedup_vs_original"].combine_first(
-            metrics.speedup(original_ms, cells["kernel_ms_median"])),
-        net_speedup_vs_original=cells["net_speedup_vs_original"].combine_first(
-            metrics.speedup(original_ms, cells["kernel_ms_median"] + cells["reorder_ms"].fillna(0.0))))
-    cells = cells[original_ms.notna()]
+        **({"launch_order": [order_name(str(v), r) for v, r in zip(cells["variant"], reorderer, strict=True)]}
+           if "variant" in cells else {}))
+    cells = cells[cells["speedup_vs_original"].notna()]
     if cells.empty:
         return _note_table("no cell with an original-order cell in its group")
     shape = [*(["workload"] if "workload" in cells else []), "num_heads",
@@ -191,7 +189,8 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for key, part in cells.groupby(keys, dropna=False, sort=False):
         kernel, net = shown(part), shown(part, NET)
-        rows.append({**dict(zip(keys, key, strict=True)), "cells": len(part),
+        variant = one_or_joined(part["launch_order"]) if "launch_order" in part else None
+        rows.append({**dict(zip(keys, key, strict=True)), "variant": variant, "cells": len(part),
                      "kernel_ms": part["kernel_ms_median"].mean(), "reorder_ms": part["reorder_ms"].mean(),
                      "speedup": kernel.point, "speedup_ci_low": kernel.low, "speedup_ci_high": kernel.high,
                      "verdict": kernel.verdict, "speedup_with_overhead": net.point, "net_speedup_ci_low": net.low,
@@ -222,6 +221,20 @@ def with_intervals(cells: pd.DataFrame) -> pd.DataFrame:
                            for c in VERDICT_COLUMNS})
 
 
+def with_speedups(cells: pd.DataFrame) -> pd.DataFrame:
+    """``with_intervals``, and in rows from before speedups were recorded the speedups of their medians: the group's
+    original kernel ms over the cell's kernel ms (net: over its kernel and reorder ms); NaN without an original in the
+    group. A recorded speedup is the record's own (``metrics``, paired reps)."""
+    original_ms = cells["kernel_ms_median"] / relative_to_original(cells, "kernel_ms_median")
+    reorder_ms = cells["reorder_ms"].fillna(0.0) if "reorder_ms" in cells else 0.0
+    cells = with_intervals(cells)
+    return cells.assign(
+        speedup_vs_original=cells["speedup_vs_original"].combine_first(
+            metrics.speedup(original_ms, cells["kernel_ms_median"])),
+        net_speedup_vs_original=cells["net_speedup_vs_original"].combine_first(
+            metrics.speedup(original_ms, cells["kernel_ms_median"] + reorder_ms)))
+
+
 def is_baseline(cells: pd.DataFrame) -> pd.Series:
     """Per cell: is it its group's baseline, the original variant (stages ``none`` in rows without a variant)."""
     if "variant" in cells:
@@ -229,16 +242,28 @@ def is_baseline(cells: pd.DataFrame) -> pd.Series:
     return cells["stages"] == "none"
 
 
+def tolerance(cells: pd.DataFrame) -> float:
+    """The verdicts' tolerance ``cells`` were judged with (``metrics.recorded_tolerance``)."""
+    return metrics.recorded_tolerance(cells["verdict_tolerance"].tolist() if "verdict_tolerance" in cells else [])
+
+
+def one_or_joined(values: pd.Series) -> object:
+    """What a column says of a row that stands for several cells: their one value, or their values joined by ", "
+    where they differ (None where no cell has one)."""
+    kept = list(dict.fromkeys(v for v in values.tolist() if v is not None and v == v))
+    if len(kept) == 1:
+        return kept[0]
+    return ", ".join(sorted(map(str, kept))) if kept else None
+
+
 def shown(cells: pd.DataFrame, prefix: str = "") -> metrics.Shown:
     """The one speedup ``cells`` show together by ``metrics.AGGREGATE_RULE`` (``metrics.aggregate``, as the sweep's
     summary does): their kernel speedups over the original (``prefix`` ""), or with the reorder counted (``NET``);
     predicted when every cell is simulated, the baseline's when every cell is the original variant, judged with the
-    tolerance the cells recorded. ``cells`` went through ``with_intervals``."""
-    tolerances = cells["verdict_tolerance"].tolist() if "verdict_tolerance" in cells else []
+    tolerance the cells recorded. ``cells`` went through ``with_speedups`` (or ``with_intervals``)."""
     return metrics.aggregate(cells[f"{prefix}speedup_vs_original"], cells[f"{prefix}speedup_ci_low"],
                              cells[f"{prefix}speedup_ci_high"], predicted=bool(is_simulated(cells).all()),
-                             baseline=bool(is_baseline(cells).all()),
-                             tolerance=metrics.recorded_tolerance(tolerances))
+                             baseline=bool(is_baseline(cells).all()), tolerance=tolerance(cells))
 
 
 def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
