@@ -30,6 +30,7 @@ from wavealign.analysis.load import (
 from wavealign.analysis.plotting import bar_style
 from wavealign.analysis.report import readable
 from wavealign.orchestrator import dataset
+from wavealign.records import order_name
 
 # what a cell measures, for matching across sweeps (the ids also hash the code's fingerprint, so they never match);
 # not how it was timed (measure_params: paired or blocked, reps), so two timing settings of one cell compare
@@ -200,15 +201,20 @@ def compare(a: Side, b: Side, tolerance: float = metrics.TOLERANCE) -> Compariso
 
 
 def cell_labels(identities: list[dict[str, Any]]) -> list[str]:
-    """Each cell named by the identity columns whose values differ among ``identities`` (method and variant
-    always), so a label is short where most of the cells share their hardware, backend and the like; the params
-    only where the cells need them to tell apart."""
-    def label(keys: list[str]) -> list[str]:
-        varying = [k for k in keys if k in ("method", "variant") or len({str(i[k]) for i in identities}) > 1]
-        return [" ".join(str(i[k]) for k in varying if i[k] not in (None, "{}")) for i in identities]
+    """Each cell named by the identity columns whose values differ among ``identities`` (method and launch order
+    always), so a label is short where most of the cells share their hardware, backend and the like: the variant and
+    reorderer as one launch order's name, as the summary writes it (``records.order_name``: ``wavealign[minhash]``),
+    the params only where the cells need them to tell apart. The CSV keeps every identity column whole."""
+    named = [{**{k: v for k, v in i.items() if k != "reorderer"}, "variant": order_name(i["variant"], i["reorderer"])}
+             for i in identities]
 
-    short = label([k for k in IDENTITY if not k.endswith("_params")])  # params follow the method and reorderer
-    return short if len(set(short)) == len(short) else label(list(IDENTITY))
+    def label(keys: list[str]) -> list[str]:
+        varying = [k for k in keys if k in ("method", "variant") or len({str(i[k]) for i in named}) > 1]
+        return [" ".join(str(i[k]) for k in varying if i[k] not in (None, "{}")) for i in named]
+
+    keys = [k for k in IDENTITY if k != "reorderer"]
+    short = label([k for k in keys if not k.endswith("_params")])  # params follow the method and reorderer
+    return short if len(set(short)) == len(short) else label(keys)
 
 
 def rich_table(comparison: Comparison):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -22,11 +21,11 @@ STEADY = (1.0, 1.002, 0.998, 1.001, 0.999)  # per-rep times relative to a cell's
 
 
 def _cell(tokens: int, **changes) -> Cell:
-    cell = Cell(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu", profile_hardware="h100",
-                backend="reference", method="random", variant="wavealign", stages="both", skip_mode="force",
-                workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16, block_size=128, wave_size=4,
-                reps=5, warmup=0)
-    return replace(cell, **changes)
+    cell = Cell.from_flat(dict(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu", profile_hardware="h100",
+                               backend="reference", method="random", variant="wavealign", stages="both",
+                               skip_mode="force", workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16,
+                               block_size=128, wave_size=4, reps=5, warmup=0))
+    return cell.replaced(**changes)
 
 
 def _row(cell: Cell, ms: float, sweep_id: str, sweep_name: str, reps: bool = True, simulated: bool = False) -> dict:
@@ -145,3 +144,22 @@ def test_the_comparison_is_logged_to_mlflow_with_both_sweeps_parent_runs(roots, 
     assert run.data.metrics["n_slower"] == 1 and run.data.metrics["n_only_b"] == 1
     assert {f.path for f in client.list_artifacts(run_id, "compare")} == {"compare/compare.csv",
                                                                           "compare/compare.html"}
+
+
+def test_a_cell_s_label_names_its_launch_order_as_the_summary_does_and_the_csv_keeps_each_column(roots, tmp_path,
+                                                                                                capsys):
+    from wavealign.analysis.compare import IDENTITY, cell_labels
+
+    base = dict.fromkeys(IDENTITY, "x") | {"method": "xattention", "variant": "wavealign", "reorderer": "wavealign",
+                                           "reorderer_params": "{}"}
+    identities = [base, base | {"reorderer": "minhash", "reorderer_params": '{"bands": 8}'},
+                  base | {"variant": "spatial", "reorderer": "minhash", "reorderer_params": '{"bands": 8}'},
+                  base | {"reorderer": "minhash", "reorderer_params": '{"bands": 16}'}]
+    assert cell_labels(identities[:3]) == ["xattention wavealign", "xattention wavealign[minhash]",
+                                           "xattention spatial[minhash]"]
+    # params only where two cells would otherwise read alike
+    assert cell_labels(identities)[1:4:2] == ['xattention wavealign[minhash] {"bands": 8}',
+                                              'xattention wavealign[minhash] {"bands": 16}']
+    a, b = roots
+    _, _, table = _compared(capsys, str(a), str(b), "--out", str(tmp_path))
+    assert list(table.columns[:len(IDENTITY)]) == list(IDENTITY)
