@@ -6,7 +6,7 @@ A row's ``cell_json`` says everything the sweep built the mask from; rebuilding 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -29,17 +29,20 @@ class RebuiltHead:
 def rebuild_head(config: dict[str, Any]) -> RebuiltHead:
     """The first head of the cell ``config`` (a row's ``cell_json``), rebuilt and reordered on this process's device
     (a GPU when one is visible); only that head's Q/K are drawn for a model preset."""
-    from wavealign import inputs, launch_order, placement
+    from wavealign import inputs, launch_order
     from wavealign.attention import AttentionStep
     from wavealign.records import Cell
 
     cell = Cell.from_flat(config)
-    if cell.model is not None:  # one head is all the figure shows: build only that head's Q/K
-        cell.heads, cell.num_heads = list(cell.heads[:1]), 1
-    cell.measure = "simulated"  # the mask alone, no Q/K/V for a kernel (built on a GPU when one is visible)
-    mask, _ = inputs.build(cell, placement.device(cell))
+    spec = cell.inputs
+    if spec.model is not None:  # one head is all the figure shows: build only that head's Q/K
+        spec = replace(spec, heads=list(spec.heads[:1]), num_heads=1)
+    # the mask alone, no Q/K/V for a kernel, built on a GPU when one is visible
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    mask, _ = inputs.build(inputs.InputRequest(spec, cell.attention.geometry.block_size, device, with_qkv=False))
     head = mask[:1]
-    cell.stages = cell.stages if cell.stages != "none" else "both"
-    order = AttentionStep.for_cell(cell).plan_order(head, cell.stages)  # the cell's own reorderer and its params
-    return RebuiltHead(head.cpu(), launch_order.permute_mask(head, order).cpu(), cell.stages, cell.reorderer,
-                       cell.wave_size, cell.hardware, cell.method, cell.seq_len_tokens)
+    stages = cell.attention.stages if cell.attention.stages != "none" else "both"
+    step = AttentionStep.of(cell.attention, spec)  # the cell's own reorderer and its params
+    return RebuiltHead(head.cpu(), launch_order.permute_mask(head, step.plan_order(head, stages)).cpu(), stages,
+                       cell.attention.reorderer, cell.attention.geometry.wave_size, cell.hardware, spec.method,
+                       spec.seq_len_tokens)

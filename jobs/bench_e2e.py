@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
-from wavealign.records import Cell
+from wavealign.records import InputSpec
 
 if TYPE_CHECKING:  # torch, the library and diffusers: each function imports what it runs, once arguments parse
     import torch
@@ -121,15 +121,11 @@ def calibrated_mask(config: str, frames: int, resolution: str, method: str, path
     from wavealign.masks import npz
 
     wl = workloads.preset(MODELS[config], frames=frames, resolution=resolution)
-    # the inputs' fields of a cell on this workload; the rest (hardware, a simulated measurer: no Q/K/V kept)
-    # only place the cell
-    cell = Cell(cell_id="e2e", group_id="e2e", hardware="cpu", profile_hardware="h200", backend="fa4",
-                measure="simulated", method=method,
-                variant="original", stages="none", skip_mode="force", workload=f"{MODELS[config]}-{resolution}",
-                seq_len_tokens=wl.seq_len, num_heads=wl.heads, head_dim=wl.head_dim, block_size=128, wave_size=132,
-                model=MODELS[config], resolution=resolution, frames=frames, heads=list(range(wl.heads)),
-                layer=wl.layers // 2, step=25, generator=workloads.DEFAULT_GENERATOR)
-    mask, _ = inputs.build(cell, torch.device(device))
+    spec = InputSpec(workload=f"{MODELS[config]}-{resolution}", method=method, seq_len_tokens=wl.seq_len,
+                     num_heads=wl.heads, head_dim=wl.head_dim, model=MODELS[config], resolution=resolution,
+                     frames=frames, heads=list(range(wl.heads)), layer=wl.layers // 2, step=25,
+                     generator=workloads.DEFAULT_GENERATOR)
+    mask, _ = inputs.build(inputs.InputRequest(spec, 128, torch.device(device), with_qkv=False))
     npz.save(path, mask.cpu())
     return float(mask.float().mean())
 

@@ -33,7 +33,7 @@ from wavealign.analysis.paper import TABLE_I_DENSITY as PAPER_DENSITY
 from wavealign.analysis.paper import TABLE_I_METHODS as METHODS
 from wavealign.jobs._args import Parser, UsageError, add_workload_arguments, output_folder
 from wavealign.jobs._records import write_csv
-from wavealign.records import Cell
+from wavealign.records import InputSpec
 
 if TYPE_CHECKING:  # the library's masks and workloads import torch: main imports them once its arguments parse
     import torch
@@ -104,19 +104,14 @@ def parse_overrides(items: list[str], methods: list[str]) -> dict[str, dict[str,
     return out
 
 
-def head_cells(args: argparse.Namespace, wl: workloads.Workload, heads: list[int], methods: list[str],
-               overrides: dict[str, dict[str, Any]]) -> list[Cell]:
-    """One simulated sweep cell per (head, method): what a sweep of this workload, layer, step and head runs."""
-    from wavealign import kernels
-
-    wave = kernels.get(args.kernel).wave_size(args.hardware)
-    return [Cell(cell_id=f"{method}-head{head}", group_id=f"{method}-head{head}", hardware=args.hardware,
-                 profile_hardware=args.hardware, backend=args.kernel, measure="simulated", method=method,
-                 variant="original", stages="none",
-                 skip_mode="force", workload=f"{args.model}-{args.resolution}", seq_len_tokens=wl.seq_len,
-                 num_heads=1, head_dim=wl.head_dim, block_size=args.block_size, wave_size=wave, seed=args.seed,
-                 model=args.model, resolution=args.resolution, frames=args.frames, heads=[head], layer=args.layer,
-                 step=args.step, generator=args.generator, method_params=overrides[method], reps=1, warmup=0)
+def head_inputs(args: argparse.Namespace, wl: workloads.Workload, heads: list[int], methods: list[str],
+                overrides: dict[str, dict[str, Any]]) -> list[InputSpec]:
+    """The inputs of one head under one method, per (head, method): what a sweep cell of this workload, layer, step
+    and head builds."""
+    return [InputSpec(workload=f"{args.model}-{args.resolution}", method=method, seq_len_tokens=wl.seq_len,
+                      num_heads=1, head_dim=wl.head_dim, seed=args.seed, model=args.model,
+                      resolution=args.resolution, frames=args.frames, heads=[head], layer=args.layer, step=args.step,
+                      generator=args.generator, method_params=overrides[method])
             for head in heads for method in methods]
 
 
@@ -157,8 +152,8 @@ def _write_outputs(out: Path, rows: list[FidelityRow], command: str, seq_len: in
     return summary
 
 
-def estimate_s(cells: list[Cell], device: torch.device) -> float:
-    """Seconds to build the masks of ``cells``, to its order of magnitude: each head's dense query-key products
+def estimate_s(specs: list[InputSpec], device: torch.device) -> float:
+    """Seconds to build the masks of ``specs``, to its order of magnitude: each head's dense query-key products
     (2 N^2 d) at the rate this device multiplies one 1,024-query block against 4,096 keys (measured here, in
     tenths of a second). The methods score samples and pooled blocks rather than every pair, and add steps of their
     own. On a 2-core CPU it said 4 s for 8 masks of 14,040 tokens that took 2.6 s, and 3.6 h for the paper's 32 masks
@@ -166,7 +161,7 @@ def estimate_s(cells: list[Cell], device: torch.device) -> float:
     import torch
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # as wavealign.inputs draws Q/K/V
-    head_dim = max(cell.head_dim for cell in cells)
+    head_dim = max(spec.head_dim for spec in specs)
     q = torch.randn(1024, head_dim, device=device, dtype=dtype)
     k = torch.randn(head_dim, 4096, device=device, dtype=dtype)
     times = []
@@ -177,7 +172,7 @@ def estimate_s(cells: list[Cell], device: torch.device) -> float:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
     flop_per_s = 2 * q.shape[0] * k.shape[1] * head_dim / statistics.median(times[1:])
-    return sum(2 * cell.seq_len_tokens ** 2 * cell.head_dim * cell.num_heads for cell in cells) / flop_per_s
+    return sum(2 * s.seq_len_tokens ** 2 * s.head_dim * s.num_heads for s in specs) / flop_per_s
 
 
 def _duration(seconds: float) -> str:
@@ -202,7 +197,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--yes", action="store_true",
                         help=f"run even when the estimate passes {CONFIRM_ABOVE_S / 60:.0f} minutes")
     args = parser.parse_args(argv)
-    from wavealign import inputs, kernels, masks, pipeline, placement, workloads
+    import torch
+
+    from wavealign import inputs, kernels, masks, sim, skip, workloads
     from wavealign.masks._draw import save_mask_png
 
     args.generator = workloads.generator_name(args.generator)
@@ -219,13 +216,14 @@ def main(argv: list[str]) -> int:
     if picture_head not in heads:
         raise ValueError(f"--picture-head {picture_head}: expected one of the heads measured, {heads}")
     out = output_folder("--out", args.out)  # a bad argument is said before the estimate's question
-    cells = head_cells(args, wl, heads, methods, overrides)
-    device = placement.device(cells[0])
-    estimate = estimate_s(cells, device)
+    specs = head_inputs(args, wl, heads, methods, overrides)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    geometry = kernels.get(args.kernel).geometry(args.hardware, args.block_size)
+    estimate = estimate_s(specs, device)
     scale = (f"{args.model} {args.frames} frames {args.resolution}: {wl.seq_len:,} tokens "
              f"({wl.latent_frames} x {wl.grid_height} x {wl.grid_width}), {wl.num_blocks(args.block_size)} blocks of "
              f"{args.block_size}; layer {args.layer}, step {args.step}, heads {heads}")
-    said = (f"{len(cells)} mask{'s' * (len(cells) != 1)} of {wl.seq_len:,} tokens on the {device.type.upper()}: "
+    said = (f"{len(specs)} mask{'s' * (len(specs) != 1)} of {wl.seq_len:,} tokens on the {device.type.upper()}: "
             f"about {_duration(estimate)}")
     if estimate > CONFIRM_ABOVE_S and not args.yes:
         raise UsageError(f"{said} (estimate: their dense query-key products at this machine's measured rate); "
@@ -237,24 +235,26 @@ def main(argv: list[str]) -> int:
     rows: list[FidelityRow] = []
     types = {spec.head: spec.head_type for spec in workloads.head_specs(
         wl, heads, layer=args.layer, step=args.step, seed=args.seed, config=workloads.generator(args.generator))}
-    for cell in cells:
-        [r] = pipeline.run_group([cell])
-        if r.status != "done":
-            raise RuntimeError(f"{cell.method} failed on head {cell.heads[0]} of {args.model} at {wl.seq_len} "
-                               f"tokens: {r.error}")
-        head = cell.heads[0]
-        rows.append(FidelityRow(args.model, args.layer, args.step, head, types[head], cell.method,
-                                json.dumps(overrides[cell.method]), wl.seq_len, r.num_q_blocks, args.block_size,
-                                r.density, r.adjacent_jaccard, r.nnz_cv, r.l2_hit_pct, r.mask_ms))
-        print(f"  head {head:2d} {types[head]:9s} {cell.method:12s} density {r.density:6.1%}  jaccard "
-              f"{r.adjacent_jaccard:.3f}  L2 {r.l2_hit_pct:5.1f}%  build {r.mask_ms:8.1f} ms", flush=True)
+    for spec in specs:
+        start = time.perf_counter()
+        mask, _ = inputs.build(inputs.InputRequest(spec, args.block_size, device, with_qkv=False))
+        mask_ms = (time.perf_counter() - start) * 1e3
+        f = skip.features(mask, args.hardware, block_size=args.block_size, head_dim=spec.head_dim,
+                          wave_size=geometry.wave_size)
+        l2_hit_pct = sim.simulate(mask, None, hardware=args.hardware, backend=args.kernel, head_dim=spec.head_dim,
+                                  wave_size=geometry.wave_size, block_size=args.block_size).l2_hit_pct
+        head = spec.heads[0]
+        rows.append(FidelityRow(args.model, args.layer, args.step, head, types[head], spec.method,
+                                json.dumps(overrides[spec.method]), wl.seq_len, f.num_q_blocks, args.block_size,
+                                f.density, f.adjacent_jaccard, f.nnz_cv, l2_hit_pct, mask_ms))
+        print(f"  head {head:2d} {types[head]:9s} {spec.method:12s} density {f.density:6.1%}  jaccard "
+              f"{f.adjacent_jaccard:.3f}  L2 {l2_hit_pct:5.1f}%  build {mask_ms:8.1f} ms", flush=True)
         if head == picture_head:
-            mask, _ = inputs.build(cell, placement.device(cell))
             frame_blocks = max(1, round(3 * wl.tokens_per_frame / args.block_size))
-            save_mask_png(mask[0].cpu(), out / f"mask_{cell.method}.png",
-                          f"{cell.method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {head} "
+            save_mask_png(mask[0].cpu(), out / f"mask_{spec.method}.png",
+                          f"{spec.method}: {args.model} {wl.seq_len} tokens, layer {args.layer} head {head} "
                           f"({types[head]})", zoom_blocks=min(frame_blocks, mask.shape[-1]))
-        if cell.method == methods[-1]:
+        if spec.method == methods[-1]:
             _write_outputs(out, rows, command, wl.seq_len, heads)  # a cut-short run keeps its heads
 
     summary = _write_outputs(out, rows, command, wl.seq_len, heads)

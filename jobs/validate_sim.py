@@ -35,7 +35,7 @@ from typing import Any
 from wavealign import hardware
 from wavealign.jobs._args import Parser, output_folder
 from wavealign.jobs._records import write_csv
-from wavealign.records import Cell
+from wavealign.records import Cell, MeasurerSpec
 
 EXTRAS = ("sim", "analysis")
 
@@ -104,7 +104,7 @@ def _number(row: dict[str, Any], key: str, kind: type = float) -> Any:
 
 def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
     """The measured cells of a legacy NCU table (see the module docstring)."""
-    from wavealign import launch_order, masks, variants
+    from wavealign import kernels, launch_order, masks, variants
 
     # legacy tables name the stages by the sweep's forced variants' names
     variant_stages = {name: v.stages for name, v in variants.VARIANTS.items() if v.skip == "force"}
@@ -135,12 +135,13 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
         kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
         seq_len, block_size = _number(row, "seq_len", int), _number(row, "block_size", int)
         group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"
-        cell = Cell(cell_id=f"row{i}", group_id=group, hardware=hw, profile_hardware=hw, backend=kernel,
-                    method=method, variant=stages, stages=stages, skip_mode="force", workload="table",
-                    seq_len_tokens=seq_len, num_heads=_number(row, "heads", int),
-                    head_dim=_number(row, "head_dim", int), block_size=block_size,
-                    wave_size=_number(row, "wave_size", int) or 0, seed=_number(row, "plan_seed", int) or 0,
-                    method_params=params)
+        # the row as a recorded cell's flat view (a table row is a measurement made before sweeps recorded cells)
+        cell = Cell.from_flat(dict(
+            cell_id=f"row{i}", group_id=group, hardware=hw, profile_hardware=hw, backend=kernel, method=method,
+            variant=stages, stages=stages, skip_mode="force", workload="table", seq_len_tokens=seq_len,
+            num_heads=_number(row, "heads", int), head_dim=_number(row, "head_dim", int), block_size=block_size,
+            wave_size=_number(row, "wave_size", int) or kernels.get(kernel).wave_size(hw),
+            seed=_number(row, "plan_seed", int) or 0, method_params=params))
         measured.append(Measured(cell, kind, float(row["l2_hit_pct"]), float(row["dram_read_bytes"]),
                                  float(row["kernel_ms"])))
     return measured
@@ -157,9 +158,10 @@ def from_run_root(run_root: Path) -> list[Measured]:
             continue
         config = json.loads(row["cell_json"])
         cell = Cell.from_flat(config)
-        cell = dataclasses.replace(cell, stages=row["stages_applied"], skip_mode="force")
-        measured.append(Measured(cell, cell.method, float(row["ncu_l2_hit_pct"]), float(row["ncu_dram_read_bytes"]),
-                                 float(row["ncu_kernel_ms"])))
+        cell = dataclasses.replace(cell, attention=dataclasses.replace(cell.attention, stages=row["stages_applied"],
+                                                                       skip_mode="force"))
+        measured.append(Measured(cell, cell.inputs.method, float(row["ncu_l2_hit_pct"]),
+                                 float(row["ncu_dram_read_bytes"]), float(row["ncu_kernel_ms"])))
     if not measured:
         raise ValueError(f"{run_root} holds no done GPU cell with Nsight Compute counters (run a sweep with "
                          "grid.measure=[ncu])")
@@ -169,32 +171,28 @@ def from_run_root(run_root: Path) -> list[Measured]:
 def as_simulated(m: Measured, l2_partitions: int | None, row_jitter: float) -> Cell:
     """The measured cell, measured ``simulated``: the launch of the backend that ran it, predicted."""
     options = {"l2_partitions": l2_partitions, "row_jitter": row_jitter}
-    return dataclasses.replace(m.cell, measure="simulated", measure_params=options, reps=1, warmup=0)
+    return dataclasses.replace(m.cell, measurer=MeasurerSpec("simulated", options, reps=1, warmup=0))
 
 
 def validate(measured: list[Measured], l2_partitions: int | None = None,
              row_jitter: float = 0.0) -> list[ValidationRow]:
     """Simulate every measured cell through the pipeline (one mask per group) and pair it with its measurement."""
-    from wavealign import kernels, pipeline
+    from wavealign import pipeline
 
     rows = []
     key = lambda m: m.cell.group_id  # noqa: E731
     for _, group in itertools.groupby(sorted(measured, key=key), key=key):
         group = list(group)
-        cells = []
-        for m in group:
-            cell = as_simulated(m, l2_partitions, row_jitter)
-            if not cell.wave_size:
-                cell = dataclasses.replace(cell, wave_size=kernels.get(m.cell.backend).wave_size(cell.profile_hardware))
-            cells.append(cell)
+        cells = [as_simulated(m, l2_partitions, row_jitter) for m in group]
         for m, r in zip(group, pipeline.run_group(cells), strict=True):
             if r.status != "done":
                 raise RuntimeError(f"simulating {m.cell.cell_id} failed: {r.error}\n{r.traceback}")
             dram = r.hbm_read_bytes
+            spec = m.cell.inputs
             rows.append(ValidationRow(
-                backend=m.cell.backend, mask_kind=m.label, seq_len=m.cell.seq_len_tokens, heads=m.cell.num_heads,
-                density=r.density, seed=int(m.cell.method_params.get("seed", m.cell.seed) or 0),
-                stages=m.cell.stages, l2_hit_pct_measured=m.l2_hit_pct, l2_hit_pct_predicted=r.l2_hit_pct,
+                backend=m.cell.attention.backend, mask_kind=m.label, seq_len=spec.seq_len_tokens,
+                heads=spec.num_heads, density=r.density, seed=int(spec.method_params.get("seed", spec.seed) or 0),
+                stages=m.cell.attention.stages, l2_hit_pct_measured=m.l2_hit_pct, l2_hit_pct_predicted=r.l2_hit_pct,
                 l2_hit_abs_err_pts=abs(r.l2_hit_pct - m.l2_hit_pct), dram_read_bytes_measured=m.dram_read_bytes,
                 dram_read_bytes_predicted=dram,
                 dram_ratio=dram / m.dram_read_bytes if m.dram_read_bytes else math.nan,

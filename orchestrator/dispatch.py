@@ -18,12 +18,11 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
-from wavealign import measurers
-from wavealign.inputs import key as inputs_key
-from wavealign.measurers.timed import calls as timed_calls
+from wavealign import measurers, metrics
 from wavealign.orchestrator import stop
 from wavealign.orchestrator.progress import SweepProgress
 from wavealign.orchestrator.record import Recorder
+from wavealign.pipeline import inputs_key
 from wavealign.placement import CPU_POOLS, POOL_WORKERS, WAITS_FOR, pool
 from wavealign.records import ORIGINAL_VARIANT, Cell
 
@@ -46,12 +45,12 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(cell.group_id, []).append(cell)
-    originals = {c.group_id: c for c in grid_cells if c.variant == ORIGINAL_VARIANT}
+    originals = {c.group_id: c for c in grid_cells if c.attention.variant == ORIGINAL_VARIANT}
     baselines: set[str] = set()
     blocks: dict[str, list[list[Cell]]] = {}  # inputs_key -> its groups, in the order of ``cells``
     for group_id, group in groups.items():
         original = originals.get(group_id)
-        if original is not None and all(c.variant != ORIGINAL_VARIANT for c in group):
+        if original is not None and all(c.attention.variant != ORIGINAL_VARIANT for c in group):
             group.insert(0, original)
             baselines.add(original.cell_id)
         blocks.setdefault(inputs_key(group[0]), []).append(group)
@@ -63,12 +62,16 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
 
 
 def predicted_cost(group: list[Cell]) -> float:
-    """A group's GPU time before it runs, up to a constant: per cell, the launch calls it makes
-    (``measurers.timed.calls``) x seq_len_tokens² x num_heads x head_dim, dense attention's work. The mask's density
-    is unknown until the worker builds it, so a sparse group counts as a dense one of its shape; mask building,
-    reorder and launch planning are left out."""
-    return float(sum(timed_calls(c.warmup, c.reps) * c.seq_len_tokens ** 2 * c.num_heads * c.head_dim
-                     for c in group))
+    """A group's GPU time before it runs, up to a constant: per cell, the launches its measurer runs (its ``runs``
+    hook) x dense attention's FLOPs at its shape (``metrics.attention_flops``). The mask's density is unknown until
+    the worker builds it, so a sparse group counts as a dense one of its shape; mask building, reorder and launch
+    planning are left out."""
+    return float(sum(measurers.get(c.measurer.measure).runs(c.measurer) * _dense_flops(c) for c in group))
+
+
+def _dense_flops(cell: Cell) -> float:
+    spec = cell.inputs
+    return metrics.attention_flops(spec.seq_len_tokens, spec.seq_len_tokens, spec.head_dim, spec.num_heads)
 
 
 def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder: Recorder,
@@ -184,7 +187,8 @@ def dispatch(queues: dict[str, deque[list[Cell]]], workers: dict[str, list[Any]]
                     started.append((actor, group))
                 for actor, group in started:
                     upcoming = None
-                    if prefetch and not idle[key] and not any(measurers.get(c.measure).alone_on_gpu for c in group):
+                    alone = any(measurers.get(c.measurer.measure).alone_on_gpu for c in group)
+                    if prefetch and not idle[key] and not alone:
                         upcoming = reserve_next(queue, holds[id(actor)])
                     if upcoming is not None:
                         reserved[id(actor)] = (key, upcoming)

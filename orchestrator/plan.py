@@ -14,9 +14,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
-from wavealign import fingerprint, hardware, kernels, measurers
+from wavealign import fingerprint, hardware, kernels, measurers, metrics
 from wavealign.blockmask import check_fits
-from wavealign.measurers.timed import calls as timed_calls
 from wavealign.orchestrator import dataset
 from wavealign.orchestrator.config import ConfigError
 from wavealign.orchestrator.grid import Grid, count_cells, expand, stable_hash
@@ -104,7 +103,7 @@ def describe(plan: SweepPlan, cfg: DictConfig, console: Console) -> None:
                   f"{plan.done_before} already done, {len(plan.pending)} to run")
     per_type = plan.grid.by_hardware()
     pending = Counter(c.hardware for c in plan.pending)
-    simulated = Counter(c.hardware for c in plan.grid.cells if measurers.get(c.measure).models_gpu)
+    simulated = Counter(c.hardware for c in plan.grid.cells if measurers.get(c.measurer.measure).models_gpu)
     for hw in sorted(per_type):
         note = f", {simulated[hw]} simulated on CPU workers" if simulated[hw] else ""
         console.print(f"  {hw:<6} {per_type[hw]:>6} cells  ({pending[hw]} to run{note})")
@@ -154,25 +153,25 @@ CELL_OVERHEAD_S = 1.0
 def cell_density(cell: Cell) -> float | None:
     """The fraction of blocks a cell's mask keeps, where its config fixes it (``density`` of the controls, 1 for
     ``dense``); None for methods whose density depends on the data."""
-    if cell.method == "dense":
+    if cell.inputs.method == "dense":
         return 1.0
-    density = cell.method_params.get("density")
+    density = cell.inputs.method_params.get("density")
     return float(density) if isinstance(density, int | float) else None
 
 
 def model_seconds(cell: Cell, density: float = 1.0) -> float | None:
-    """A GPU cell's wall time on a worker from its GPU's description: the roofline of one launch (attention FLOPs
-    4·N²·D·H·density at ``peak_bf16_flops`` x the backend's MMA efficiency, against Q/K/V/O read or written once at
-    ``hbm_bytes_per_s``), run ``measurers.timed.calls`` times (the first call is the first warm-up), plus
+    """A GPU cell's wall time on a worker from its GPU's description: the roofline of one launch (attention FLOPs,
+    ``metrics.attention_flops``, at ``peak_bf16_flops`` x the backend's MMA efficiency, against Q/K/V/O read or
+    written once at ``hbm_bytes_per_s``), run as many times as its measurer runs it (its ``runs`` hook), plus
     ``CELL_OVERHEAD_S``. None for CPU and simulated cells and backends without execution facts."""
-    execution = kernels.get(cell.backend).execution
+    execution = kernels.get(cell.attention.backend).execution
     if pool(cell) in CPU_POOLS or execution is None:
         return None
-    gpu = hardware.get(cell.hardware)
-    n, d, h = cell.seq_len_tokens, cell.head_dim, cell.num_heads
-    compute_s = 4.0 * n * n * d * h * density / (gpu.peak_bf16_flops * execution.mma_efficiency)
+    gpu, spec = hardware.get(cell.hardware), cell.inputs
+    n, d, h = spec.seq_len_tokens, spec.head_dim, spec.num_heads
+    compute_s = metrics.attention_flops(n, n, d, h, density) / (gpu.peak_bf16_flops * execution.mma_efficiency)
     memory_s = 4.0 * n * d * h * execution.element_bytes / gpu.hbm_bytes_per_s
-    return max(compute_s, memory_s) * timed_calls(cell.warmup, cell.reps) + CELL_OVERHEAD_S
+    return max(compute_s, memory_s) * measurers.get(cell.measurer.measure).runs(cell.measurer) + CELL_OVERHEAD_S
 
 
 def estimate_seconds(cells: list[Cell], run_root: str | Path) -> dict[str, PlacementEstimate]:
@@ -187,7 +186,7 @@ def estimate_seconds(cells: list[Cell], run_root: str | Path) -> dict[str, Place
     out: dict[str, PlacementEstimate] = {}
     for cell in cells:
         est = out.setdefault(pool(cell), PlacementEstimate())
-        times = history.get((cell.hardware, cell.backend, cell.measure, cell.method))
+        times = history.get((cell.hardware, cell.attention.backend, cell.measurer.measure, cell.inputs.method))
         density = cell_density(cell)
         modelled = None if times else model_seconds(cell, 1.0 if density is None else density)
         if times:

@@ -25,9 +25,10 @@ cfg = config.load(["~sweep", "grid.hardware=[x100]", "grid.backend=[fa4,triton,f
                    "grid.measure=[simulated]", "grid.method=[planted]", "grid.workload=[shape-2h]", "grid.seq_k=[4]",
                    "grid.variant=[original,wavealign]"])
 cells = grid.expand(cfg).cells
-results = pipeline.run_group([c for c in cells if c.backend == "triton"])
-print(json.dumps({"waves": {c.backend: c.wave_size for c in cells},
-                  "block_sizes": sorted({c.block_size for c in cells}), "status": [r.status for r in results],
+results = pipeline.run_group([c for c in cells if c.attention.backend == "triton"])
+print(json.dumps({"waves": {c.attention.backend: c.attention.geometry.wave_size for c in cells},
+                  "block_sizes": sorted({c.attention.geometry.block_size for c in cells}),
+                  "status": [r.status for r in results],
                   "errors": [r.error for r in results],
                   "l2_hit_pct": [r.l2_hit_pct for r in results]}))
 """

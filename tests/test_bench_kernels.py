@@ -19,11 +19,12 @@ CPU_BENCH = ["grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[ra
 
 def test_the_kernels_sweep_pairs_every_backend_with_its_dense_cell():
     expanded = grid.expand(config.load(["sweep=kernels"]))
-    sparse = {(c.backend, c.seq_len_tokens) for c in expanded.cells if c.method != "dense"}
-    dense = {(c.backend, c.seq_len_tokens) for c in expanded.cells if c.method == "dense"}
+    sparse = {(c.attention.backend, c.inputs.seq_len_tokens) for c in expanded.cells if c.inputs.method != "dense"}
+    dense = {(c.attention.backend, c.inputs.seq_len_tokens) for c in expanded.cells if c.inputs.method == "dense"}
     assert sparse and sparse <= dense
-    assert {c.backend for c in expanded.cells if c.method == "dense"} >= {"sdpa"}
-    assert {c.stages for c in expanded.cells if c.method != "dense"} == {"none", "spatial", "temporal", "both"}
+    assert {c.attention.backend for c in expanded.cells if c.inputs.method == "dense"} >= {"sdpa"}
+    sparse_stages = {c.attention.stages for c in expanded.cells if c.inputs.method != "dense"}
+    assert sparse_stages == {"none", "spatial", "temporal", "both"}
 
 
 def test_bench_kernels_runs_its_sweep_and_writes_the_kernel_table(tmp_path, capsys):

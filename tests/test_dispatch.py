@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import replace
 
 import pytest
 
-from wavealign.inputs import key as inputs_key
+from wavealign import metrics
 from wavealign.orchestrator import dispatch
+from wavealign.pipeline import inputs_key
 from wavealign.records import Cell
 
 
 def cell(backend: str, seed: int, tokens: int = 1024) -> Cell:
     name = f"{backend}-{seed}" + ("" if tokens == 1024 else f"-{tokens}")
-    return Cell(cell_id=name, group_id=f"g-{name}", hardware="cpu", profile_hardware="h100", backend=backend,
-                method="dense", variant="original", stages="none", skip_mode="force", workload="shape",
-                seq_len_tokens=tokens, num_heads=2, head_dim=32, block_size=128, wave_size=4, seed=seed)
+    return Cell.from_flat(dict(cell_id=name, group_id=f"g-{name}", hardware="cpu", profile_hardware="h100",
+                               backend=backend, method="dense", variant="original", stages="none", skip_mode="force",
+                               workload="shape", seq_len_tokens=tokens, num_heads=2, head_dim=32, block_size=128,
+                               wave_size=4, seed=seed))
 
 
 def test_groups_on_the_same_inputs_are_queued_one_after_another_in_the_order_of_their_first():
@@ -33,8 +34,8 @@ def test_groups_on_the_same_inputs_are_queued_one_after_another_in_the_order_of_
 def test_a_group_resumed_without_its_original_gets_it_back_as_a_baseline_run_first():
     """A variant added on resume is timed against an original re-run beside it, back to back, never against a
     row measured in another run; the re-run original is a baseline, not a result to record again."""
-    original = replace(cell("reference", 0), cell_id="o", group_id="g")
-    added = replace(original, cell_id="w", variant="wavealign", stages="both")
+    original = cell("reference", 0).replaced(cell_id="o", group_id="g")
+    added = original.replaced(cell_id="w", variant="wavealign", stages="both")
     queues, baselines = dispatch.queues([added], [original, added])
     assert [[c.cell_id for c in group] for group in queues["cpu"]] == [["o", "w"]]
     assert baselines == {"o"}
@@ -47,7 +48,7 @@ def test_a_worker_takes_the_group_on_the_inputs_it_keeps_else_the_head():
     assert dispatch.next_group(queue, held) is groups[0]  # the head is on them already
     assert dispatch.next_group(queue, held) is groups[3]  # further down the queue, taken out of order
     assert dispatch.next_group(queue, None) is groups[1]  # nothing kept: the head
-    assert dispatch.next_group(queue, inputs_key(replace(cell("sdpa", 0), seed=7))) is groups[2]  # none: the head
+    assert dispatch.next_group(queue, inputs_key(cell("sdpa", 0).replaced(seed=7))) is groups[2]  # none: the head
     assert not queue
 
 
@@ -59,17 +60,17 @@ def test_blocks_of_groups_on_one_input_are_queued_longest_first_each_kept_togeth
     assert order == ["reference-0-2048", "sdpa-0-2048", "reference-1-2048", "sdpa-1-2048",
                      "reference-0", "sdpa-0", "reference-1", "sdpa-1"]
     # more repetitions weigh as much as a longer sequence: (1 + 19) calls at 1024 outweigh (1 + 3) at 2048
-    many_reps = [replace(c, reps=19, warmup=1) for c in cells if c.seq_len_tokens == 1024 and c.seed == 1]
-    few_reps = [replace(c, reps=3, warmup=1) for c in cells if c.seq_len_tokens == 2048]
+    many_reps = [c.replaced(reps=19, warmup=1) for c in cells if c.inputs.seq_len_tokens == 1024 and c.inputs.seed == 1]
+    few_reps = [c.replaced(reps=3, warmup=1) for c in cells if c.inputs.seq_len_tokens == 2048]
     queues, _ = dispatch.queues([*few_reps, *many_reps], [*few_reps, *many_reps])
     assert [group[0].cell_id for group in queues["cpu"]] == ["reference-1", "sdpa-1", "reference-0-2048",
                                                              "sdpa-0-2048", "reference-1-2048", "sdpa-1-2048"]
 
 
 def test_a_group_s_predicted_cost_is_its_launch_calls_times_the_dense_work_of_its_shape():
-    group = [replace(cell("reference", 0, 2048), reps=4, warmup=0), replace(cell("reference", 0, 2048), reps=4)]
-    # warmup 0 and 1 both make the first call: 5 calls each
-    assert dispatch.predicted_cost(group) == 2 * 5 * 2048**2 * 2 * 32
+    group = [cell("reference", 0, 2048).replaced(reps=4, warmup=0), cell("reference", 0, 2048).replaced(reps=4)]
+    # warmup 0 and 1 both make the first call: 5 calls each, of dense attention's FLOPs at 2048 tokens, 2 heads of 32
+    assert dispatch.predicted_cost(group) == 2 * 5 * metrics.attention_flops(2048, 2048, 32, 2)
 
 
 def test_the_next_group_is_reserved_for_prefetch_only_when_it_is_on_other_inputs():

@@ -245,7 +245,8 @@ def test_a_captured_file_is_a_sweep_workload_whose_cells_run_on_its_q_k_v(tmp_pa
                        "+grid.method_params.xattention.threshold=0.5", "+grid.method_params.xattention.stride=4",
                        "grid.block_size=16", "grid.reps=1", "grid.warmup=0", f"conf_dirs=[{tmp_path / 'conf'}]"])
     cells = grid.expand(cfg).cells
-    assert [(c.captured, c.model, c.layer, c.step, c.seq_len_tokens, c.num_heads, c.head_dim) for c in cells] == [
+    assert [(c.inputs.captured, c.inputs.model, c.inputs.layer, c.inputs.step, c.inputs.seq_len_tokens,
+             c.inputs.num_heads, c.inputs.head_dim) for c in cells] == [
         (str(recorder.files[0]), "tiny-wan", 1, 1, 192, 2, 16)] * 2
     results = pipeline.run_group(cells)
     assert [r.status for r in results] == ["done", "done"], [r.error for r in results]

@@ -54,25 +54,27 @@ def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path
     cfg = config.load(["~sweep", "grid.hardware=[h100]", "grid.backend=[fa4]", "grid.measure=[simulated]",
                        f"grid.method=[{','.join(mask_fidelity.METHODS)}]", "grid.workload=[tiny]",
                        "grid.seq_k=[4.6]", "grid.variant=[original]"], conf_dir=tmp_path)
-    swept = {c.method: c for c in grid.expand(cfg, conf_dir=tmp_path).cells}
-    args = argparse.Namespace(model="wan2.1-1.3b", resolution="480p", frames=swept["xattention"].frames, seed=0,
-                              block_size=swept["xattention"].block_size, layer=5, step=30, hardware="h100",
-                              kernel="fa4", generator=workloads.DEFAULT_GENERATOR)
+    swept = {c.inputs.method: c for c in grid.expand(cfg, conf_dir=tmp_path).cells}
+    block_size = swept["xattention"].attention.geometry.block_size
+    args = argparse.Namespace(model="wan2.1-1.3b", resolution="480p", frames=swept["xattention"].inputs.frames, seed=0,
+                              block_size=block_size, layer=5, step=30, hardware="h100", kernel="fa4",
+                              generator=workloads.DEFAULT_GENERATOR)
     wl = workloads.preset("wan2.1-1.3b", args.frames, "480p")
-    ours = mask_fidelity.head_cells(args, wl, [7], list(mask_fidelity.METHODS), {m: {} for m in mask_fidelity.METHODS})
+    ours = mask_fidelity.head_inputs(args, wl, [7], list(mask_fidelity.METHODS), {m: {} for m in mask_fidelity.METHODS})
     builds_the_mask = ("method", "model", "resolution", "frames", "seq_len_tokens", "num_heads", "head_dim",
-                       "block_size", "heads", "layer", "step", "seed", "generator", "backend", "backend_params",
-                       "measure", "wave_size")
-    for cell in ours:
-        assert {f: getattr(cell, f) for f in builds_the_mask} == {f: getattr(swept[cell.method], f)
-                                                                  for f in builds_the_mask}
+                       "heads", "layer", "step", "seed", "generator")
+    for spec in ours:
+        swept_spec = swept[spec.method].inputs
+        assert {f: getattr(spec, f) for f in builds_the_mask} == {f: getattr(swept_spec, f) for f in builds_the_mask}
         # the grid spells out the method's defaults, mask-fidelity only its overrides: the same params either way
         # (the workload identity a per-head tuned method declares is filled from the cell by build_for_heads)
-        defaults = {k: v for k, v in masks.get(cell.method).params.items() if k not in masks.IDENTITY_PARAMS}
-        assert {**defaults, **cell.method_params} == dict(swept[cell.method].method_params)
+        defaults = {k: v for k, v in masks.get(spec.method).params.items() if k not in masks.IDENTITY_PARAMS}
+        assert {**defaults, **spec.method_params} == dict(swept_spec.method_params)
     densities = {}
-    for cell in ours:  # the same masks, which must not be trivially dense for the comparison to mean anything
-        mask, _ = inputs.build(cell, torch.device("cpu"))
-        assert torch.equal(mask, inputs.build(swept[cell.method], torch.device("cpu"))[0]), cell.method
-        densities[cell.method] = mask.float().mean().item()
+    cpu = torch.device("cpu")
+    for spec in ours:  # the same masks, which must not be trivially dense for the comparison to mean anything
+        mask, _ = inputs.build(inputs.InputRequest(spec, block_size, cpu, with_qkv=False))
+        swept_request = inputs.InputRequest(swept[spec.method].inputs, block_size, cpu, with_qkv=False)
+        assert torch.equal(mask, inputs.build(swept_request)[0]), spec.method
+        densities[spec.method] = mask.float().mean().item()
     assert any(0 < d < 1 for d in densities.values()), densities

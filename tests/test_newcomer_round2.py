@@ -47,10 +47,10 @@ def test_building_the_metadata_prints_no_setuptools_deprecation(tmp_path):
 # --- wavealign report ---------------------------------------------------------------------------------------------
 
 def _cell(seed: int, hardware: str = "cpu") -> Cell:
-    return Cell(cell_id=f"c{seed}{hardware}", group_id=f"g{seed}", hardware=hardware, profile_hardware="h100",
-                backend="reference", method="random", variant="original", stages="none", skip_mode="force",
-                workload="shape", seq_len_tokens=256, num_heads=1, head_dim=16, block_size=128, wave_size=4,
-                seed=seed, reps=1, warmup=0)
+    return Cell.from_flat(dict(cell_id=f"c{seed}{hardware}", group_id=f"g{seed}", hardware=hardware,
+                               profile_hardware="h100", backend="reference", method="random", variant="original",
+                               stages="none", skip_mode="force", workload="shape", seq_len_tokens=256, num_heads=1,
+                               head_dim=16, block_size=128, wave_size=4, seed=seed, reps=1, warmup=0))
 
 
 def _unplaced_row(cell: Cell, sweep_id: str = SWEEP) -> dict:
@@ -195,7 +195,7 @@ def test_a_child_run_name_leads_with_method_length_and_order_and_the_experiment_
     cell = _cell(0)
     row = dataset.make_row(cell, pipeline.run_cell(cell), sweep_id=SWEEP, sweep_name="smoke")
     name = tracking.run_name(row)
-    assert name.startswith(f"{cell.method} {cell.seq_len_tokens:,} {cell.variant} ")
+    assert name.startswith(f"{cell.inputs.method} {cell.inputs.seq_len_tokens:,} {cell.attention.variant} ")
     tracker = tracking.Tracker(tracking.default_tracking_uri(tmp_path), "wavealign", run_root=tmp_path)
     parent = tracker.parent_run(SWEEP, "smoke")
     tracker.log_rows(parent, [row])

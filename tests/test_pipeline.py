@@ -4,12 +4,11 @@ a worker's input cache (kept and prefetched inputs)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import pytest
 import torch
 
-from wavealign import environment, inputs, metrics, pipeline, placement
+from wavealign import environment, inputs, metrics, pipeline
 from wavealign.inputs import InputCache
 from wavealign.measurers import timed
 from wavealign.records import Cell
@@ -17,10 +16,11 @@ from wavealign.skip import plan_cost
 
 
 def make_cell(**changes) -> Cell:
-    cell = Cell(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100", backend="reference",
-                method="planted", variant="original", stages="none", skip_mode="force", workload="shape",
-                seq_len_tokens=1024, num_heads=2, head_dim=32, block_size=128, wave_size=4, reps=2, warmup=0)
-    return replace(cell, **changes)
+    cell = Cell.from_flat(dict(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100",
+                               backend="reference", method="planted", variant="original", stages="none",
+                               skip_mode="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
+                               block_size=128, wave_size=4, reps=2, warmup=0))
+    return cell.replaced(**changes)
 
 
 def variants(**changes) -> list[Cell]:
@@ -101,8 +101,8 @@ def test_a_simulated_cell_counts_the_reorder_predicted_for_its_gpu_not_the_host_
     assert aligned.host_reorder_ms > 0  # the host's own plan time, kept apart
     assert aligned.total_ms == aligned.kernel_ms_median + predicted.ms
     assert original.reorder_ms == 0.0 and math.isnan(original.host_reorder_ms)
-    temporal = pipeline.run_group([cells[0], replace(cells[1], cell_id="s2", variant="temporal", stages="temporal",
-                                                     reorderer="identity")])[1]
+    temporal = pipeline.run_group([cells[0], cells[1].replaced(cell_id="s2", variant="temporal", stages="temporal",
+                                                               reorderer="identity")])[1]
     stage2 = plan_cost.predicted_plan_ms(2, 256, 256, "a40", stages="temporal")
     assert temporal.reorder_ms == stage2.ms < predicted.ms  # Stage 2 alone has its own, smaller cost
     assert "Stage 2 alone" in temporal.reorder_cost
@@ -166,27 +166,27 @@ def test_a_workers_next_group_on_the_same_inputs_reuses_them_and_another_builds_
     """Groups of two backends on one (dense) mask: one build; a group of another seed builds again."""
     built = []
     build = inputs.build
-    monkeypatch.setattr(inputs, "build", lambda cell, device: built.append(cell.group_id) or build(cell, device))
+    monkeypatch.setattr(inputs, "build", lambda request: built.append(request.spec.seed) or build(request))
     reference = variants(group_id="ref", method="dense")  # sdpa computes dense attention only
-    sdpa = [replace(c, backend="sdpa", group_id="sdpa", cell_id=c.cell_id + "-sdpa") for c in reference]
-    reseeded = [replace(c, seed=1, group_id="seed1", cell_id=c.cell_id + "-s1") for c in reference]
+    sdpa = [c.replaced(backend="sdpa", group_id="sdpa", cell_id=c.cell_id + "-sdpa") for c in reference]
+    reseeded = [c.replaced(seed=1, group_id="seed1", cell_id=c.cell_id + "-s1") for c in reference]
     cache = InputCache()
     first, second, third = (pipeline.run_group(g, inputs=cache) for g in (reference, sdpa, reseeded))
-    assert built == ["ref", "seed1"]
+    assert built == [0, 1]  # the reference group's seed, then the reseeded group's
     assert all(r.status == "done" for r in (*first, *second, *third)), [r.traceback for r in second]
-    assert inputs.key(reference[0]) == inputs.key(sdpa[0]) != inputs.key(reseeded[0])
+    assert pipeline.inputs_key(reference[0]) == pipeline.inputs_key(sdpa[0]) != pipeline.inputs_key(reseeded[0])
     # a simulated cell needs no Q/K/V, so its inputs are not those of one that computes attention
-    assert inputs.key(replace(reference[0], measure="simulated")) != inputs.key(reference[0])
+    assert pipeline.inputs_key(reference[0].replaced(measure="simulated")) != pipeline.inputs_key(reference[0])
 
 
 def test_a_group_given_no_cache_keeps_nothing_for_the_next(monkeypatch):
     built = []
     build = inputs.build
-    monkeypatch.setattr(inputs, "build", lambda cell, device: built.append(cell.group_id) or build(cell, device))
+    monkeypatch.setattr(inputs, "build", lambda request: built.append(request.spec.seed) or build(request))
     cells = variants(group_id="g")
     pipeline.run_group(cells)
     pipeline.run_group(cells)
-    assert built == ["g", "g"]
+    assert built == [0, 0]
 
 
 @pytest.mark.parametrize(("warmup", "reps", "calls"), [(3, 2, 5), (1, 2, 3), (0, 2, 3)])
@@ -203,16 +203,22 @@ def test_a_cell_calls_its_launch_warmup_plus_reps_times_the_first_call_being_the
     assert result.reps_done == reps and result.first_call_ms > 0  # the first call is timed apart on a CPU too
 
 
-def _counting_builds(monkeypatch) -> list[tuple[str, str]]:
-    """(group id, thread name) of every inputs.build call from now on, through the real build."""
+def _prefetch(cache: InputCache, group: list[Cell]) -> bool:
+    """Prefetch ``group``'s inputs as a worker does for its next group."""
+    return cache.prefetch(pipeline.input_request(group[0]), group[0].group_id)
+
+
+def _counting_builds(monkeypatch) -> list[tuple[int, str]]:
+    """(the inputs' seed, thread name) of every inputs.build call from now on, through the real build; the tests'
+    groups differ by seed."""
     import threading
 
-    built: list[tuple[str, str]] = []
+    built: list[tuple[int, str]] = []
     build = inputs.build
 
-    def counted(cell, device):
-        built.append((cell.group_id, threading.current_thread().name))
-        return build(cell, device)
+    def counted(request):
+        built.append((request.spec.seed, threading.current_thread().name))
+        return build(request)
 
     monkeypatch.setattr(inputs, "build", counted)
     return built
@@ -222,18 +228,17 @@ def test_a_prefetched_group_takes_the_inputs_built_in_the_background_and_a_reusi
     cache = InputCache()
     built = _counting_builds(monkeypatch)
     first, second = variants(group_id="seed0"), variants(group_id="seed1", seed=1)
-    sdpa = [replace(c, backend="sdpa", method="dense", group_id="sdpa1", cell_id=c.cell_id + "-sdpa") for c in second]
-    dense = [replace(c, method="dense", group_id="dense1") for c in second]
+    sdpa = [c.replaced(backend="sdpa", method="dense", group_id="sdpa1", cell_id=c.cell_id + "-sdpa") for c in second]
+    dense = [c.replaced(method="dense", group_id="dense1") for c in second]
     assert [r.inputs_prefetched for r in pipeline.run_group(first, inputs=cache)] == [False, False]
-    assert cache.prefetch(dense)
-    assert not cache.prefetch(dense)  # already being built (or built): not twice
+    assert _prefetch(cache, dense)
+    assert not _prefetch(cache, dense)  # already being built (or built): not twice
     results = pipeline.run_group(dense, inputs=cache)
     assert all(r.status == "done" and r.inputs_prefetched for r in results), [r.traceback for r in results]
     # reused: the same inputs
     assert [r.inputs_prefetched for r in pipeline.run_group(sdpa, inputs=cache)] == [True, True]
-    assert not cache.prefetch(sdpa)  # kept already
-    assert [g for g, _ in built] == ["seed0", "dense1"]
-    assert built[0][1] == "MainThread" and built[1][1] == "prefetch-dense1"
+    assert not _prefetch(cache, sdpa)  # kept already
+    assert built == [(0, "MainThread"), (1, "prefetch-dense1")]
 
 
 def test_a_group_prefetches_the_group_it_is_told_comes_next_once_it_holds_its_own_inputs(monkeypatch):
@@ -242,12 +247,12 @@ def test_a_group_prefetches_the_group_it_is_told_comes_next_once_it_holds_its_ow
     cache = InputCache()
     built = _counting_builds(monkeypatch)
     a, b, c = (variants(group_id=g, seed=s) for g, s in (("a", 1), ("b", 2), ("c", 3)))
-    assert cache.prefetch(b)
+    assert _prefetch(cache, b)
     # b is being built meanwhile
     assert [r.inputs_prefetched for r in pipeline.run_group(a, then=b, inputs=cache)] == [False, False]
     assert [r.inputs_prefetched for r in pipeline.run_group(b, then=c, inputs=cache)] == [True, True]
     assert [r.inputs_prefetched for r in pipeline.run_group(c, inputs=cache)] == [True, True]
-    assert sorted(built) == [("a", "MainThread"), ("b", "prefetch-b"), ("c", "prefetch-c")]  # each built once
+    assert sorted(built) == [(1, "MainThread"), (2, "prefetch-b"), (3, "prefetch-c")]  # each built once
 
 
 def test_a_group_whose_inputs_fail_still_prefetches_the_next(monkeypatch):
@@ -258,7 +263,7 @@ def test_a_group_whose_inputs_fail_still_prefetches_the_next(monkeypatch):
     assert [r.status for r in pipeline.run_group(broken, then=fine, inputs=cache)] == ["failed", "failed"]
     results = pipeline.run_group(fine, inputs=cache)
     assert [(r.status, r.inputs_prefetched) for r in results] == [("done", True), ("done", True)]
-    assert sorted(built) == [("broken", "MainThread"), ("fine", "prefetch-fine")]
+    assert sorted(built) == [(0, "MainThread"), (4, "prefetch-fine")]
 
 
 @pytest.mark.parametrize("prefetched", [False, True])
@@ -271,7 +276,7 @@ def test_a_failed_build_frees_what_it_had_allocated_without_waiting_for_the_cycl
     cache = InputCache()
     allocated = []
 
-    def failing_build(cell, device):
+    def failing_build(request):
         partial = torch.ones(1024)
         allocated.append(weakref.ref(partial))
         raise RuntimeError("out of memory, half-way through the build")
@@ -281,7 +286,7 @@ def test_a_failed_build_frees_what_it_had_allocated_without_waiting_for_the_cycl
     gc.disable()
     try:
         if prefetched:
-            assert cache.prefetch(cells)
+            assert _prefetch(cache, cells)
         results = pipeline.run_group(cells, inputs=cache)
         assert [r.status for r in results] == ["failed", "failed"] and "half-way" in results[0].error
         assert ("_build_ahead" in results[0].traceback) == prefetched  # the lines survive, the locals do not
@@ -295,7 +300,7 @@ def test_prefetched_inputs_give_the_results_built_inputs_give():
     cells = variants(group_id="g", seed=3)
     built = pipeline.run_group(cells, inputs=cache)
     cache.forget()
-    assert cache.prefetch(cells)
+    assert _prefetch(cache, cells)
     prefetched = pipeline.run_group(cells, inputs=cache)
     assert [r.inputs_prefetched for r in (*built, *prefetched)] == [False, False, True, True]
     for a, b in zip(built, prefetched, strict=True):
@@ -308,11 +313,11 @@ def test_a_prefetch_that_fails_fails_its_group_with_the_error_and_the_worker_goe
     cache = InputCache()
     built = _counting_builds(monkeypatch)
     broken = variants(group_id="broken", method_params={"density": 2.0})  # the planted mask refuses it
-    assert cache.prefetch(broken)
+    assert _prefetch(cache, broken)
     failed = pipeline.run_group(broken, inputs=cache)
     assert [r.status for r in failed] == ["failed", "failed"]
     assert all("density" in r.error and "_build_ahead" in r.traceback for r in failed)  # raised in the prefetch
-    assert built == [("broken", "prefetch-broken")]  # not built again by the group
+    assert built == [(0, "prefetch-broken")]  # not built again by the group
     fine = pipeline.run_group(variants(group_id="fine"), inputs=cache)
     assert [r.status for r in fine] == ["done", "done"]
 
@@ -321,11 +326,11 @@ def test_a_newer_prefetch_replaces_one_not_taken_so_one_set_waits_at_most(monkey
     cache = InputCache()
     built = _counting_builds(monkeypatch)
     a, b = variants(group_id="a", seed=1), variants(group_id="b", seed=2)
-    assert cache.prefetch(a) and cache.prefetch(b)
-    assert cache.prefetching == inputs.key(b[0])
+    assert _prefetch(cache, a) and _prefetch(cache, b)
+    assert cache.prefetching == pipeline.input_request(b[0]).key
     assert [r.inputs_prefetched for r in pipeline.run_group(b, inputs=cache)] == [True, True]
     assert [r.inputs_prefetched for r in pipeline.run_group(a, inputs=cache)] == [False, False]  # a's set was dropped
-    assert [g for g, _ in built] == ["a", "b", "a"]
+    assert [seed for seed, _ in built] == [1, 2, 1]
 
 
 @pytest.mark.gpu
@@ -335,17 +340,17 @@ def test_on_a_gpu_the_prefetch_builds_on_a_stream_of_its_own_the_inputs_a_plain_
     cache = InputCache()
     cell = make_cell(hardware="h200", profile_hardware="h200", seq_len_tokens=4096, num_heads=4, head_dim=64,
                      wave_size=132, method="random", method_params={"density": 0.3})
-    device = placement.device(cell)
-    assert device.type == "cuda"
-    mask, qkv = inputs.build(cell, device)
+    request = pipeline.input_request(cell)
+    assert request.device.type == "cuda"
+    mask, qkv = inputs.build(request)
     streams = []
     build = inputs.build
-    monkeypatch.setattr(inputs, "build", lambda c, d: streams.append(torch.cuda.current_stream(d)) or build(c, d))
-    assert cache.prefetch([cell])
-    got_mask, got_qkv, _, prefetched = cache.take(cell, device)
-    assert prefetched and streams and streams[0] != torch.cuda.default_stream(device)
+    monkeypatch.setattr(inputs, "build", lambda r: streams.append(torch.cuda.current_stream(r.device)) or build(r))
+    assert _prefetch(cache, [cell])
+    got_mask, got_qkv, _, prefetched = cache.take(request)
+    assert prefetched and streams and streams[0] != torch.cuda.default_stream(request.device)
     assert torch.equal(got_mask, mask) and all(torch.equal(a, b) for a, b in zip(got_qkv, qkv, strict=True))
-    result = pipeline.run_group([replace(cell, group_id="again")], inputs=cache)[0]  # the kept inputs, GPU-timed
+    result = pipeline.run_group([cell.replaced(group_id="again")], inputs=cache)[0]  # the kept inputs, GPU-timed
     assert result.status == "done" and result.inputs_prefetched and result.timer == "cuda_events", result.traceback
 
 
@@ -370,8 +375,8 @@ def test_random_qkv_is_drawn_on_the_cells_device_in_its_dtype_and_fixed_by_the_s
     import torch
 
     cell = make_cell(seq_len_tokens=3000, num_heads=2, head_dim=64, method="random", method_params={"density": 0.3})
-    first, again = (inputs.random_qkv(cell, torch.device(device)) for _ in range(2))
-    other = inputs.random_qkv(replace(cell, seed=cell.seed + 1), torch.device(device))
+    first, again = (inputs.random_qkv(cell.inputs, torch.device(device)) for _ in range(2))
+    other = inputs.random_qkv(cell.replaced(seed=cell.inputs.seed + 1).inputs, torch.device(device))
     want = torch.bfloat16 if device == "cuda" else torch.float32
     assert all(t.device.type == device and t.dtype == want and t.shape == (1, 2, 3000, 64) for t in first)
     assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))

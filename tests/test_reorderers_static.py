@@ -11,7 +11,7 @@ from wavealign import kernels, launch_order, masks, reorderers, variants
 from wavealign.attention import AttentionStep
 from wavealign.masks import synthetic
 from wavealign.orchestrator import config, grid
-from wavealign.records import Cell
+from wavealign.records import Cell, LaunchGeometry
 from wavealign.reorderers.curve import block_positions, curve_order, hilbert_index
 
 STATIC = ("random", "longest-first", "curve")
@@ -135,8 +135,9 @@ def test_outputs_in_every_order_equal_the_original_order_s_bitwise_on_a_ragged_l
 
 
 def step(reorderer: str, latent: tuple[int, int, int] | None, token_ordered: bool = False) -> AttentionStep:
-    return AttentionStep(backend="reference", variant=variants.get("spatial"), hardware=None, wave_size=3,
-                         block_size=BLOCK, reorderer=reorderer, latent=latent, token_ordered=token_ordered)
+    return AttentionStep(backend="reference", variant=variants.get("spatial"),
+                         geometry=LaunchGeometry(profile_hardware=None, block_size=BLOCK, wave_size=3),
+                         reorderer=reorderer, latent=latent, token_ordered=token_ordered)
 
 
 def test_the_step_fills_the_curve_s_latent_and_block_size():
@@ -163,10 +164,10 @@ def test_orders_blind_to_position_run_on_a_token_ordered_mask():
 
 @pytest.mark.parametrize("method", masks.available())
 def test_a_cell_s_step_knows_whether_its_method_builds_in_its_own_token_order(method):
-    cell = Cell(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h200", backend="reference",
-                method=method, variant="spatial", stages="spatial", skip_mode="force", workload="w",
-                seq_len_tokens=1560, num_heads=2, head_dim=128, block_size=128, wave_size=132)
-    assert AttentionStep.for_cell(cell).token_ordered == (masks.get(method).token_order is not None)
+    cell = Cell.from_flat(dict(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h200", backend="reference",
+                               method=method, variant="spatial", stages="spatial", skip_mode="force", workload="w",
+                               seq_len_tokens=1560, num_heads=2, head_dim=128, block_size=128, wave_size=132))
+    assert AttentionStep.of(cell.attention, cell.inputs).token_ordered == (masks.get(method).token_order is not None)
 
 
 def test_a_reorderer_that_declares_no_latent_is_not_handed_one():
@@ -179,10 +180,10 @@ def test_a_grid_names_the_comparison_orders_and_their_cells_know_the_latent():
                        "grid.workload=[wan1.3b-480p-2h]", "grid.seq_k=[2]", "grid.variant=[original,spatial,wavealign]",
                        "grid.reorderer=[random,longest-first,curve]"])
     cells = grid.expand(cfg).cells
-    orders = {(c.stages, c.reorderer) for c in cells}
+    orders = {(c.attention.stages, c.attention.reorderer) for c in cells}
     assert orders == {("none", "identity")} | {(s, r) for s in ("spatial", "both") for r in STATIC}
-    (curve, *_) = [c for c in cells if c.reorderer == "curve"]
-    assert AttentionStep.for_cell(curve).latent == (1, 30, 52)  # one latent frame of Wan2.1 at 480p
+    (curve, *_) = [c for c in cells if c.attention.reorderer == "curve"]
+    assert AttentionStep.of(curve.attention, curve.inputs).latent == (1, 30, 52)  # one latent frame of Wan2.1 at 480p
 
 
 @pytest.mark.parametrize("name", STATIC)
@@ -212,7 +213,7 @@ def test_a_grid_filters_curve_on_a_token_ordered_method_and_says_why():
                        "grid.reorderer=[curve,random]", "grid.measure=[timed]", "extra_grids={}"])
     config.validate(cfg)
     expanded = grid.expand(cfg)
-    runs = {(c.method, c.variant, c.reorderer) for c in expanded.cells}
+    runs = {(c.inputs.method, c.attention.variant, c.attention.reorderer) for c in expanded.cells}
     assert ("vsa", "spatial", "curve") not in runs and ("radial", "spatial", "curve") in runs
     assert ("vsa", "spatial", "random") in runs
     assert [count for reason, count in expanded.filtered.items() if "'curve'" in reason and "vsa" in reason] == [1]

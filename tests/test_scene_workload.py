@@ -5,7 +5,6 @@ YAML's ``generator`` key."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -204,23 +203,23 @@ def test_a_workload_yaml_names_its_generator_and_its_cells_are_drawn_by_it(tmp_p
                        "grid.workload=[tiny,wan14b-720p]", "grid.seq_k=[4.6]", "grid.variant=[original]",
                        f"conf_dirs=[{conf}]"])
     cells = grid.expand(cfg).cells
-    by_workload = {c.workload: c for c in cells}
-    assert by_workload["tiny"].generator == "scene"
-    assert by_workload["wan14b-720p"].generator == workloads.DEFAULT_GENERATOR  # a preset without the key
+    by_workload = {c.inputs.workload: c for c in cells}
+    assert by_workload["tiny"].inputs.generator == "scene"
+    assert by_workload["wan14b-720p"].inputs.generator == workloads.DEFAULT_GENERATOR  # a preset without the key
     tiny = by_workload["tiny"]
-    wl = workloads.preset("wan2.1-1.3b", tiny.frames, "480p")
-    q, _, _ = inputs._workload_qkv(tiny, torch.device("cpu"))
+    wl = workloads.preset("wan2.1-1.3b", tiny.inputs.frames, "480p")
+    q, _, _ = inputs._workload_qkv(tiny.inputs, torch.device("cpu"))
     expected, _, _ = workloads.synthetic(wl, heads=[1], layer=2, step=5, config=workloads.generator("scene"))
     assert torch.equal(q, expected)
-    assert inputs.key(tiny) != inputs.key(replace(tiny, generator="clusters"))
-    result = pipeline.run_cell(replace(tiny, reps=1, warmup=0))
+    assert pipeline.inputs_key(tiny) != pipeline.inputs_key(tiny.replaced(generator="clusters"))
+    result = pipeline.run_cell(tiny.replaced(reps=1, warmup=0))
     assert result.status == "done", result.traceback
     assert 0 < result.density < 1
 
 
 def test_a_bare_shape_cell_names_no_generator():
     cfg = config.load(["~sweep", "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original]"])
-    assert {c.generator for c in grid.expand(cfg).cells} == {None}
+    assert {c.inputs.generator for c in grid.expand(cfg).cells} == {None}
 
 
 @pytest.mark.parametrize(("yaml_text", "says"), [

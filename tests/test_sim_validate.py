@@ -93,7 +93,7 @@ def test_json_lines_and_variant_names_are_accepted(tmp_path):
         row["stages"] = variant
     path = tmp_path / "ncu.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
-    assert [m.cell.stages for m in validate_sim.from_table(path, "h200")] == list(STAGES)
+    assert [m.cell.attention.stages for m in validate_sim.from_table(path, "h200")] == list(STAGES)
 
 
 def test_a_row_without_a_required_column_is_rejected(tmp_path):
@@ -122,7 +122,9 @@ def test_masks_regenerate_exactly_as_bench_kernels_made_them(tmp_path):
            "block_size": 128, "head_dim": 128, "density": 0.2449, "seed": 0, "l2_hit_pct": 50.0,
            "dram_read_bytes": 1e9, "kernel_ms": 1.0}
     [measured] = validate_sim.from_table(_write_csv(tmp_path / "ncu.csv", [row]), "h200", mask_density=0.25)
-    mask, _ = inputs.build(validate_sim.as_simulated(measured, None, 0.0), torch.device("cpu"))
+    cell = validate_sim.as_simulated(measured, None, 0.0)
+    mask, _ = inputs.build(inputs.InputRequest(cell.inputs, cell.attention.geometry.block_size, torch.device("cpu"),
+                                               with_qkv=False))
     assert torch.equal(mask, synthetic.planted_mask(2, 16, 16, 0.25, seed=0))
 
 
@@ -130,11 +132,11 @@ def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
     """Rows as a GPU sweep measuring ncu writes them (counters set to the simulator's own figures)."""
     rows = []
     for stages, variant in (("none", "original"), ("both", "wavealign")):
-        cell = Cell(cell_id=variant, group_id="g", hardware="h200", profile_hardware="h200", backend="flex",
-                    method="planted", variant=variant, stages=stages, skip_mode="force", workload="shape-2h",
-                    seq_len_tokens=2048, num_heads=2, head_dim=128, block_size=128, wave_size=WAVE,
-                    method_params={"density": 0.3, "seed": 4}, measure="ncu")
-        [predicted] = pipeline.run_group([dataclasses.replace(cell, measure="simulated")])
+        cell = Cell.from_flat(dict(cell_id=variant, group_id="g", hardware="h200", profile_hardware="h200",
+                                   backend="flex", method="planted", variant=variant, stages=stages, skip_mode="force",
+                                   workload="shape-2h", seq_len_tokens=2048, num_heads=2, head_dim=128, block_size=128,
+                                   wave_size=WAVE, method_params={"density": 0.3, "seed": 4}, measure="ncu"))
+        [predicted] = pipeline.run_group([cell.replaced(measure="simulated")])
         result = dataclasses.replace(predicted, simulated=False, timer="cuda_events",
                                      ncu_l2_hit_pct=predicted.l2_hit_pct + 3.0,
                                      ncu_dram_read_bytes=predicted.hbm_read_bytes, ncu_kernel_ms=1.0)

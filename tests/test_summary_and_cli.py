@@ -6,7 +6,6 @@ import json
 import math
 import re
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,11 @@ LENGTHS = (512, 1024)
 
 
 def make_cell(**changes) -> Cell:
-    cell = Cell(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100", backend="reference",
-                method="planted", variant="original", stages="none", skip_mode="force", workload="shape",
-                seq_len_tokens=1024, num_heads=2, head_dim=32, block_size=128, wave_size=4, reps=2, warmup=0)
-    return replace(cell, **changes)
+    cell = Cell.from_flat(dict(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100",
+                               backend="reference", method="planted", variant="original", stages="none",
+                               skip_mode="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
+                               block_size=128, wave_size=4, reps=2, warmup=0))
+    return cell.replaced(**changes)
 
 
 def group_rows(tokens: int) -> list[dict]:
@@ -190,7 +190,7 @@ def test_the_roofline_model_is_within_2x_of_the_measured_h200_table1_cells(tmp_p
     rows = dataset.read(tmp_path).to_pylist()
     assert len(rows) == 10
     for row in rows:
-        modelled = plan.model_seconds(Cell(**json.loads(row["cell_json"])), density=row["density"])
+        modelled = plan.model_seconds(Cell.from_flat(json.loads(row["cell_json"])), density=row["density"])
         assert 0.5 <= modelled / row["cell_wall_s"] <= 2.0, (row["method"], row["variant"], modelled)
 
 

@@ -1,8 +1,8 @@
 """The attention step, one for every caller: a block mask -> the skip decision -> the launch order -> the backend's
 launch -> its run, the output in the original row order (bitwise what running without the reorder gives).
 
-    step = AttentionStep(backend="fa4", variant=variants.get("adaptive"), hardware="h200", wave_size=132,
-                         block_size=128)
+    step = AttentionStep(backend="fa4", variant=variants.get("adaptive"),
+                         geometry=kernels.get("fa4").geometry("h200", block_size=128))
     prepared = step.prepare(mask, features=step.features(mask, head_dim=128))   # decision and order
     out = step.launch(mask, prepared.order, LaunchShape.of(q, k, 128)).run(q, k, v)
 
@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 import torch
 
-from wavealign import kernels, launch_order, masks, reorderers, skip, variants, workloads
+from wavealign import inputs, kernels, launch_order, masks, reorderers, skip, variants
 from wavealign.instruments.timing import synced_clock
 from wavealign.kernels import Launch, LaunchShape
-from wavealign.records import DEFAULT_REORDERER, Cell
+from wavealign.records import DEFAULT_REORDERER, AttentionSpec, InputSpec, LaunchGeometry
 
 T = TypeVar("T")
 # times a plan: timer(plan, device, warmup) -> (plan's value, ms); ``warmup`` says a first call may hold a compile
@@ -67,14 +67,13 @@ class Prepared:
 
 @dataclass(frozen=True)
 class AttentionStep:
-    """One attention step: ``backend``'s launch of a mask, rows in the order ``variant`` asks, decided by the skip
-    profile of ``hardware`` (the GPU it runs on or is simulated for) where the variant lets the policy veto."""
+    """One attention step: ``backend``'s launch of a mask, rows in the order ``variant`` asks, in waves and blocks of
+    ``geometry``, decided by the skip profile of its GPU (the one it runs on or is simulated for) where the variant
+    lets the policy veto."""
 
     backend: str
     variant: variants.Variant
-    hardware: str | None
-    wave_size: int
-    block_size: int
+    geometry: LaunchGeometry
     reorderer: str = DEFAULT_REORDERER
     reorderer_params: Mapping[str, Any] = field(default_factory=dict)
     backend_params: Mapping[str, Any] = field(default_factory=dict)
@@ -86,18 +85,18 @@ class AttentionStep:
     token_ordered: bool = False
 
     @classmethod
-    def for_cell(cls, cell: Cell) -> AttentionStep:
-        """The step a sweep cell runs."""
-        return cls(backend=cell.backend, variant=variants.Variant(cell.variant, cell.stages, cell.skip_mode),
-                   hardware=cell.profile_hardware, wave_size=cell.wave_size, block_size=cell.block_size,
-                   reorderer=cell.reorderer, reorderer_params=cell.reorderer_params,
-                   backend_params=cell.backend_params, seed=cell.seed, latent=cell_latent(cell),
-                   token_ordered=masks.get(cell.method).token_order is not None)
+    def of(cls, spec: AttentionSpec, on: InputSpec) -> AttentionStep:
+        """The step ``spec`` describes, on the inputs ``on`` (their seed, latent video and token order)."""
+        return cls(backend=spec.backend, variant=variants.Variant(spec.variant, spec.stages, spec.skip_mode),
+                   geometry=spec.geometry, reorderer=spec.reorderer, reorderer_params=spec.reorderer_params,
+                   backend_params=spec.backend_params, seed=on.seed, latent=inputs.latent(on),
+                   token_ordered=masks.get(on.method).token_order is not None)
 
     def features(self, mask: torch.Tensor, head_dim: int) -> skip.SkipFeatures:
         """The mask's statistics the skip policy reads, for this step's GPU and wave."""
-        return skip.features(mask, self.hardware, block_size=self.block_size, head_dim=head_dim,
-                             wave_size=self.wave_size)
+        g = self.geometry
+        return skip.features(mask, g.profile_hardware, block_size=g.block_size, head_dim=head_dim,
+                             wave_size=g.wave_size)
 
     def decide(self, features: skip.SkipFeatures | None) -> LaunchDecision:
         """The skip policy's verdict on ``features`` and the stages that follow from it. ``features`` may be None
@@ -109,7 +108,7 @@ class AttentionStep:
                                  "features")
             return LaunchDecision(self.variant.stages, None, f"variant {self.variant.name!r} forces its stages")
         try:
-            profile = skip.load_profile(self.hardware)
+            profile = skip.load_profile(self.geometry.profile_hardware)
         except ValueError as exc:
             skip_reorder, reason, gain = True, f"reorder: no skip profile ({exc})", math.nan
         else:
@@ -125,9 +124,9 @@ class AttentionStep:
         declared = reorderers.get(self.reorderer).params
         if stages in ("spatial", "both") and (refused := order_refused(self.reorderer, self.token_ordered)):
             raise ValueError(refused)
-        facts = {"latent": self.latent, "block_size": self.block_size}
+        facts = {"latent": self.latent, "block_size": self.geometry.block_size}
         params = {**self.reorderer_params, **{k: facts[k] for k in reorderers.STEP_PARAMS if k in declared}}
-        return launch_order.plan(mask, wave_size=self.wave_size, stages=stages, seed=self.seed,
+        return launch_order.plan(mask, wave_size=self.geometry.wave_size, stages=stages, seed=self.seed,
                                  reorderer=self.reorderer, **params)
 
     def prepare(self, mask: torch.Tensor, *, features: skip.SkipFeatures | None = None,
@@ -147,8 +146,8 @@ class AttentionStep:
         the original order's (``features``) when it applies none."""
         if prepared.order is None:
             return features.wave_working_set_bytes
-        return skip.wave_working_set_bytes(launch_order.permute_mask(prepared.mask, prepared.order), self.wave_size,
-                                           self.block_size, head_dim)
+        return skip.wave_working_set_bytes(launch_order.permute_mask(prepared.mask, prepared.order),
+                                           self.geometry.wave_size, self.geometry.block_size, head_dim)
 
     def launch(self, mask: torch.Tensor, order: launch_order.RowOrder | None, shape: LaunchShape) -> Launch:
         """``backend.plan``: the launch of ``mask`` in ``order`` for ``shape``."""
@@ -164,13 +163,3 @@ def order_refused(reorderer: str, token_ordered: bool) -> str | None:
                 "rows are blocks of its method's own token order (cubes or clusters), which have none; expected a "
                 "method without a token order")
     return None
-
-
-def cell_latent(cell: Cell) -> tuple[int, int, int] | None:
-    """The latent (T, H, W) of a cell's tokens: its captured file's grid, or its model preset's; None for a bare
-    (seq_len, heads) shape."""
-    if cell.captured is not None:
-        return workloads.read_header(cell.captured).grid
-    if cell.model is None:
-        return None
-    return workloads.preset(cell.model, frames=cell.frames, resolution=cell.resolution).latent

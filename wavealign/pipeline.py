@@ -12,6 +12,7 @@ knows nothing of Ray, Hydra or MLflow; the records it returns are ``wavealign.re
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
 
@@ -19,7 +20,8 @@ import torch
 
 from wavealign import environment, measurers, metrics, placement, skip
 from wavealign.attention import AttentionStep
-from wavealign.inputs import QKV, InputCache, launch_shape
+from wavealign.inputs import QKV, InputCache, InputRequest, launch_shape
+from wavealign.inputs import key as input_key
 from wavealign.instruments import timing
 from wavealign.measurers import Measurement
 from wavealign.records import Cell, CellResult, Environment
@@ -58,9 +60,9 @@ def run_group(cells: list[Cell], then: list[Cell] | None = None, inputs: InputCa
         except Exception as exc:
             results.append(_failed(cell, exc, env))
         results[-1].inputs_prefetched = prefetched
-    for name in dict.fromkeys(c.measure for c in cells):  # each measurer's work on its group's cells, once
+    for name in dict.fromkeys(c.measurer.measure for c in cells):  # each measurer's work on its cells, once
         after = measurers.get(name).after_group
-        group = [m for m in measured if m.cell.measure == name]
+        group = [m for m in measured if m.cell.measurer.measure == name]
         try:
             if after is not None:
                 after(group)
@@ -73,32 +75,56 @@ def run_group(cells: list[Cell], then: list[Cell] | None = None, inputs: InputCa
     return results
 
 
+def inputs_key(cell: Cell) -> str:
+    """The identity of a cell's inputs before a worker builds them (``inputs.key`` in its worker pool): groups with
+    equal keys run on the same mask and Q/K/V, which a worker keeps from one to the next."""
+    return input_key(cell.inputs, cell.attention.geometry.block_size, measurers.get(cell.measurer.measure).needs_qkv,
+                     placement.pool(cell))
+
+
+def input_request(cell: Cell) -> InputRequest:
+    """The inputs a cell's group needs on this worker: its spec's mask on its device, with Q/K/V if its measurer
+    runs the kernel."""
+    return InputRequest(cell.inputs, cell.attention.geometry.block_size, placement.device(cell),
+                        with_qkv=measurers.get(cell.measurer.measure).needs_qkv)
+
+
 def _group_inputs(cell: Cell, inputs: InputCache, then: list[Cell] | None):
     """The group's device, mask, Q/K/V and skip features, the ms they took (the mask's cost, shared by the group)
     and whether a prefetch built them; ``then``'s prefetch starts once they are taken (or failed to be)."""
     try:
-        device = placement.device(cell)
-        mask, qkv, build_ms, prefetched = inputs.take(cell, device)
+        request = input_request(cell)
+        mask, qkv, build_ms, prefetched = inputs.take(request)
     finally:
         if then:
-            inputs.prefetch(then)
+            _prefetch(inputs, then[0])
     start = time.perf_counter()
-    features = AttentionStep.for_cell(cell).features(mask, cell.head_dim)
-    return device, mask, qkv, features, build_ms + (time.perf_counter() - start) * 1e3, prefetched
+    features = AttentionStep.of(cell.attention, cell.inputs).features(mask, cell.inputs.head_dim)
+    return request.device, mask, qkv, features, build_ms + (time.perf_counter() - start) * 1e3, prefetched
+
+
+def _prefetch(inputs: InputCache, cell: Cell) -> None:
+    """Start building ``cell``'s group's inputs in the background; a request that cannot be made (no device for it
+    here) is left for that group's own ``take``, which fails its cells with the error."""
+    try:
+        request = input_request(cell)
+    except Exception:
+        return
+    inputs.prefetch(request, cell.group_id)
 
 
 def _failed(cell: Cell, exc: BaseException, env: Environment) -> CellResult:
     return CellResult(cell_id=cell.cell_id, group_id=cell.group_id, status="failed",
                       error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(),
-                      simulated=measurers.get(cell.measure).predicted, environment=env)
+                      simulated=measurers.get(cell.measurer.measure).predicted, environment=env)
 
 
 def _measure(cell: Cell, mask: torch.Tensor, features: skip.SkipFeatures, qkv: QKV | None, device: torch.device,
              mask_ms: float, env: Environment) -> Measurement:
     """One cell on the group's inputs: its step prepared (decision and order, the plan timed), then measured."""
     start = time.perf_counter()
-    measurer = measurers.get(cell.measure)
-    step = AttentionStep.for_cell(cell)
+    measurer = measurers.get(cell.measurer.measure)
+    step = AttentionStep.of(cell.attention, cell.inputs)
     result = CellResult(cell_id=cell.cell_id, group_id=cell.group_id, status="done", simulated=measurer.predicted,
                         mask_ms=mask_ms, environment=env)
     for name in FEATURE_FIELDS:
@@ -109,8 +135,9 @@ def _measure(cell: Cell, mask: torch.Tensor, features: skip.SkipFeatures, qkv: Q
     result.skip_predicted_gain_ms = decision.predicted_gain_ms
     result.stages_applied, result.reorder_applied = decision.stages, decision.reordered
     result.reorder_ms, result.reorder_cost = prepared.reorder_ms, "measured"
-    result.reordered_wave_working_set_bytes = step.wave_working_set_bytes(prepared, features, cell.head_dim)
-    measurement = Measurement(cell, step, prepared, qkv, launch_shape(cell, qkv, device), device, result)
+    result.reordered_wave_working_set_bytes = step.wave_working_set_bytes(prepared, features, cell.inputs.head_dim)
+    shape = launch_shape(cell.inputs, cell.attention.geometry, qkv, device)
+    measurement = Measurement(cell, step, prepared, qkv, shape, device, result)
     measurer.measure(measurement)
     result.cell_wall_s = time.perf_counter() - start
     return measurement
@@ -124,8 +151,8 @@ def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
     for r in results:
         if r.status == "done":
             r.total_ms = r.reorder_ms + r.kernel_ms_median
-    baseline = next((r for c, r in zip(cells, results, strict=True)
-                     if metrics.is_baseline(c.variant) and r.status == "done" and r.kernel_ms_median > 0), None)
+    baseline = next((r for c, r in zip(cells, results, strict=True) if metrics.is_baseline(c.attention.variant)
+                     and r.status == "done" and r.kernel_ms_median > 0), None)
     if baseline is None:
         return
     for r in results:
@@ -141,9 +168,11 @@ def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
             r.speedup_vs_original, r.speedup_ci_low, r.speedup_ci_high = kernel.point, kernel.low, kernel.high
             r.net_speedup_vs_original, r.net_speedup_ci_low, r.net_speedup_ci_high = net.point, net.low, net.high
             r.speedup_outliers = kernel.outliers
-        r.verdict = metrics.verdict(r.speedup_ci_low, r.speedup_ci_high, point=r.speedup_vs_original)
-        r.net_verdict = metrics.verdict(r.net_speedup_ci_low, r.net_speedup_ci_high,
-                                        point=r.net_speedup_vs_original)
+        # a prediction is judged on its point; a measurement only on its interval (none from one rep)
+        point, net_point = ((r.speedup_vs_original, r.net_speedup_vs_original) if r.simulated
+                            else (math.nan, math.nan))
+        r.verdict = metrics.verdict(r.speedup_ci_low, r.speedup_ci_high, point=point)
+        r.net_verdict = metrics.verdict(r.net_speedup_ci_low, r.net_speedup_ci_high, point=net_point)
 
 
 def _intervals(baseline: CellResult, r: CellResult) -> tuple[metrics.Ratio, metrics.Ratio] | tuple[None, None]:

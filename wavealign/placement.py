@@ -55,7 +55,7 @@ def why_not(hardware: str, backend: str, measure: str, method: str | None = None
 def pool(cell: Cell) -> str:
     """The worker pool a cell runs in: ``simulator`` for a measurer that models the cell's GPU from a CPU worker;
     ``cpu`` for a cell timed on a CPU; else its GPU type."""
-    if measurers.get(cell.measure).models_gpu:
+    if measurers.get(cell.measurer.measure).models_gpu:
         return SIMULATOR
     return CPU if cell.hardware == CPU else cell.hardware
 
@@ -66,11 +66,11 @@ def device(cell: Cell) -> torch.device:
     when this process sees one (a sweep's CPU workers see none: Ray hides the GPUs from them), else on the CPU. A GPU
     backend on a worker without CUDA is an error."""
     if pool(cell) in CPU_POOLS:
-        models_gpu = measurers.get(cell.measure).models_gpu
+        models_gpu = measurers.get(cell.measurer.measure).models_gpu
         return torch.device("cuda" if models_gpu and torch.cuda.is_available() else "cpu")
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if not kernels.get(cell.backend).needs_gpu:
+    if not kernels.get(cell.attention.backend).needs_gpu:
         return torch.device("cpu")
-    raise RuntimeError(f"cell {cell.cell_id} runs backend {cell.backend!r} on hardware {cell.hardware!r}, but this "
-                       "worker has no CUDA GPU")
+    raise RuntimeError(f"cell {cell.cell_id} runs backend {cell.attention.backend!r} on hardware {cell.hardware!r}, "
+                       "but this worker has no CUDA GPU")

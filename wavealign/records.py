@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GPU of a given type
@@ -28,25 +28,16 @@ def order_name(variant: str, reorderer: str | None) -> str:
     return f"{variant}[{reorderer}]"
 
 
-@dataclass
-class Cell:
-    """One point of a sweep grid, fully resolved (no defaults left to a worker)."""
+@dataclass(frozen=True)
+class InputSpec:
+    """What a cell's inputs are built from: its workload's shape and origin, and the mask method with its params.
+    Cells with equal specs (and block size) get the same mask and Q/K/V (``wavealign.inputs``)."""
 
-    cell_id: str
-    group_id: str  # cells sharing workload, mask, hardware and backend: timed back to back
-    hardware: str  # GPU type the cell runs on (or is simulated for); "cpu" = any worker's CPU
-    profile_hardware: str  # GPU description for wave size and skip features (= hardware unless cpu)
-    backend: str  # the kernel that runs (or whose launch is simulated)
-    method: str
-    variant: str  # wavealign.variants; its stages and skip mode below
-    stages: str  # launch_order.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
-    skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
     workload: str
+    method: str
     seq_len_tokens: int
     num_heads: int
     head_dim: int
-    block_size: int
-    wave_size: int
     seed: int = 0
     seq_k: float | None = None  # the requested length in thousands of tokens (seq_len_tokens: the nearest valid)
     model: str | None = None  # a wavealign.workloads preset; None = a bare (seq_len, heads) shape
@@ -57,24 +48,67 @@ class Cell:
     layer: int = 0
     step: int = 0  # the generator's denoising step (attention sharpens as the video forms)
     # the synthetic generator that draws a model preset's Q/K/V (wavealign.workloads.GENERATORS); None for a captured
-    # file or a bare shape. Cells recorded before it was named were drawn by the cluster generator, its default here
-    generator: str | None = "clusters"
+    # file or a bare shape
+    generator: str | None = None
     method_params: dict[str, Any] = field(default_factory=dict)
-    backend_params: dict[str, Any] = field(default_factory=dict)
-    # how the launch is measured (wavealign.measurers: timed, simulated, ncu) and the measurer's params
-    measure: str = "timed"
-    measure_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LaunchGeometry:
+    """The blocks and waves a launch is planned in: the GPU described (``profile_hardware``: the cell's hardware, or
+    the GPU a CPU cell stands in for), the mask's block size, and the rows that run together (a wave)."""
+
+    profile_hardware: str | None
+    block_size: int
+    wave_size: int
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The attention step a cell runs (``wavealign.attention.AttentionStep``): its variant (``wavealign.variants``:
+    ``stages`` and ``skip_mode``), the spatial step's reorderer, the backend and the launch geometry."""
+
+    variant: str
+    stages: str  # launch_order.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
+    skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
+    backend: str  # the kernel that runs (or whose launch is simulated)
+    geometry: LaunchGeometry
     # the spatial step (wavealign.reorderers) and its params; NO_REORDERER when ``stages`` has none
     reorderer: str = DEFAULT_REORDERER
     reorderer_params: dict[str, Any] = field(default_factory=dict)
+    backend_params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MeasurerSpec:
+    """How a cell's launch is measured: the measurer (``wavealign.measurers``: timed, simulated, ncu), its params,
+    and the repetitions after the warm-up calls."""
+
+    measure: str = "timed"
+    measure_params: dict[str, Any] = field(default_factory=dict)
     reps: int = 5
     warmup: int = 1
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of a sweep grid, resolved once at grid expansion into the parts the library takes: ``inputs``
+    (``wavealign.inputs``), ``attention`` (``wavealign.attention.AttentionStep``), ``measurer``
+    (``wavealign.measurers``) and where it runs (``hardware``, ``wavealign.placement``). Only the sweep's grid makes
+    one (``orchestrator.grid``); a dataset row or ``cell_json`` is its flat view (``flat``, ``from_flat``), one
+    column per leaf field."""
+
+    cell_id: str
+    group_id: str  # cells sharing workload, mask, hardware and backend: timed back to back
+    hardware: str  # GPU type the cell runs on (or is simulated for); "cpu" = any worker's CPU
+    inputs: InputSpec
+    attention: AttentionSpec
+    measurer: MeasurerSpec
 
     @classmethod
     def column_hints(cls) -> dict[str, Any]:
         """The type hint of each column of a cell's flat view (``flat``), in order: the dataset's cell columns."""
-        hints = typing.get_type_hints(cls)
-        return {f.name: hints[f.name] for f in fields(cls)}
+        return _leaf_hints(cls)
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
@@ -82,14 +116,49 @@ class Cell:
         return tuple(cls.column_hints())
 
     def flat(self) -> dict[str, Any]:
-        """The cell as one flat mapping of plain values, a key per column: what the dataset records and ids hash."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The cell as one flat mapping, a key per column: what the dataset records and ids hash."""
+        return _leaves(self)
+
+    def replaced(self, **columns: Any) -> Cell:
+        """This cell with some columns of its flat view changed (``dataclasses.replace`` over ``flat``)."""
+        if unknown := sorted(set(columns) - set(self.columns())):
+            raise ValueError(f"columns {unknown} are not a cell's; expected among {list(self.columns())}")
+        return Cell.from_flat({**self.flat(), **columns})
 
     @classmethod
     def from_flat(cls, values: Mapping[str, Any]) -> Cell:
-        """The cell a flat mapping (a dataset row, ``cell_json``) describes; keys that are not columns are ignored."""
-        names = set(cls.columns())
-        return cls(**{k: v for k, v in values.items() if k in names})
+        """The cell a flat mapping (a dataset row, ``cell_json``) describes; keys that are not columns are ignored,
+        and a leaf with a default may be missing."""
+        return _from_leaves(cls, values)
+
+
+def _leaf_hints(record: type) -> dict[str, Any]:
+    """Each leaf field of a record of nested frozen records, by name, with its type hint."""
+    hints = typing.get_type_hints(record)
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        out.update(_leaf_hints(hints[f.name]) if is_dataclass(hints[f.name]) else {f.name: hints[f.name]})
+    return out
+
+
+def _leaves(record: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        out.update(_leaves(value) if is_dataclass(value) else {f.name: value})
+    return out
+
+
+def _from_leaves(record: type, values: Mapping[str, Any]) -> Any:
+    hints = typing.get_type_hints(record)
+    kwargs: dict[str, Any] = {}
+    for f in fields(record):
+        hint = hints[f.name]
+        if is_dataclass(hint):
+            kwargs[f.name] = _from_leaves(hint, values)
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return record(**kwargs)
 
 
 @dataclass

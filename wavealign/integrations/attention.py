@@ -130,19 +130,16 @@ class BlockSparseAttention:
         if not backend.is_available():  # hardware= names the GPU to plan for, not one this process has
             raise ValueError(f"backend {self.backend!r} cannot run in this process (no GPU it runs on, or its "
                              f"package missing); expected one of the backends that can: {kernels.available()}")
-        if self.wave_size is None:
-            if self.hardware is None:
-                raise ValueError("wave_size=None needs a GPU to take the backend's wave from; this process sees none "
-                                 "(or an unknown one): pass hardware='h200' (any wavealign.hardware id) or wave_size")
-            self.wave_size = backend.wave_size(self.hardware)
-        self.wave_size = check_int("wave_size", self.wave_size, lo=1, hi=launch_order.MAX_WAVE_SIZE)
+        if self.wave_size is not None:
+            self.wave_size = check_int("wave_size", self.wave_size, lo=1, hi=launch_order.MAX_WAVE_SIZE)
+        geometry = backend.geometry(self.hardware, self.block_size, self.wave_size)
+        self.wave_size = geometry.wave_size
         if variant.skip == "policy":
             if self.hardware is None:
                 raise ValueError(f"reorder={self.reorder!r} needs hardware= (a wavealign.hardware id with a skip "
                                  "profile)")
             skip.load_profile(self.hardware)  # a ValueError naming the hardware when there is none
-        self.step = AttentionStep(backend=self.backend, variant=variant, hardware=self.hardware,
-                                  wave_size=self.wave_size, block_size=self.block_size, reorderer=self.reorderer,
+        self.step = AttentionStep(backend=self.backend, variant=variant, geometry=geometry, reorderer=self.reorderer,
                                   latent=self.latent, token_ordered=method.token_order is not None)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, layer: int = 0,

@@ -27,6 +27,7 @@ import torch
 
 from wavealign import hardware as hardware_registry
 from wavealign.blockmask import check_int
+from wavealign.records import LaunchGeometry
 from wavealign.registry import Registry
 
 KV_WALKS = ("forward", "reverse")
@@ -265,6 +266,18 @@ class Backend:
     def takes(self, method: str) -> bool:
         """Whether it computes the masks of mask method ``method``: a ``dense_only`` backend takes ``dense``'s."""
         return not self.dense_only or method == "dense"
+
+    def geometry(self, hardware: str | None, block_size: int, wave_size: int | None = None) -> LaunchGeometry:
+        """The geometry of this backend's launches on ``hardware`` (a ``wavealign.hardware`` id; None: none known)
+        in blocks of ``block_size``: its wave is ``wave_size`` when given, else ``self.wave_size(hardware)``. The one
+        place a wave size defaults."""
+        if wave_size is None:
+            if hardware is None:
+                raise ValueError(f"backend {self.name!r}: wave_size=None needs a GPU to take the wave from; pass "
+                                 "hardware='h200' (any wavealign.hardware id) or a wave_size")
+            wave_size = self.wave_size(hardware)
+        name = None if hardware is None else hardware_registry.get(hardware).name
+        return LaunchGeometry(profile_hardware=name, block_size=int(block_size), wave_size=int(wave_size))
 
     def wave_size(self, hardware: str | hardware_registry.Hardware) -> int:
         """Rows that run at once on ``hardware``: its SMs x this backend's resident CTAs per SM (the paper's wave)."""

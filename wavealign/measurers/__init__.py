@@ -8,7 +8,8 @@
 A sweep cell names its measurer (``grid.measure``); the pipeline prepares the cell's attention step on the group's
 inputs and hands it over as a ``Measurement``, whose ``result`` the measurer fills. What a measurer is lives in its
 entry: whether its cells need Q/K/V, whether it models a GPU from a CPU worker (``wavealign.placement`` places it),
-whether its figures are predictions (recorded ``simulated``), its parameters (``grid.measure_params``). Adding one is
+whether its figures are predictions (recorded ``simulated``), its parameters (``grid.measure_params``), and how many
+times it runs a cell's launch (``runs``: what scheduling a cell costs). Adding one is
 a module that calls ``register`` plus ``conf/measure/<name>.yaml``.
 """
 
@@ -23,7 +24,7 @@ import torch
 
 from wavealign.attention import AttentionStep, Prepared
 from wavealign.kernels import LaunchShape
-from wavealign.records import Cell, CellResult
+from wavealign.records import Cell, CellResult, MeasurerSpec
 from wavealign.registry import Registry, resolve_params
 
 
@@ -58,6 +59,9 @@ class Measurer:
     predicted: bool = False  # its figures are a model's prediction (CellResult.simulated), not a measurement
     alone_on_gpu: bool = False  # its group wants the GPU to itself: no next inputs built beside it
     after_group: Callable[[list[Measurement]], None] | None = None
+    # how many times measuring a cell runs (or models) its launch: the multiplier of the cell's scheduling cost
+    # (the dispatcher's order, the dry run's time estimate)
+    runs: Callable[[MeasurerSpec], int] = lambda spec: 1
 
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``params`` (a cell's ``measure_params``), each checked."""

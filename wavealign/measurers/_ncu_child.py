@@ -1,6 +1,7 @@
 """The program ``ncu`` profiles (``measurers.ncu``): ``python -m wavealign.measurers._ncu_child CELLS.json`` builds
-the group's inputs once; per cell it plans the order and the launch, warms up, then runs one launch between profiler
-start/stop, opened by the marker kernel."""
+the group's inputs once on the GPU; per cell it plans the order and the launch, warms up, then runs one launch
+between profiler start/stop, opened by the marker kernel. The cells are the group's, each with the stages it applied
+forced (their flat view, ``Cell.flat``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import json
 import sys
 from pathlib import Path
 
-from wavealign import inputs, placement
+import torch
+
+from wavealign import inputs
 from wavealign.attention import AttentionStep
 from wavealign.instruments import ncu
 from wavealign.records import Cell
@@ -16,12 +19,14 @@ from wavealign.records import Cell
 
 def main(spec_path: str) -> int:
     cells = [Cell.from_flat(c) for c in json.loads(Path(spec_path).read_text())["cells"]]
-    device = placement.device(cells[0])
-    mask, qkv = inputs.build(cells[0], device)
+    device = torch.device("cuda")
+    first = cells[0]
+    mask, qkv = inputs.build(inputs.InputRequest(first.inputs, first.attention.geometry.block_size, device,
+                                                 with_qkv=True))
     for cell in cells:
-        step = AttentionStep.for_cell(cell)
-        order = None if cell.stages == "none" else step.plan_order(mask, cell.stages)
-        launch = step.launch(mask, order, inputs.launch_shape(cell, qkv, device))
+        step, stages = AttentionStep.of(cell.attention, cell.inputs), cell.attention.stages
+        order = None if stages == "none" else step.plan_order(mask, stages)
+        launch = step.launch(mask, order, inputs.launch_shape(cell.inputs, cell.attention.geometry, qkv, device))
         ncu.profile_one_launch(lambda launch=launch: launch.run(*qkv), marker=True)
     return 0
 

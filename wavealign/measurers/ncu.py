@@ -30,7 +30,9 @@ def profile(done: list[Measurement]) -> None:
         for m in done:
             m.result.ncu_unavailable = "Nsight Compute profiles GPU cells; this cell ran on the CPU"
         return
-    cells = [replace(m.cell, stages=m.result.stages_applied, skip_mode="force", measure="timed") for m in done]
+    # each cell with the stages it applied, forced: the child launches what was timed, on the same inputs
+    cells = [replace(m.cell, attention=replace(m.cell.attention, stages=m.result.stages_applied, skip_mode="force"))
+             for m in done]
     with tempfile.TemporaryDirectory(prefix="wavealign-ncu-") as tmp:
         spec = Path(tmp) / "cells.json"
         spec.write_text(json.dumps({"cells": [c.flat() for c in cells]}))
@@ -50,7 +52,7 @@ def profile(done: list[Measurement]) -> None:
         if not launches:
             result.ncu_unavailable = "ncu profiled no kernel of this cell's launch"
             continue
-        summary = ncu.summarize(launches, kernel_pattern=kernels.get(m.cell.backend).ncu_kernels)
+        summary = ncu.summarize(launches, kernel_pattern=kernels.get(m.step.backend).ncu_kernels)
         result.ncu_kernel_ms, result.ncu_l2_hit_pct = summary.kernel_ms, summary.l2_hit_pct
         result.ncu_dram_throughput_pct, result.ncu_sm_throughput_pct = (summary.dram_throughput_pct,
                                                                         summary.sm_throughput_pct)
@@ -61,4 +63,5 @@ def profile(done: list[Measurement]) -> None:
 
 measurers.register(measurers.Measurer(
     name="ncu", measure=timed.measure, after_group=time_and_profile, alone_on_gpu=True,
+    runs=lambda spec: timed.runs(spec) + 1,  # and the one launch profiled
     description="timed, then one launch per cell profiled by Nsight Compute (L2 hit, DRAM bytes, occupancy)"))

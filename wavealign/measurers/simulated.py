@@ -30,18 +30,19 @@ from wavealign.skip import plan_cost
 def measure(m: Measurement) -> None:
     """The simulator's prediction of the launch, and the reorder's predicted cost on the GPU."""
     cell, result, order = m.cell, m.result, m.prepared.order
-    options = MEASURER.resolve(cell.measure_params)
-    q_stage = sim.execution_facts(cell.backend, m.shape.hardware).q_stage
+    options = MEASURER.resolve(cell.measurer.measure_params)
+    q_stage = sim.execution_facts(m.step.backend, m.shape.hardware).q_stage
     launch_rows = m.shape.q_blocks
     if q_stage > 1:
         units = sim.coarsen_rows(m.prepared.mask, q_stage)
         launch_rows = units.shape[-2]
         if order is not None:
             # a unit is q_stage blocks of tokens: a reorderer placing rows by position (curve) reads it so
-            step = dataclasses.replace(m.step, block_size=q_stage * m.shape.block_size)
+            step = dataclasses.replace(m.step, geometry=dataclasses.replace(
+                m.step.geometry, block_size=q_stage * m.shape.block_size))
             stages = m.prepared.decision.stages
             order, result.reorder_ms = timing.time_plan(lambda: step.plan_order(units, stages), m.device)
-    predicted = sim.simulate(m.prepared.mask, order, hardware=m.shape.hardware, backend=cell.backend,
+    predicted = sim.simulate(m.prepared.mask, order, hardware=m.shape.hardware, backend=m.step.backend,
                              head_dim=m.shape.head_dim, wave_size=m.shape.wave_size, block_size=m.shape.block_size,
                              **options)
     result.device, result.timer, result.reps_done = CPU, "simulated", 1
@@ -54,12 +55,12 @@ def measure(m: Measurement) -> None:
 def _predicted_plan_cost(m: Measurement, launch_rows: int) -> None:
     """The reorder's cost predicted for the cell's GPU, planning ``launch_rows`` rows per head; only WaveAlign's stages
     have a GPU model: another reorderer's cost there is unknown (NaN)."""
-    cell, result = m.cell, m.result
+    result, reorderer = m.result, m.step.reorderer
     result.host_reorder_ms = result.reorder_ms
-    if cell.reorderer not in plan_cost.MODELLED_REORDERERS:
-        result.reorder_ms, result.reorder_cost = math.nan, f"unknown: no GPU cost model for reorderer {cell.reorderer}"
+    if reorderer not in plan_cost.MODELLED_REORDERERS:
+        result.reorder_ms, result.reorder_cost = math.nan, f"unknown: no GPU cost model for reorderer {reorderer}"
         return
-    plan = plan_cost.predicted_plan_ms(cell.num_heads, launch_rows, m.shape.kv_blocks, cell.profile_hardware,
+    plan = plan_cost.predicted_plan_ms(m.shape.heads, launch_rows, m.shape.kv_blocks, m.shape.hardware,
                                        m.prepared.decision.stages)
     result.reorder_ms, result.reorder_cost = plan.ms, plan.source
 

@@ -17,9 +17,14 @@ from wavealign import gpu_state, measurers, metrics
 from wavealign.instruments import timing
 from wavealign.masks import check_flag, check_number, optional
 from wavealign.measurers import Measurement
-from wavealign.records import CPU
+from wavealign.records import CPU, MeasurerSpec
 
 PARAMS = {"paired": True, "stable_pct": 0.5, "budget_s": 1.0}
+
+
+def runs(spec: MeasurerSpec) -> int:
+    """The launches measuring a cell makes at least (``calls``)."""
+    return calls(spec.warmup, spec.reps)
 
 
 def calls(warmup: int, reps: int) -> int:
@@ -51,14 +56,14 @@ def time_group(group: list[Measurement]) -> None:
     if not pending:
         return
     first = pending[0]
-    params = measurers.get("timed").resolve(first.cell.measure_params)
+    params = measurers.get("timed").resolve(first.cell.measurer.measure_params)
     device = first.device
-    baseline = next((i for i, m in enumerate(pending) if metrics.is_baseline(m.cell.variant)), None)
+    baseline = next((i for i, m in enumerate(pending) if metrics.is_baseline(m.step.variant.name)), None)
     before = gpu_state.read(device)
     start = time.perf_counter()
     rounds = timing.time_rounds(
-        [m.call for m in pending], device=device, reps=max(m.cell.reps for m in pending),
-        warmup=max(max(m.cell.warmup for m in pending) - 1, 0), paired=params["paired"], baseline=baseline,
+        [m.call for m in pending], device=device, reps=max(m.cell.measurer.reps for m in pending),
+        warmup=max(max(m.cell.measurer.warmup for m in pending) - 1, 0), paired=params["paired"], baseline=baseline,
         stable_pct=params["stable_pct"], budget_s=params["budget_s"],
         throttled=None if before is None else lambda: _throttled(device))
     after = gpu_state.read(device)
@@ -82,7 +87,7 @@ def _throttled(device: torch.device) -> bool:
 
 
 measurers.register(measurers.Measurer(
-    name="timed", measure=measure, after_group=time_group,
+    name="timed", measure=measure, after_group=time_group, runs=runs,
     description="the launch timed where it runs: CUDA events (L2 flushed) on a GPU, the wall clock on a CPU; a "
                 "group's cells paired rep by rep until each speedup is stable",
     params=PARAMS,

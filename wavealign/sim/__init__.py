@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from wavealign import hardware as hardware_mod
-from wavealign import kernels
+from wavealign import kernels, metrics
 from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed
 from wavealign.kernels import ExecutionFacts
 from wavealign.sim.tiling import coarsen_rows
@@ -181,7 +181,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     hbm_read = float(trace.hbm_blocks.sum()) * kv_bytes + q_reads * q_bytes
     hbm_write = float(q_reads * q_bytes)  # O has Q's shape
     per_cta_flops = hw.peak_bf16_flops / wave * ex.mma_efficiency
-    step_s = 4.0 * ex.q_rows * ex.block_n * head_dim / per_cta_flops + ex.block_overhead_s
+    step_s = metrics.attention_flops(ex.q_rows, ex.block_n, head_dim, heads=1) / per_cta_flops + ex.block_overhead_s
     compute_s = trace.makespan_steps * step_s
     memory_s = (hbm_read + hbm_write) / hw.hbm_bytes_per_s
     kernel_s = max(compute_s, memory_s) + ex.exposed_memory_fraction * min(compute_s, memory_s) + LAUNCH_OVERHEAD_S
