@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import wavealign
-from wavealign import fingerprint
+from wavealign import fingerprint, user_config
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,3 +81,19 @@ def test_cell_and_sweep_ids_are_the_same_in_every_process(tmp_path):
     runs = [subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split() for seed in ("1", "2")]
     assert runs[0] == runs[1] and len(runs[0]) > 10
+
+
+def test_a_profile_the_user_installed_moves_the_code_version(tmp_path, monkeypatch):
+    """A fitted skip profile or generator in the user's folder changes what the library decides: a resumed sweep
+    must not keep cells measured before it was installed."""
+    monkeypatch.setenv(user_config.HOME_ENV, str(tmp_path))
+    fingerprint.code_version.cache_clear()
+    try:
+        plain = fingerprint.code_version()
+        user_config.profiles_dir().mkdir(parents=True)
+        (user_config.profiles_dir() / "h200.yaml").write_text("hardware: h200\n")
+        fingerprint.code_version.cache_clear()
+        installed = fingerprint.code_version()
+        assert installed.startswith(plain + ".user") and installed != plain
+    finally:
+        fingerprint.code_version.cache_clear()

@@ -6,7 +6,9 @@ blank lines and trailing spaces dropped, so editing comments does not invalidate
 docstring change does. Text, not an AST dump, so the same code hashes alike on every Python version. The
 ``.yaml`` data the code runs on (the calibrated workload generator, skip profiles) is hashed the same way.
 The sweep's own parts (``wavealign.SWEEP_PARTS``), which a wheel installs inside ``wavealign/``, are not the library
-and are left out, so a wheel and a checkout of the same code give the same fingerprint.
+and are left out, so a wheel and a checkout of the same code give the same fingerprint. The user's installed files
+(``wavealign.user_config``: fitted skip profiles and workload generators, read before the packaged ones) change what
+the library does too, so where there are any their digest is part of the fingerprint.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import tokenize
 from pathlib import Path
 
 import wavealign
+from wavealign import user_config
 
 PACKAGE_DIR = Path(wavealign.__file__).resolve().parent
 
@@ -36,10 +39,10 @@ def _yaml_normalized(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
 
 
-def source_digest(root: Path = PACKAGE_DIR) -> str:
+def source_digest(root: Path = PACKAGE_DIR, suffixes: tuple[str, ...] = (".py", ".yaml")) -> str:
     """12 hex digits of sha256 over the normalized ``.py`` and ``.yaml`` files under ``root``, by relative path."""
     digest = hashlib.sha256()
-    paths = [*root.rglob("*.py"), *root.rglob("*.yaml")]
+    paths = [p for suffix in suffixes for p in root.rglob(f"*{suffix}")]
     for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
         parts = path.relative_to(root).parts
         if "__pycache__" in parts or parts[0] in wavealign.SWEEP_PARTS:
@@ -52,5 +55,8 @@ def source_digest(root: Path = PACKAGE_DIR) -> str:
 
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """``<package version>+<source digest>``, e.g. ``0.1.0+3f2a9c1d0b7e``."""
-    return f"{wavealign.__version__}+{source_digest()}"
+    """``<package version>+<source digest>``, e.g. ``0.1.0+3f2a9c1d0b7e``, then ``.user<digest>`` where the user has
+    installed profiles or workload generators (``wavealign.user_config``)."""
+    installed = [d for d in (user_config.profiles_dir(), user_config.workloads_dir()) if any(d.glob("*.yaml"))]
+    user = "".join(source_digest(d, (".yaml",)) for d in installed)
+    return f"{wavealign.__version__}+{source_digest()}" + (f".user{user}" if user else "")
