@@ -1,10 +1,10 @@
 """Read sweep results into one pandas DataFrame: from a run root's Parquet dataset, or from an MLflow
 experiment whose sweep parent runs point at their datasets.
 
-Rows keep the dataset schema's columns (``wavealign.orchestrator.dataset.SCHEMA``), newest row per cell configuration
-(a cell re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once), plus
-the derived column ``seq_k`` (thousands of tokens); Nsight Compute figures are the dataset's flat ``ncu_*``
-columns.
+Rows keep the dataset schema's columns (``wavealign.orchestrator.dataset.SCHEMA``), rows written before today's
+fields read in them (``orchestrator.compat``, as ``dataset.read`` reads), newest row per cell configuration (a cell
+re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once); Nsight Compute
+figures are the dataset's flat ``ncu_*`` columns.
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
-from wavealign.orchestrator import dataset
+from wavealign.orchestrator import compat, dataset
 from wavealign.records import Cell
 
 DEFAULT_RUN_ROOT = Path("wavealign-runs")
 UNPLACED = "unschedulable"  # the status of a cell no node could take (``dataset.STATUSES``)
 SWEEP_KIND_TAG = "wavealign.kind"
 SWEEP_ID_TAG = "wavealign.sweep_id"
-# what drew a model preset's Q/K/V in rows written before cells named their generator
-_GENERATOR_BEFORE_NAMED = "clusters"
 
 
 def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
@@ -51,7 +49,7 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
     frame = pd.concat(frames, ignore_index=True) if frames else dataset.SCHEMA.empty_table().to_pandas()
     if latest_only and len(frames) > 1 and len(frame):
         frame = latest_per_configuration(frame, order=("recorded_at",))
-    frame = with_derived_columns(frame.reset_index(drop=True))
+    frame = frame.reset_index(drop=True)
     frame.attrs.update(run_roots=[str(r) for r in roots], tracking_uri=uri)
     return frame
 
@@ -149,14 +147,7 @@ def sweep_parent_runs(tracking_uri: str, sweep_ids: list[str]) -> list[str]:
 
 
 def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """Fill ``seq_k`` (the requested thousands of tokens) from the length run for rows written before cells
-    recorded it (dataset schema v1), and ``generator`` for model-preset rows written before cells named it: the
-    cluster generator drew those (``Cell.generator``'s default), whatever the library's default is today."""
-    frame = frame.copy()
-    if "seq_len_tokens" in frame:
-        derived = frame["seq_len_tokens"] / 1000.0
-        frame["seq_k"] = frame["seq_k"].fillna(derived) if "seq_k" in frame else derived
-    if {"generator", "model", "captured"} <= set(frame.columns):
-        unnamed = frame["generator"].isna() & frame["model"].notna() & frame["captured"].isna()
-        frame.loc[unnamed, "generator"] = _GENERATOR_BEFORE_NAMED
-    return frame
+    """A frame of result rows made elsewhere than ``load`` (which reads them upgraded) in today's fields: ``seq_k``
+    from the length run, a model preset's ``generator``, the ``reorderer`` of rows written before cells recorded
+    them (``orchestrator.compat``)."""
+    return compat.upgrade_frame(frame)

@@ -64,7 +64,7 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
     """For a ``key=value`` command: a ``UsageError`` for the first flag-like item that is not one of its
     ``own_flags``, with the ``key=value`` it most likely meant (``--run-root x`` -> ``run_root=x``;
     ``--tracking-uri x`` -> ``mlflow.tracking_uri=x``, the nearest of the ``known()`` key paths)."""
-    from wavealign.orchestrator.config import nearest_key
+    from wavealign.orchestrator.config_errors import nearest_key
 
     for index, item in enumerate(argv):
         if not item.startswith("-") or item.split("=")[0] in own_flags:

@@ -31,9 +31,9 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from wavealign.orchestrator import config
+    from wavealign.orchestrator import config, config_schema
 
-    respell_flags(argv, config.key_paths)
+    respell_flags(argv, config_schema.key_paths)
     cfg = config.load(["sweep=kernels", *argv])
     from wavealign.analysis.load import load
     from wavealign.analysis.tables import kernel_benchmark, to_markdown

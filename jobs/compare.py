@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     tolerance = None if args.tolerance is None else _tolerance(args.tolerance)
     if args.mlflow:
-        from wavealign.orchestrator.config import check_tracking_uri
+        from wavealign.orchestrator.config_validate import check_tracking_uri
 
         check_tracking_uri("--mlflow ", args.mlflow)
     from rich.console import Console

@@ -57,7 +57,7 @@ class FitOutcome:
 def parse_args(argv: list[str]) -> dict[str, Any]:
     """``key=value`` arguments over ``DEFAULTS``; lists as ``[a,b]`` or ``a,b``; booleans true/false."""
     from wavealign.jobs._args import UsageError, respell_flags
-    from wavealign.orchestrator.config import nearest_key
+    from wavealign.orchestrator.config_errors import nearest_key
 
     respell_flags(argv, lambda: list(DEFAULTS))
     args = dict(DEFAULTS)

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.tracking_uri is not None:  # a scheme MLflow has no store for is refused here, not after its retries
-        from wavealign.orchestrator.config import check_tracking_uri
+        from wavealign.orchestrator.config_validate import check_tracking_uri
 
         check_tracking_uri("--tracking-uri ", args.tracking_uri)
     if args.out is not None:

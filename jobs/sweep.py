@@ -46,7 +46,7 @@ Hydra overrides of conf/config.yaml, e.g.
 def _options(argv: list[str]) -> tuple[list[str], bool]:
     """(overrides, print the config?); a ``UsageError`` for a flag it does not take. Hydra's own flags: ``--cfg job``
     is served here; ``-m``/``--multirun`` is refused, since a list override is already an axis of the grid."""
-    from wavealign.orchestrator import config
+    from wavealign.orchestrator import config_schema
 
     overrides, show_cfg = [], False
     items = iter(argv)
@@ -63,7 +63,7 @@ def _options(argv: list[str]) -> tuple[list[str], bool]:
                              "brackets: grid.seq_k=[148,364] grid.method=[xattention,minference]")
         else:
             overrides.append(item)
-    respell_flags(overrides, config.key_paths, own_flags=("--dry-run", "--cfg", "-h", "--help"))
+    respell_flags(overrides, config_schema.key_paths, own_flags=("--dry-run", "--cfg", "-h", "--help"))
     return overrides, show_cfg
 
 

@@ -27,9 +27,9 @@ def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         return 0
-    from wavealign.orchestrator import config
+    from wavealign.orchestrator import config, config_schema
 
-    respell_flags(argv, config.key_paths)
+    respell_flags(argv, config_schema.key_paths)
     cfg = config.load(argv)
     from wavealign.orchestrator import dataset, files, lock, record, sqlite_store, tracking
     from wavealign.orchestrator.redact import redact

@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from wavealign.orchestrator import files
+from wavealign.orchestrator import compat, files
 from wavealign.records import Cell, CellResult, Environment
 
 SCHEMA_VERSION = 7  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
@@ -38,7 +38,7 @@ SCHEMA_VERSION = 7  # 2: generated from wavealign.records; seq_k, launch_plan_ms
 #                    4: inputs_prefetched;
 #                    5: measure and measure_params (wavealign.measurers): a simulated row names the backend it
 #                    models (no backend sim), and Nsight Compute is measure ncu (no ncu_requested column). Rows of
-#                    v4 and before are read as v5 writes them (``upgraded``);
+#                    v4 and before are read as v5 writes them (``compat``);
 #                    6: run_seq, the run of the run root that recorded a row: rows are ordered by it, not by a clock;
 #                    7: per-rep kernel times, paired timing, speedup intervals and verdicts, the GPU's clocks, power,
 #                    temperature and throttle reasons (older rows read them as missing: no interval, no verdict)
@@ -374,19 +374,16 @@ def _quarantine(folder: Path, relative: Path, reason: str) -> None:
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
     """Every row of the trusted files under ``<run_root>/results`` (``trusted_files``; an empty table of the schema
-    if there are none), older rows ``upgraded``, each result once (``distinct``). A file damaged after its check (its
-    pages fail their checksums) sends every file through the check again, once."""
-    upgrading = columns is None or any(c in UPGRADED_COLUMNS for c in columns)
-    needed = [*(["schema_version", "cell_json"] if upgrading else []), "result_id"]
+    if there are none), older rows in today's fields (``compat.upgrade_table``), each result once (``distinct``). A
+    file damaged after its check (its pages fail their checksums) sends every file through the check again, once."""
+    upgrading = columns is None or any(c in compat.UPGRADED_COLUMNS for c in columns)
+    needed = [*(compat.SOURCE_COLUMNS if upgrading else []), "result_id"]
     read_columns = None if columns is None else list(dict.fromkeys([*columns, *needed]))
     try:
         found = read_files(run_root, trusted_files(run_root), read_columns, filter)
     except (pa.ArrowException, OSError):
         found = read_files(run_root, trusted_files(run_root, recheck=True), read_columns, filter)
-    found = distinct(upgraded(found) if upgrading else found)
-    if "run_seq" in found.column_names:  # rows of v5 and before: older than any run that numbers its rows
-        found = found.set_column(found.column_names.index("run_seq"), "run_seq",
-                                 pc.fill_null(found.column("run_seq"), 0))
+    found = distinct(compat.upgrade_table(found) if upgrading else found)
     return found if columns is None else found.select(columns)
 
 
@@ -410,48 +407,6 @@ def distinct(table: pa.Table) -> pa.Table:
     seen: set[str] = set()
     first = [i for i, rid in enumerate(ids.to_pylist()) if not (rid in seen or seen.add(rid))]
     return table.take(first)
-
-
-# the columns v5 changed the meaning of, and the first spelling of a simulated cell (backend sim, modelling its
-# backend_params' kernel, flex unless given), which config.upgrade_first_spellings maps too
-UPGRADED_COLUMNS = ("backend", "backend_params", "measure", "measure_params", "cell_json")
-SIM_BACKEND, SIM_KERNEL, SIM_DEFAULT_KERNEL = "sim", "kernel", "flex"
-
-
-def upgraded_cell(config: dict[str, Any]) -> dict[str, Any]:
-    """A cell's config (``cell_json``) written before dataset v5 in today's fields: backend ``sim`` is its
-    ``kernel`` measured ``simulated`` (the sim backend's other options its ``measure_params``); ``ncu: true`` is
-    measure ``ncu``; else measure ``timed``."""
-    config = dict(config)
-    profiled = bool(config.pop("ncu", False))
-    if config.get("backend") == SIM_BACKEND:
-        options = dict(config.get("backend_params") or {})
-        config.update(backend=options.pop(SIM_KERNEL, SIM_DEFAULT_KERNEL), backend_params={}, measure="simulated",
-                      measure_params=options)
-    config.setdefault("measure", "ncu" if profiled else "timed")
-    config.setdefault("measure_params", {})
-    return config
-
-
-def upgraded(table: pa.Table) -> pa.Table:
-    """``table`` with its rows of schema v4 and before (``schema_version``) as v5 writes them: their ``cell_json``
-    through ``upgraded_cell``, and the columns of ``UPGRADED_COLUMNS`` taken from it."""
-    if table.num_rows == 0 or "schema_version" not in table.column_names or "cell_json" not in table.column_names:
-        return table
-    versions = table.column("schema_version").to_pylist()
-    old = [i for i, v in enumerate(versions) if v is not None and v < 5]
-    if not old:
-        return table
-    columns = {name: table.column(name).to_pylist() for name in UPGRADED_COLUMNS if name in table.column_names}
-    configs = table.column("cell_json").to_pylist()
-    for i in old:
-        config = upgraded_cell(json.loads(configs[i]))
-        for name in columns:
-            value = config if name == "cell_json" else config[name]
-            columns[name][i] = _json(value) if isinstance(value, dict) else value
-    for name, values in columns.items():
-        table = table.set_column(table.column_names.index(name), name, pa.array(values, type=SCHEMA.field(name).type))
-    return table
 
 
 def done_cell_ids(run_root: str | Path) -> set[str]:

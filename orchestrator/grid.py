@@ -2,7 +2,7 @@
 
 Combinations that cannot run (a backend that does not support a GPU type: ``wavealign.placement``; a Q/K method on
 a bare shape, ...) are not silently dropped: each is counted under its reason in ``Grid.filtered``. A backend
-named in a grid that can run nowhere in it is a config error instead (``config.validate``), naming the pair.
+named in a grid that can run nowhere in it is a config error instead (``config_validate``), naming the pair.
 ``count_cells`` sizes a sweep from its axes without making a cell.
 """
 
@@ -22,16 +22,15 @@ from omegaconf import DictConfig
 
 from wavealign import attention, fingerprint, kernels, masks, placement
 from wavealign import hardware as hardware_registry
-from wavealign.orchestrator.config import (
-    CONF_DIR,
+from wavealign.orchestrator.config_entries import group_entry, search_dirs
+from wavealign.orchestrator.config_schema import CONF_DIR
+from wavealign.orchestrator.grid_axes import (
     axis_product,
     block_size_for,
     grids,
-    group_entry,
     param_axes,
     param_combinations,
     profile_hardware,
-    search_dirs,
 )
 from wavealign.records import NO_REORDERER, Cell
 
@@ -126,7 +125,7 @@ def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> lis
     for variant in g.variant:
         if cfg.variants[variant].stages in ("spatial", "both"):
             orders += [_Order(variant, name, params) for name in g.reorderer
-                       for params in param_combinations(param_axes("reorderer", name, g, where, dirs))]
+                       for params in param_combinations(param_axes("reorderer", name, g))]
         else:
             orders.append(_Order(variant, NO_REORDERER, {}))
     return orders
@@ -134,12 +133,12 @@ def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> lis
 
 def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -> Iterator[_Block]:
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
-    method_axes = {m: param_axes("method", m, g, where, dirs) for m in g.method}
+    method_axes = {m: param_axes("method", m, g) for m in g.method}
     per_order = len(g.seq_k) * len(g.wave_size) * len(g.seed)
     taken = {m: _orders_taken(m, orders) for m in g.method}
-    measure_options = {m: param_combinations(param_axes("measure", m, g, where, dirs)) for m in g.measure}
+    measure_options = {m: param_combinations(param_axes("measure", m, g)) for m in g.measure}
     for hw, backend_name, measure in itertools.product(g.hardware, g.backend, g.measure):
-        for backend_params in param_combinations(param_axes("backend", backend_name, g, where, dirs)):
+        for backend_params in param_combinations(param_axes("backend", backend_name, g)):
             for measure_params in measure_options[measure]:
                 refused = placement.hardware_refused(hw, backend_name, measure)
                 for wl_name, method in itertools.product(g.workload, g.method):

@@ -48,7 +48,8 @@ from ray.job_config import JobConfig
 
 import wavealign
 from wavealign.orchestrator import cluster
-from wavealign.orchestrator.config import RAY_ADDRESS, ConfigError
+from wavealign.orchestrator.config_schema import ConfigError
+from wavealign.orchestrator.config_validate import RAY_ADDRESS
 from wavealign.registry import PLUGINS_ENV
 
 EMBEDDED = "local"  # ray.init's address for a fresh embedded Ray, never a stale or foreign one found here

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.text import Text
 
 from wavealign.orchestrator import dataset, files, tracking
-from wavealign.orchestrator.config import MlflowConfig
+from wavealign.orchestrator.config_schema import MlflowConfig
 from wavealign.orchestrator.plan import SweepPlan
 from wavealign.orchestrator.progress import SummaryLine, summary_lines, summary_table
 from wavealign.orchestrator.record import SweepOutcome

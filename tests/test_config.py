@@ -1,14 +1,16 @@
-"""The sweep config: Hydra composition, validation messages, grid expansion and the conf/ <-> registry mirror."""
+"""The sweep config: Hydra composition against the typed schema, validation messages, grid expansion, and each
+entry's parameters held to the schema its registry entry gives."""
 
 from __future__ import annotations
 
-import shutil
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
 
-from wavealign import kernels, masks, measurers
+from wavealign import kernels, masks, measurers, registry
 from wavealign.orchestrator import config, grid
 
 CONF = Path(config.CONF_DIR)
@@ -21,49 +23,31 @@ def names_in(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
-def test_conf_method_mirrors_the_mask_registry():
-    assert names_in("method") == masks.available()
+@pytest.mark.parametrize("group", ["method", "backend", "measure", "reorderer"])
+def test_the_registries_not_yaml_files_say_what_a_grid_may_name(group):
+    """An entry is one module: a YAML that held only its name would be a second list to keep in step."""
+    assert not (CONF / group).exists()
 
 
-@pytest.mark.parametrize("kind", ["method", "backend", "measure", "reorderer"])
-def test_a_shipped_conf_entry_repeats_none_of_its_module_s_defaults(kind):
-    """A parameter's default is written once, in the entry's module: a YAML copy that drifted would make a sweep
-    cell build another mask (or launch) than ``masks.build`` or ``mask-fidelity`` does."""
-    for name in names_in(kind):
-        assert "params" not in OmegaConf.load(CONF / kind / f"{name}.yaml"), name
+def test_config_yaml_restates_none_of_the_schema_s_defaults():
+    """The schema's dataclasses are the one home of every default; conf/config.yaml only picks the schema and a
+    preset."""
+    assert set(OmegaConf.load(CONF / "config.yaml")) == {"defaults"}
 
 
 def test_a_cell_takes_each_parameter_s_default_from_the_module_that_declares_it():
     cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[triton]", "grid.measure=[simulated]",
                        "grid.method=[random]", "grid.variant=[wavealign]", "grid.reorderer=[minhash]"])
     (cell,) = grid.expand(cfg).cells
-    assert cell.method_params == dict(masks.get("random").params)
-    assert cell.backend_params == dict(kernels.get("triton").params)
-    assert cell.backend_params["head_order"] == "sequential"
-    assert cell.measure_params == dict(measurers.get("simulated").params)
-    assert cell.reorderer_params == {"num_perm": 64, "bands": 16}
+    assert cell.inputs.method_params == dict(masks.get("random").params)
+    assert cell.attention.backend_params == dict(kernels.get("triton").params)
+    assert cell.attention.backend_params["head_order"] == "sequential"
+    assert cell.measurer.measure_params == dict(measurers.get("simulated").params)
+    assert cell.attention.reorderer_params == {"num_perm": 64, "bands": 16}
 
 
-def test_a_conf_entry_may_set_a_declared_parameter_for_every_sweep_and_no_other(tmp_path):
-    conf = tmp_path / "conf"
-    shutil.copytree(CONF, conf)
-    entry = conf / "reorderer" / "minhash.yaml"
-    base = [*CPU_GRID, "grid.variant=[wavealign]", "grid.reorderer=[minhash]"]
-    entry.write_text("name: minhash\nparams: {bands: 8}\n")
-    cells = grid.expand(config.load(base, conf_dir=conf), conf_dir=conf).cells
-    assert [c.reorderer_params for c in cells] == [{"num_perm": 64, "bands": 8}]
-    entry.write_text("name: minhash\nparams: {band: 8}\n")
-    with pytest.raises(config.ConfigError, match=r"conf/reorderer/minhash\.yaml params\.band=8 is not a parameter "
-                                                 r"of reorderer 'minhash'.*did you mean bands\?"):
-        config.load(base, conf_dir=conf)
-
-
-def test_conf_backend_mirrors_the_kernel_registry():
-    assert names_in("backend") == kernels.names()
-
-
-def test_conf_measure_mirrors_the_measurer_registry():
-    assert names_in("measure") == measurers.names() == ["ncu", "simulated", "timed"]
+def test_the_measurers_registry_names_the_three_ways_to_measure():
+    assert measurers.names() == ["ncu", "simulated", "timed"]
 
 
 @pytest.mark.parametrize("sweep", names_in("sweep"))
@@ -97,11 +81,61 @@ def test_overrides_work_the_hydra_way():
     ("+grid.method_params.xattention.threshold=[0.9]", "method 'xattention' is not in grid.method"),
     ("grid.cpu_profile=tpu", "grid.cpu_profile='tpu'"),
     ("ray.num_cpus=0", "ray.num_cpus=0; expected null or an integer >= 1"),
-    ("ray.object_store_mb=abc", "ray.object_store_mb='abc'"),
+    ("ray.object_store_mb=abc", "ray.object_store_mb=abc: expected an integer or null"),
 ])
 def test_bad_config_is_rejected_naming_the_offender(override, message):
     with pytest.raises(config.ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         config.load([*CPU_GRID, override])
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("grid.reps=three", "grid.reps=three: expected an integer"),
+    ("grid.block_size=true", "grid.block_size=true: expected an integer or null"),
+    ("grid.wave_size=[64,inf]", "grid.wave_size has inf; expected an integer or null"),
+    ("grid.seed=[0,x]", "grid.seed has 'x'; expected an integer"),
+    ("ray.wait_timeout_s=soon", "ray.wait_timeout_s=soon: expected a number"),
+    ("mlflow.enabled=2", "mlflow.enabled=2: mlflow.enabled is a switch; expected mlflow.enabled=true or "
+                         "mlflow.enabled=false"),
+    ("extra_grids.cpu_reference.seed=abc", "extra_grids.cpu_reference.seed=abc: a grid axis is a list of integers; "
+                                           "expected e.g. extra_grids.cpu_reference.seed=[0]"),
+])
+def test_a_value_its_field_s_type_refuses_is_refused_by_the_schema_naming_the_key_and_the_type(override, message):
+    with pytest.raises(config.ConfigError, match="^" + re.escape(message) + "$"):
+        config.load([override])
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    (["grid.method=[xattention]", "grid.workload=[wan1.3b-480p-2h]", "+grid.method_params.xattention.threshold=abc"],
+     "grid.method_params.xattention.threshold: expected a number, got 'abc'"),
+    (["grid.method=[xattention]", "grid.workload=[wan1.3b-480p-2h]",
+      "+grid.method_params.xattention.keep_diagonal=[true,sometimes]"],
+     "grid.method_params.xattention.keep_diagonal: expected true or false, got 'sometimes'"),
+    (["grid.variant=[wavealign]", "grid.reorderer=[lsh]", "+grid.reorderer_params.lsh.bits=[8,1.5]"],
+     "grid.reorderer_params.lsh.bits: expected an integer, got 1.5"),
+    (["+grid.measure_params.timed.budget_s=long"], "grid.measure_params.timed.budget_s: expected a number, got 'long'"),
+    (["grid.hardware=[h100]", "grid.backend=[flashinfer]", "grid.measure=[simulated]",
+      "+grid.backend_params.flashinfer.head_order=null"],
+     "grid.backend_params.flashinfer.head_order: expected a text, got None"),
+])
+def test_an_entry_parameter_of_the_wrong_type_is_refused_by_the_schema_its_registry_entry_gives(overrides, message):
+    with pytest.raises(config.ConfigError, match="^" + re.escape(message) + "$"):
+        config.load([*CPU_GRID, *overrides])
+
+
+def test_an_entry_s_parameter_types_are_read_from_its_defaults_and_its_checks():
+    """An integer default takes integers, a real one numbers; a check that passes None makes the parameter
+    nullable; a default of None leaves the type to the check."""
+    flexprefill = masks.get("flexprefill")
+    assert registry.param_types(flexprefill.params, flexprefill.checks) == {
+        "gamma": float, "tau": float, "min_budget": int, "max_budget": Any}
+    timed = measurers.get("timed")
+    assert registry.param_types(timed.params, timed.checks) == {"paired": bool, "stable_pct": float | None,
+                                                                "budget_s": float}
+
+
+def test_a_nullable_entry_parameter_takes_null():
+    cfg = config.load([*CPU_GRID, "+grid.measure_params.timed.stable_pct=[null,0.5]"])
+    assert {c.flat()["measure_params"]["stable_pct"] for c in grid.expand(cfg).cells} == {None, 0.5}
 
 
 def test_a_backend_that_runs_on_none_of_the_hardware_is_rejected():
@@ -130,18 +164,20 @@ def test_the_table2_sweep_runs_each_baseline_alone_and_with_stage2_and_hypergrap
     cfg = config.load(["sweep=table2"])
     cells = grid.expand(cfg).cells
     assert grid.count_cells(cfg) == len(cells) == 5 * 9 + 5 * 11
-    forty = [c for c in cells if c.num_heads == 40]
-    assert {c.reorderer for c in forty} == {"identity", "wavealign", "minhash", "lsh", "clustering"}
-    hypergraph = [c for c in cells if c.reorderer == "hypergraph"]
-    assert {c.num_heads for c in hypergraph} == {4} and {c.stages for c in hypergraph} == {"spatial", "both"}
-    assert {c.measure for c in cells if c.num_heads == 4} == {"ncu"} and {c.measure for c in forty} == {"timed"}
+    forty = [c for c in cells if c.inputs.num_heads == 40]
+    assert {c.attention.reorderer for c in forty} == {"identity", "wavealign", "minhash", "lsh", "clustering"}
+    hypergraph = [c for c in cells if c.attention.reorderer == "hypergraph"]
+    assert {c.inputs.num_heads for c in hypergraph} == {4}
+    assert {c.attention.stages for c in hypergraph} == {"spatial", "both"}
+    assert {c.measurer.measure for c in cells if c.inputs.num_heads == 4} == {"ncu"}
+    assert {c.measurer.measure for c in forty} == {"timed"}
 
 
 def test_invalid_combinations_are_filtered_and_counted_with_their_reason():
     cfg = config.load([*CPU_GRID, "grid.hardware=[cpu,h100]", "grid.measure=[timed,simulated]"])
     g = grid.expand(cfg)
     assert g.filtered == {"measure simulated models a GPU type; hardware cpu has none": 2}
-    assert {(c.hardware, c.backend, c.measure) for c in g.cells} == {
+    assert {(c.hardware, c.attention.backend, c.measurer.measure) for c in g.cells} == {
         ("cpu", "reference", "timed"), ("h100", "reference", "timed"), ("h100", "reference", "simulated")}
 
 
@@ -156,14 +192,15 @@ def test_a_sparse_method_on_the_dense_only_backend_is_filtered():
     cfg = config.load([*CPU_GRID, "grid.backend=[reference,sdpa]", "grid.method=[planted,dense]"])
     g = grid.expand(cfg)
     assert g.filtered == {"backend sdpa computes dense attention only; method planted is sparse": 2}
-    assert {(c.backend, c.method) for c in g.cells} == {("reference", "planted"), ("reference", "dense"),
+    assert {(c.attention.backend, c.inputs.method) for c in g.cells} == {("reference", "planted"),
+                                                                         ("reference", "dense"),
                                                         ("sdpa", "dense")}
 
 
 def test_parameter_lists_are_axes_and_scalars_single_values():
     cfg = config.load([*CPU_GRID, "+grid.method_params={planted:{density:[0.1,0.2],prototypes:4}}"])
     cells = grid.expand(cfg).cells
-    assert sorted({(c.method_params["density"], c.method_params["prototypes"]) for c in cells}) == [
+    assert sorted({(c.inputs.method_params["density"], c.inputs.method_params["prototypes"]) for c in cells}) == [
         (0.1, 4), (0.2, 4)]
 
 
@@ -198,21 +235,22 @@ def test_seq_k_maps_to_whole_latent_frames_of_a_preset():
                        "grid.variant=[original]"])
     cell = grid.expand(cfg).cells[0]
     # Wan2.1 at 720p: 3600 tokens per latent frame; 101 latent frames = 401 pixel frames (paper Table I)
-    assert (cell.seq_len_tokens, cell.frames, cell.num_heads) == (363600, 401, 40)
+    assert (cell.inputs.seq_len_tokens, cell.inputs.frames, cell.inputs.num_heads) == (363600, 401, 40)
 
 
 def test_hardware_defaults_fill_block_and_wave_size():
     cfg = config.load([*CPU_GRID, "grid.hardware=[a40]", "grid.backend=[flashinfer]", "grid.measure=[simulated]"])
     cell = grid.expand(cfg).cells[0]
-    assert (cell.block_size, cell.wave_size) == (64, 168)  # paper Sec. V: FlashInfer 64x64, 2 CTAs x 84 SMs
+    geometry = cell.attention.geometry
+    assert (geometry.block_size, geometry.wave_size) == (64, 168)  # paper Sec. V: FlashInfer 64x64, 2 CTAs x 84 SMs
 
 
 def test_a_simulated_backend_must_run_on_the_simulated_gpu():
     with pytest.raises(config.ConfigError, match="backend fa4 does not run on a40"):
         grid.expand(config.load(["grid.hardware=[a40]", "grid.backend=[fa4]"]))
     expanded = grid.expand(config.load(["grid.hardware=[a40,h100]", "grid.backend=[fa4]"]))
-    fa4 = [c for c in expanded.cells if c.backend == "fa4"]
-    assert fa4 and {c.hardware for c in fa4} == {"h100"} and {c.measure for c in fa4} == {"simulated"}
+    fa4 = [c for c in expanded.cells if c.attention.backend == "fa4"]
+    assert fa4 and {c.hardware for c in fa4} == {"h100"} and {c.measurer.measure for c in fa4} == {"simulated"}
     assert any("backend fa4 does not run on a40" in reason for reason in expanded.filtered)
 
 
@@ -231,11 +269,12 @@ def test_the_first_spelling_of_a_simulated_cell_gives_the_cells_of_the_measure_s
 def test_a_first_spelling_grid_of_sim_beside_real_backends_keeps_both_kinds_of_cells():
     cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[reference,sim]",
                        "+grid.backend_params.sim.kernel=fa4"])
-    assert {(c.backend, c.measure) for c in grid.expand(cfg).cells} == {("reference", "timed"), ("fa4", "simulated")}
+    kinds = {(c.attention.backend, c.measurer.measure) for c in grid.expand(cfg).cells}
+    assert kinds == {("reference", "timed"), ("fa4", "simulated")}
     assert list(cfg.extra_grids) == ["grid_simulated"]
 
 
 def test_the_first_spelling_of_nsight_compute_measures_the_timed_cells_with_ncu():
     cfg = config.load([*CPU_GRID, "grid.hardware=[h100]", "grid.backend=[triton]", "grid.ncu=true",
                        "grid.measure=[timed,simulated]"])
-    assert {c.measure for c in grid.expand(cfg).cells} == {"ncu", "simulated"}
+    assert {c.measurer.measure for c in grid.expand(cfg).cells} == {"ncu", "simulated"}

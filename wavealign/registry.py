@@ -1,9 +1,10 @@
 """A small name -> object registry that discovers its entries from the modules of one package.
 
-Adding a method or backend is one module that registers itself (plus one YAML in ``conf/``); nothing
-else changes, because every submodule of the package is imported on first lookup. A module outside the
-package (a user's own backend or method) is imported too when ``WAVEALIGN_PLUGINS`` names it
-(comma-separated importable module names; the sweep sets it from its ``plugins`` key, on every worker).
+Adding a method or backend is one module that registers itself; nothing else changes, because every
+submodule of the package is imported on first lookup, and a sweep takes its names, parameters and their types
+(``param_types``) from the registry. A module outside the package (a user's own backend or method) is imported
+too when ``WAVEALIGN_PLUGINS`` names it (comma-separated importable module names; the sweep sets it from its
+``plugins`` key, on every worker).
 """
 
 from __future__ import annotations
@@ -43,6 +44,27 @@ def resolve_params(what: str, defaults: Mapping[str, Any], checks: Mapping[str, 
         raise ValueError(f"{what} has no parameter(s) {unknown}; expected some of {sorted(defaults)}")
     merged = {**defaults, **given}
     return {key: checks[key](key, value) if key in checks else value for key, value in merged.items()}
+
+
+def param_types(defaults: Mapping[str, Any], checks: Mapping[str, Callable[[str, Any], Any]]) -> dict[str, Any]:
+    """An entry's parameter schema: each parameter's type, read from what the entry already declares. The default
+    gives it (``bool``, ``int``, ``float`` or ``str``: an integer default takes integers, a real one any number), and
+    ``| None`` is added where the parameter's check passes None (``optional(check)``); a default of None or a
+    container gives ``Any``, whose check alone says what it takes. A sweep's config holds the values it is given to
+    this schema (naming the entry) before the entry's own checks see them."""
+    types: dict[str, Any] = {}
+    for key, default in defaults.items():
+        kind = next((t for t in (bool, int, float, str) if type(default) is t), Any)
+        types[key] = kind | None if kind is not Any and key in checks and _passes_none(checks[key], key) else kind
+    return types
+
+
+def _passes_none(check: Callable[[str, Any], Any], key: str) -> bool:
+    try:
+        check(key, None)
+    except (ValueError, TypeError):
+        return False
+    return True
 
 
 class Registry(Generic[T]):
