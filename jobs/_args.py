@@ -2,10 +2,12 @@
 whose message names the argument, the value and what was expected; ``wavealign.jobs.cli`` prints it as one line on
 stderr and exits 2, before any work.
 
-Two spellings of arguments exist, and each kind of command keeps one: the commands that compose a sweep config
-(``sweep``, ``sync-mlflow``, ``refresh-profiles``, ``bench-kernels``) take ``key=value``; the others take flags
-(``--run-root DIR``). Given the other kind's spelling, a command answers with its own (``respell_flags``,
-``Parser``), never a parser's error about the characters.
+One convention for arguments: every command's own options are flags (``--run-root DIR``, ``--dry-run``). The
+commands that compose a sweep config (``sweep``, ``sync-mlflow``, ``refresh-profiles``, ``bench-kernels``) also take
+Hydra overrides ``path=value`` as positional arguments: they are paths of the config (``run_root=DIR``,
+``grid.seq_k=[148,364]``), not options (``Parser(config_paths=...)``). Given the other spelling, a command answers
+with the one it takes (``--hardware h200`` for ``hardware=h200``, ``run_root=DIR`` for ``--run-root DIR``), never a
+parser's error about the characters.
 """
 
 from __future__ import annotations
@@ -28,21 +30,55 @@ class UsageError(ValueError):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse for the flag commands, whose errors are ``UsageError`` (one line, exit 2 from ``cli``) instead of
+    """argparse for every command, whose errors are ``UsageError`` (one line, exit 2 from ``cli``) instead of
     argparse's usage block, and which hands a ``key=value`` argument back as the flag it meant
     (``run_root=DIR`` -> ``--run-root DIR``) and a mistyped flag as the nearest one. ``--help`` keeps the docstring's
-    own line breaks."""
+    own line breaks.
 
-    def __init__(self, command: str, doc: str | None, **kwargs) -> None:
+    A command that composes a sweep config gives ``config_paths`` (the paths an override may set): it then takes
+    ``path=value`` overrides as positional arguments (``overrides``) beside its flags; a flag it lacks is answered with
+    the config path it most likely meant (``--run-root x`` -> ``run_root=x``), and an override of one of its own
+    options with the flag (``hardware=h200`` -> ``--hardware h200``)."""
+
+    def __init__(self, command: str, doc: str | None, config_paths: Callable[[], Sequence[str]] | None = None,
+                 **kwargs) -> None:
         super().__init__(prog=f"wavealign {command}", description=doc, formatter_class=_HelpFormatter, **kwargs)
         self._argv: list[str] = []
+        self._config_paths = config_paths
+        if config_paths is not None:
+            self.add_argument("overrides", nargs="*", metavar="PATH=VALUE",
+                              help="Hydra overrides of the sweep config (conf/config.yaml), e.g. run_root=DIR "
+                                   "grid.seq_k=[148,364] (a list is an axis; wavealign sweep --cfg job shows the keys)")
 
     def parse_args(self, args: Sequence[str] | None = None, namespace=None):  # type: ignore[override]
         self._argv = list(args or [])
-        return super().parse_args(self._argv, namespace)
+        if self._config_paths is None:
+            return super().parse_args(self._argv, namespace)
+        respell_flags(self._argv, self._config_paths, self._flags())
+        parsed = self.parse_intermixed_args(self._argv, namespace)
+        for item in parsed.overrides:
+            self._refuse_own_option(item)
+        return parsed
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(message + self._respelling())
+
+    def _flags(self) -> list[str]:
+        return [s for s in self._option_string_actions if s.startswith("-")]
+
+    def _refuse_own_option(self, item: str) -> None:
+        """An override whose key is (or is close to) one of this command's own options, not a config path."""
+        key, sep, value = item.partition("=")
+        if not sep or "." in key or key.lstrip("+~") in self._config_paths():  # type: ignore[misc]
+            return
+        flags = [f for f in self._flags() if f.startswith("--")]
+        flag = "--" + key.replace("_", "-")
+        if flag in flags:
+            raise UsageError(f"{item}: {key} is an option of this command, not a sweep config path; use {flag} "
+                             f"{shlex.quote(value)}")
+        close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.85)
+        if close:
+            raise UsageError(f"{item}: not a sweep config path; did you mean {close[0]} {shlex.quote(value)}?")
 
     def _respelling(self) -> str:
         flags = [s for s in self._option_string_actions if s.startswith("--")]
@@ -61,9 +97,9 @@ class Parser(argparse.ArgumentParser):
 
 def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
                   own_flags: Sequence[str] = ("-h", "--help")) -> None:
-    """For a ``key=value`` command: a ``UsageError`` for the first flag-like item that is not one of its
-    ``own_flags``, with the ``key=value`` it most likely meant (``--run-root x`` -> ``run_root=x``;
-    ``--tracking-uri x`` -> ``mlflow.tracking_uri=x``, the nearest of the ``known()`` key paths)."""
+    """For a command that composes a sweep config: a ``UsageError`` for the first flag-like item that is not one of
+    its ``own_flags``, with the own flag it most likely meant, else the override (``--run-root x`` -> ``run_root=x``;
+    ``--tracking-uri x`` -> ``mlflow.tracking_uri=x``, the nearest of the ``known()`` config paths)."""
     from wavealign.orchestrator.config_errors import nearest_key
 
     for index, item in enumerate(argv):
@@ -80,7 +116,8 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
         keys = known()
         path = key if key in keys else nearest_key(key, keys) or key
         spelled = f"{path}={value}" if value else f"{path}=VALUE"
-        raise UsageError(f"{item}: this command takes key=value arguments, not flags; expected {spelled}")
+        raise UsageError(f"{item}: not a flag of this command; a sweep config path is given as path=value: expected "
+                         f"{spelled}")
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):

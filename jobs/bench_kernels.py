@@ -1,7 +1,7 @@
 """Kernel benchmark: the sweep ``sweep=kernels`` (backends x controls x reorder variants x Wan2.1-14B lengths),
 then its kernel table.
 
-    wavealign bench-kernels [KEY=VALUE ...]     # Hydra overrides of the sweep, as `wavealign sweep` takes them
+    wavealign bench-kernels [PATH=VALUE ...]    # Hydra overrides of the sweep, as `wavealign sweep` takes them
     wavealign bench-kernels grid.backend=[flex,triton,fa4] grid.measure=[ncu] run_root=DIR
 
 Every cell runs through the sweep's own path (``wavealign.pipeline.run_group`` on a Ray worker of the GPU type),
@@ -19,7 +19,7 @@ import sys
 
 from rich.console import Console
 
-from wavealign.jobs._args import respell_flags
+from wavealign.jobs._args import Parser
 from wavealign.jobs.sweep import refusals
 
 EXTRAS = ("sweep",)
@@ -28,13 +28,12 @@ __all__ = ["main", "refusals"]
 
 
 def main(argv: list[str]) -> int:
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
-    from wavealign.orchestrator import config, config_schema
+    from wavealign.orchestrator.config_compose import override_keys
 
-    respell_flags(argv, config_schema.key_paths)
-    cfg = config.load(["sweep=kernels", *argv])
+    overrides = Parser("bench-kernels", __doc__, config_paths=override_keys).parse_args(argv).overrides
+    from wavealign.orchestrator import config
+
+    cfg = config.load(["sweep=kernels", *overrides])
     from wavealign.analysis.load import load
     from wavealign.analysis.tables import kernel_benchmark, to_markdown
     from wavealign.jobs.sweep import EXIT_STORAGE_REFUSED, ended, run

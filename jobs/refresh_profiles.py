@@ -1,17 +1,20 @@
 """Fit the adaptive-skip profile per hardware from a sweep, evaluate it held out, register it in MLflow.
 
-    wavealign refresh-profiles hardware=h200 run_root=wavealign-runs
-    wavealign refresh-profiles hardware=[a40,h100] split=method            # one profile per hardware
-    wavealign refresh-profiles fetch=DIR [alias=current]                    # registry -> DIR for the runtime
+    wavealign refresh-profiles --hardware h200 run_root=wavealign-runs
+    wavealign refresh-profiles --hardware a40,h100 --split method          # one profile per hardware
+    wavealign refresh-profiles --fetch DIR [--alias current]                # registry -> DIR for the runtime
+
+Its own options are flags; where the results are is the sweep config's (``run_root=DIR``,
+``mlflow.tracking_uri=URI``), given as Hydra overrides as ``wavealign sweep`` takes them.
 
 For each hardware: pair every mask's original-order cell with its forced WaveAlign cell (cells of that
-hardware only, and of its default backend where the results have some, or ``backend=[...]``), fit
+hardware only, and of its default backend where the results have some, or ``--backend``), fit
 ``wavealign.skip``'s log-linear models, evaluate them on held-out sequence lengths (or methods), log an
 MLflow run (params, metrics, evaluation table and plot, the profile), register the profile as
 ``wavealign-skip-<hw>`` with alias ``current``, and install it where the runtime reads it before the packaged
 profiles (``<hw>.yaml`` in the user's folder, ``wavealign.user_config.profiles_dir()``: ``~/.config/wavealign/profiles``
-unless ``WAVEALIGN_HOME`` or ``XDG_CONFIG_HOME`` say otherwise; or ``profile_dir=``/``WAVEALIGN_PROFILE_DIR``).
-``fetch=DIR`` downloads every ``models:/wavealign-skip-<hw>@<alias>`` into DIR (packaged profiles where
+unless ``WAVEALIGN_HOME`` or ``XDG_CONFIG_HOME`` say otherwise; or ``--profile-dir``/``WAVEALIGN_PROFILE_DIR``).
+``--fetch DIR`` downloads every ``models:/wavealign-skip-<hw>@<alias>`` into DIR (packaged profiles where
 none is registered); run a sweep with ``WAVEALIGN_PROFILE_DIR=DIR`` to decide with them.
 """
 
@@ -24,22 +27,7 @@ from pathlib import Path
 from typing import Any
 
 EXTRAS = ("sweep",)
-DEFAULTS: dict[str, Any] = {
-    "hardware": None,  # one id or [id, ...]; default: every hardware with paired cells in the results
-    "run_root": "wavealign-runs",  # the sweep's run root (or an MLflow experiment name, see wavealign.analysis.load)
-    "tracking_uri": None,  # default: sqlite:///<run_root>/mlflow.db
-    "experiment": "wavealign-skip",
-    "backend": None,  # [name, ...] of cells to fit from; default: the hardware's default backend if it has cells
-    "split": "seq_len",  # hold out by seq_len or by method
-    "include_simulated": False,
-    "register": True,
-    "alias": "current",
-    "install": True,
-    "profile_dir": None,  # default: where the runtime reads first (wavealign.skip.profile_dir(): the user's folder)
-    "out": None,  # local copy of the evaluation; default <run_root>/skip-fits/<hw>-<utc time>/
-    "fetch": None,
-}
-BOOLEAN_KEYS = ("include_simulated", "register", "install")
+SPLITS = ("seq_len", "method")  # hold out by sequence length or by method
 
 
 @dataclass
@@ -54,34 +42,47 @@ class FitOutcome:
     out_dir: Path | None = None
 
 
+def parser():
+    """Its flags, beside the sweep config's overrides that say where the results are."""
+    import argparse
+
+    from wavealign.jobs._args import Parser
+    from wavealign.orchestrator.config_compose import override_keys
+
+    def names(value: str) -> list[str]:
+        return [v.strip() for v in value.split(",") if v.strip()]
+
+    parser = Parser("refresh-profiles", __doc__, config_paths=override_keys)
+    parser.add_argument("--hardware", type=names, metavar="ID[,ID...]",
+                        help="GPU ids to fit (default: every hardware with paired cells in the results)")
+    parser.add_argument("--backend", type=names, metavar="NAME[,NAME...]",
+                        help="the backends whose cells a fit uses (default: the hardware's default backend if it "
+                             "has cells)")
+    parser.add_argument("--split", choices=SPLITS, default="seq_len", help="hold out by %(choices)s")
+    parser.add_argument("--include-simulated", action="store_true", help="fit from simulated cells too")
+    parser.add_argument("--register", action=argparse.BooleanOptionalAction, default=True,
+                        help="register the profile in MLflow's model registry")
+    parser.add_argument("--alias", default="current", help="the registry alias set, or fetched (default: %(default)s)")
+    parser.add_argument("--install", action=argparse.BooleanOptionalAction, default=True,
+                        help="install the profile where the runtime reads it")
+    parser.add_argument("--profile-dir", help="install there instead (default: wavealign.skip.profile_dir())")
+    parser.add_argument("--out", help="local copy of the evaluation (default: <run_root>/skip-fits/<hw>-<utc time>/)")
+    parser.add_argument("--experiment", default="wavealign-skip", help="the MLflow experiment of the fits")
+    parser.add_argument("--fetch", metavar="DIR", help="download every registered profile at --alias into DIR")
+    return parser
+
+
 def parse_args(argv: list[str]) -> dict[str, Any]:
-    """``key=value`` arguments over ``DEFAULTS``; lists as ``[a,b]`` or ``a,b``; booleans true/false."""
-    from wavealign.jobs._args import UsageError, respell_flags
-    from wavealign.orchestrator.config_errors import nearest_key
-
-    respell_flags(argv, lambda: list(DEFAULTS))
-    args = dict(DEFAULTS)
-    for item in argv:
-        key, sep, value = item.partition("=")
-        if not sep or key not in DEFAULTS:
-            near = nearest_key(key, list(DEFAULTS)) if sep else None
-            expected = f"did you mean {near}={value}?" if near else f"expected key=value, key one of {sorted(DEFAULTS)}"
-            raise UsageError(f"{item}: not an argument of refresh-profiles; {expected}")
-        if key in BOOLEAN_KEYS:
-            if value.lower() not in ("true", "false"):
-                raise ValueError(f"{key}={value!r}: expected true or false")
-            args[key] = value.lower() == "true"
-        elif key in ("hardware", "backend"):
-            args[key] = [v.strip() for v in value.strip("[]").split(",") if v.strip()]
-        else:
-            args[key] = value
-    if args["split"] not in ("seq_len", "method"):
-        raise ValueError(f"split={args['split']!r}: expected seq_len or method")
+    """Its flags, with ``run_root`` and ``tracking_uri`` from the sweep config its overrides compose."""
     from wavealign import hardware as hardware_registry
+    from wavealign.orchestrator import config
 
-    for name in args["hardware"] or []:
+    parsed = parser().parse_args(argv)
+    for name in parsed.hardware or []:
         hardware_registry.get(name)  # a ValueError naming the unknown id and the known ones
-    return args
+    cfg = config.load(parsed.overrides)
+    args = {k: v for k, v in vars(parsed).items() if k != "overrides"}
+    return {**args, "run_root": cfg.run_root, "tracking_uri": cfg.mlflow.tracking_uri}
 
 
 def _tracking_uri(args: dict[str, Any]) -> str:
@@ -175,8 +176,7 @@ def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: s
 
     pairs = skipfit.paired_cells(frame, hardware, args["include_simulated"], fit_backends(frame, hardware, args))
     if len(pairs) < 2:
-        hint = ("" if args["include_simulated"]
-                else " (simulated cells count only with include_simulated=true)")
+        hint = "" if args["include_simulated"] else " (simulated cells count only with --include-simulated)"
         raise ValueError(f"hardware={hardware}: {len(pairs)} paired (original, forced WaveAlign) cells in "
                          f"{args['run_root']}; need >= 2{hint}")
     evaluation = skipfit.evaluate(pairs, hardware, split=args["split"])
@@ -219,9 +219,6 @@ def _fetch(args: dict[str, Any]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
     args = parse_args(argv)
     if args["fetch"]:
         return _fetch(args)

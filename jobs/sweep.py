@@ -7,12 +7,13 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from wavealign.jobs._args import UsageError, respell_flags
+from wavealign.jobs._args import Parser, UsageError
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -28,12 +29,7 @@ EXIT_NOTHING_PLACED = 4  # every cell to run was unschedulable: no node has its 
 # wrote (a results file damaged or removed under it): one line names the path
 EXIT_STORAGE_REFUSED = 5
 
-USAGE = """usage: wavealign sweep [--dry-run | --cfg job] [KEY=VALUE ...]
-
-  --dry-run      grid size, cells per GPU type, filtered combinations, a time estimate; runs nothing
-  --cfg job      print the composed, validated config (YAML) and exit, as Hydra's --cfg job does
-
-Hydra overrides of conf/config.yaml, e.g.
+OVERRIDES = """Hydra overrides of conf/config.yaml (positional PATH=VALUE), e.g.
   sweep=smoke|paper_h100|paper_a40|h200    pick a grid (conf/sweep/)
   grid.seq_k=[148,364] grid.method=[xattention] +grid.method_params.xattention.threshold=[0.8,0.9]
   ray.address=auto | ray://host:10001      join a cluster (default: start a local Ray)
@@ -43,28 +39,31 @@ Hydra overrides of conf/config.yaml, e.g.
 """
 
 
-def _options(argv: list[str]) -> tuple[list[str], bool]:
-    """(overrides, print the config?); a ``UsageError`` for a flag it does not take. Hydra's own flags: ``--cfg job``
+def parser() -> Parser:
+    """The sweep's arguments: its flags, and Hydra overrides of the sweep config. Of Hydra's own flags, ``--cfg job``
     is served here; ``-m``/``--multirun`` is refused, since a list override is already an axis of the grid."""
-    from wavealign.orchestrator import config_schema
+    from wavealign.orchestrator.config_compose import override_keys
 
-    overrides, show_cfg = [], False
-    items = iter(argv)
-    for item in items:
-        if item == "--dry-run":
-            overrides.append("dry_run=true")
-        elif item == "--cfg":
-            show_cfg = True
-            if (shown := next(items, "job")) != "job":
-                raise UsageError(f"--cfg {shown}: expected --cfg job (the sweep's config); Hydra's 'hydra' and 'all' "
-                                 "are not used here")
-        elif item in ("-m", "--multirun"):
-            raise UsageError(f"{item}: there is no multirun; a list is an axis of one sweep, so give the values in "
-                             "brackets: grid.seq_k=[148,364] grid.method=[xattention,minference]")
-        else:
-            overrides.append(item)
-    respell_flags(overrides, config_schema.key_paths, own_flags=("--dry-run", "--cfg", "-h", "--help"))
-    return overrides, show_cfg
+    parser = Parser("sweep", __doc__, config_paths=override_keys, epilog=OVERRIDES)
+    parser.add_argument("--dry-run", action="store_true",
+                        help="grid size, cells per GPU type, filtered combinations, a time estimate; runs nothing")
+    parser.add_argument("--cfg", metavar="job",
+                        help="print the composed, validated config (YAML) and exit, as Hydra's --cfg job does")
+    parser.add_argument("-m", "--multirun", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def _options(argv: list[str]) -> tuple[list[str], bool]:
+    """(overrides, print the config?); a ``UsageError`` for an argument the sweep does not take."""
+    args = parser().parse_args(argv)
+    if args.multirun:
+        flag = next(a for a in argv if a in ("-m", "--multirun"))
+        raise UsageError(f"{flag}: there is no multirun; a list is an axis of one sweep, so give the values in "
+                         "brackets: grid.seq_k=[148,364] grid.method=[xattention,minference]")
+    if args.cfg not in (None, "job"):
+        raise UsageError(f"--cfg {args.cfg}: expected --cfg job (the sweep's config); Hydra's 'hydra' and 'all' are "
+                         "not used here")
+    return [*(["dry_run=true"] if args.dry_run else []), *args.overrides], args.cfg is not None
 
 
 def main(argv: list[str]) -> int:
@@ -80,9 +79,6 @@ def main(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    if any(a in ("-h", "--help") for a in argv):
-        print(USAGE + "\n" + (__doc__ or ""))
-        return 0
     overrides, show_cfg = _options(argv)
     from wavealign.orchestrator import config
 

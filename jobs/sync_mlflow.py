@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from wavealign.jobs._args import UsageError, respell_flags
+from wavealign.jobs._args import Parser, UsageError
 
 EXTRAS = ("sweep",)
 
@@ -24,13 +24,12 @@ def refusals() -> tuple[type[Exception], ...]:
 
 
 def main(argv: list[str]) -> int:
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        return 0
-    from wavealign.orchestrator import config, config_schema
+    from wavealign.orchestrator.config_compose import override_keys
 
-    respell_flags(argv, config_schema.key_paths)
-    cfg = config.load(argv)
+    overrides = Parser("sync-mlflow", __doc__, config_paths=override_keys).parse_args(argv).overrides
+    from wavealign.orchestrator import config
+
+    cfg = config.load(overrides)
     from wavealign.orchestrator import dataset, files, lock, record, sqlite_store, tracking
     from wavealign.orchestrator.redact import redact
     from wavealign.orchestrator.summary import runnable

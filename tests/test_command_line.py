@@ -1,6 +1,7 @@
 """Every command's common mistakes meet one error path: one line on stderr, never wrapped at the terminal's width,
-its brackets shown as typed, exit 2, no traceback, nothing written; a flag given to a key=value command (or the
-reverse) gets the spelling it takes; a mistyped key gets the nearest key by its full dotted path."""
+its brackets shown as typed, exit 2, no traceback, nothing written. One argument convention: a command's own options
+are flags, a sweep config's paths are ``path=value`` overrides; either given in the other spelling gets the one it
+takes, and a mistyped key the nearest key by its full dotted path."""
 
 from __future__ import annotations
 
@@ -30,14 +31,18 @@ MISTAKES = [
     (["sweep", "grid.seq_k=[148"], "'grid.seq_k=[148' is not a KEY=VALUE override"),
     (["sweep", "sweep=nope"], "sweep=nope has no conf/sweep/nope.yaml"),
     (["sweep", "grid.method=[nope]"], "grid.method has unknown method 'nope'"),
-    (["sweep", "--run-root", "RUN_ROOT"], "takes key=value arguments, not flags; expected run_root=RUN_ROOT"),
+    (["sweep", "--run-root", "RUN_ROOT"], "a sweep config path is given as path=value: expected run_root=RUN_ROOT"),
     (["sweep", "--tracking-uri=x"], "expected mlflow.tracking_uri=x"),
     (["sweep", "--cfg", "all"], "--cfg all: expected --cfg job"),
     (["sync-mlflow", "--run-root", "RUN_ROOT"], "expected run_root=RUN_ROOT"),
     (["sync-mlflow", "run_root=RUN_ROOT"], "run_root='RUN_ROOT' has no results/ folder"),
     (["bench-kernels", "--run-root", "RUN_ROOT"], "expected run_root=RUN_ROOT"),
-    (["refresh-profiles", "--hardware", "h200"], "expected hardware=h200"),
-    (["refresh-profiles", "hardwares=h200"], "did you mean hardware=h200?"),
+    (["refresh-profiles", "hardware=h200"], "hardware is an option of this command, not a sweep config path; use "
+                                            "--hardware h200"),
+    (["refresh-profiles", "hardwares=h200"], "did you mean --hardware h200?"),
+    (["refresh-profiles", "--run-root", "RUN_ROOT"], "expected run_root=RUN_ROOT"),
+    (["sweep", "dry_run"], "'dry_run' is not a KEY=VALUE override"),
+    (["bench-kernels", "grid.reps=three"], "grid.reps=three: expected an integer"),
     (["report", "run_root=RUN_ROOT"], "this command takes flags: --run-root RUN_ROOT"),
     (["report", "--run_root", "RUN_ROOT"], "did you mean --run-root?"),
     (["report", "--run-root", "RUN_ROOT"], "--run-root RUN_ROOT is no such folder"),

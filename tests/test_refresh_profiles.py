@@ -82,7 +82,8 @@ def make_runs(root, threshold_tokens: int):
 
 
 def refresh(runs, profile_dir, *extra: str) -> int:
-    return refresh_profiles.main([f"hardware={HARDWARE}", f"run_root={runs}", f"profile_dir={profile_dir}", *extra])
+    return refresh_profiles.main(["--hardware", HARDWARE, "--profile-dir", str(profile_dir), f"run_root={runs}",
+                                  *extra])
 
 
 def first_reordering_length(profile: skip.Profile, density: float) -> int:
@@ -163,7 +164,7 @@ def test_registered_profile_reads_back_through_the_alias(fitted, tmp_path):
 
 
 def test_fetch_fills_a_folder_with_registered_profiles_and_packaged_ones_elsewhere(fitted, tmp_path):
-    assert refresh_profiles.main([f"fetch={tmp_path}", f"run_root={fitted[0]}"]) == 0
+    assert refresh_profiles.main(["--fetch", str(tmp_path), f"run_root={fitted[0]}"]) == 0
     assert not skip.Profile.load(tmp_path / "h100.yaml").provisional
     assert skip.Profile.load(tmp_path / "a40.yaml").provisional
 
@@ -220,8 +221,9 @@ def test_next_sweep_decides_with_the_refreshed_profile(tmp_path, profile_dir, mo
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["hardwares=h100"], "did you mean hardware=h100?"), (["split=random"], "expected seq_len or method"),
-    (["hardware=tpu"], "unknown hardware 'tpu'"), (["--run-root", "x"], "expected run_root=x")])
+    (["hardwares=h100"], "did you mean --hardware h100?"), (["split=method"], "use --split method"),
+    (["--split", "random"], "invalid choice: 'random'"), (["--hardware", "tpu"], "unknown hardware 'tpu'"),
+    (["--run-root", "x"], "expected run_root=x")])
 def test_refresh_rejects_unknown_arguments_naming_the_spelling_it_takes(argv, message):
     with pytest.raises(ValueError) as refused:
         refresh_profiles.main(argv)
@@ -235,11 +237,11 @@ def test_fitting_without_paired_cells_names_the_problem(tmp_path):
         refresh_profiles.fit_one(analysis.load(tmp_path), HARDWARE, refresh_profiles.parse_args([]), None, None)
 
 
-@pytest.mark.parametrize("flag, hint", [("false", True), ("true", False)])
-def test_the_simulated_cells_hint_appears_only_while_they_are_left_out(tmp_path, flag, hint):
+@pytest.mark.parametrize("flags, hint", [([], True), (["--include-simulated"], False)])
+def test_the_simulated_cells_hint_appears_only_while_they_are_left_out(tmp_path, flags, hint):
     rows = [r for r in ground_truth_rows(150_000) if r["variant"] == "original"]
     dataset.write(tmp_path, rows)
-    args = refresh_profiles.parse_args([f"include_simulated={flag}"])
+    args = refresh_profiles.parse_args(flags)
     with pytest.raises(ValueError, match="0 paired") as raised:
         refresh_profiles.fit_one(analysis.load(tmp_path), HARDWARE, args, None, None)
-    assert ("include_simulated=true" in str(raised.value)) is hint
+    assert ("--include-simulated" in str(raised.value)) is hint
