@@ -1,9 +1,10 @@
-"""A backend, a mask method, a reorderer or a measurer is one module plus one YAML: a user's own, kept outside the
-repository, run in a sweep by naming it (``plugins``, ``conf_dirs``), with no other change. And the library stays
-light."""
+"""A backend, a mask method, a reorderer or a measurer is one module: a user's own, kept outside the repository,
+run in a sweep by naming it (``plugins``), with no other change; its parameters, their defaults and types are its
+module's, and the sweep's schema for them follows. And the library stays light."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -98,14 +99,12 @@ PLUGINS = {"toy_backend": ("backend", "toy-mean", TOY_BACKEND), "toy_band": ("me
 
 
 def _write(folder: Path) -> None:
-    """Each plugin: its module, and its YAML naming it (its parameters and defaults are the module's)."""
-    for module, (group, name, source) in PLUGINS.items():
+    """Each plugin: its module alone (its name, parameters and defaults are what it registers)."""
+    for module, (_, _, source) in PLUGINS.items():
         (folder / f"{module}.py").write_text(source)
-        (folder / "conf" / group).mkdir(parents=True)
-        (folder / "conf" / group / f"{name}.yaml").write_text(f"# @package {group}\nname: {name}\n")
 
 
-def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_module_and_one_yaml_each(tmp_path):
+def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_module_each(tmp_path):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     _write(plugins)
@@ -116,7 +115,7 @@ def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_
                  "grid.workload=[shape-2h]", "grid.seq_k=[1.024]", "grid.variant=[original,wavealign]",
                  "grid.reorderer=[toy-reverse]", "grid.measure=[timed,toy-once]",
                  "+grid.method_params.toy-band.width=[2]", "grid.reps=1", "grid.warmup=0", "progress=false",
-                 f"plugins=[{','.join(PLUGINS)}]", f"conf_dirs=[{plugins / 'conf'}]", "mlflow.enabled=false",
+                 f"plugins=[{','.join(PLUGINS)}]", "mlflow.enabled=false",
                  "ray.num_cpus=2", f"run_root={runs}"]
     done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -141,6 +140,44 @@ def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rerun = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()
     assert sorted(r["cell_id"] for r in rerun) == sorted([r["cell_id"] for r in every] + [aligned["cell_id"]])
+
+
+NEW_PARAMETER = """
+import json
+
+from wavealign.orchestrator import config, grid
+
+base = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[test-stripes]",
+        "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original]", "plugins=[striped_method]"]
+found = {"default": [c.flat()["method_params"] for c in grid.expand(config.load(base)).cells],
+         "axis": [c.flat()["method_params"] for c in grid.expand(config.load(
+             [*base, "+grid.method_params.test-stripes.period=[3,5]"])).cells]}
+for bad in ("period=wide", "period=[4,0]", "periods=[2]"):
+    try:
+        config.load([*base, f"+grid.method_params.test-stripes.{bad}"])
+    except config.ConfigError as refused:
+        found[bad] = str(refused)
+print(json.dumps(found))
+"""
+
+
+def test_a_new_method_parameter_is_one_plugin_module_and_the_sweep_s_schema_follows():
+    """Adding a method parameter touched 1 file: ``tests/plugins/striped_method.py`` declares ``period``, its
+    default and its check, in the one ``masks.register`` call of its method. Its axis, its cells and the schema that
+    refuses a value of another type (read from the default by ``registry.param_types``, naming the entry) follow, with
+    no YAML, config, schema or orchestrator edit. (Run in a process of its own: the registry keeps what it is given.)"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "plugins"), str(REPO)])}
+    env.pop("WAVEALIGN_PLUGINS", None)
+    done = subprocess.run([sys.executable, "-c", NEW_PARAMETER], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["default"] == [{"period": 2}]
+    assert found["axis"] == [{"period": 3}, {"period": 5}]
+    assert found["period=wide"] == "grid.method_params.test-stripes.period: expected an integer, got 'wide'"
+    assert found["period=[4,0]"] == "grid.method_params.test-stripes.period has 0: period must be >= 1, got 0"
+    assert found["periods=[2]"] == ("grid.method_params.test-stripes.periods=[2] is not a parameter of method "
+                                    "'test-stripes'; expected one of ['period']; did you mean period?")
 
 
 def test_importing_the_library_loads_no_orchestration_or_dataframe_package():
