@@ -26,14 +26,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from wavealign import hardware as hardware_registry
-from wavealign import masks, metrics, variants
+from wavealign import masks, metrics, reorderers, variants
 from wavealign.analysis.load import with_derived_columns
 from wavealign.analysis.plotting import (
     NO_CELLS,
     NOTE_COLOR,
     SIMULATED_HATCH,
     STAGE_LABELS,
-    VARIANT_COLORS,
     badge_simulated,
     bar_style,
     done_cells,
@@ -516,15 +515,13 @@ def reorderer_comparison(frame: pd.DataFrame) -> Figure:
     return draw_reorderers(reorderer_rows(frame))
 
 
-# Table II's techniques, one colour each; the grouping alone is drawn pale, with Stage 2 full
-_TECHNIQUE_COLORS = {"Hypergraph": "tab:purple", "MinHash": "tab:brown", "LSH": "tab:olive", "Clustering": "tab:cyan",
-                     "Random": "tab:pink", "Longest-first": "goldenrod", "Hilbert curve": "teal",
-                     "WaveAlign": VARIANT_COLORS["wavealign"], "O": "tab:gray"}
-
-
 def _technique_color(order: str) -> str:
-    technique = order.removesuffix("+S2").removesuffix(" S1")
-    return _TECHNIQUE_COLORS.get(technique, variant_color(technique))
+    """Table II's technique of a launch order (``MinHash+S2``: MinHash) in its reorderer's colour; the grouping alone
+    is drawn pale, with Stage 2 full."""
+    technique = order.removesuffix("+S2")
+    colors = {r.label: r.color for r in map(reorderers.get, reorderers.names()) if r.color is not None}
+    colors["WaveAlign"], colors["O"] = colors.get("WaveAlign S1", variant_color("wavealign")), colors.get("Original")
+    return colors.get(technique) or variant_color(technique)
 
 
 def _footnote(fig: Figure, text: str) -> None:

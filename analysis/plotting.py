@@ -28,8 +28,7 @@ STAGE_LABELS = variants.PAPER_LABELS
 # stage set takes its forced variant's colour (none = original, both = wavealign). Other labels get one of the rest,
 # fixed by their name.
 NO_CELLS = "no finished cells in the results"  # what a figure or table without one says
-VARIANT_COLORS = dict(zip(variants.VARIANTS, ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"),
-                          strict=True))
+VARIANT_COLORS = {name: v.color for name, v in variants.VARIANTS.items() if v.color is not None}
 _OTHER_COLORS = ("tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:gray")
 SIMULATED_LABEL = "simulated"
 NOTE_COLOR = "0.35"

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from wavealign import metrics
+from wavealign import metrics, reorderers
 from wavealign.analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
 from wavealign.analysis.plotting import (
     NO_CELLS,
@@ -140,11 +140,6 @@ def distance_to_paper(table: pd.DataFrame, l2_target: str) -> dict[str, float]:
 
 
 # how Table II names each launch order: the technique, "+S2" when Stage 2 follows it
-REORDERER_LABELS = {"identity": "Original", "wavealign": "WaveAlign S1", "random": "Random",
-                    "longest-first": "Longest-first", "curve": "Hilbert curve", "hypergraph": "Hypergraph",
-                    "minhash": "MinHash", "lsh": "LSH", "clustering": "Clustering"}
-
-
 def order_label(stages: str, reorderer: str | None) -> str:
     """Table II's name of a launch order: "Original", "O+S2", "WaveAlign S1", "WaveAlign" (S1+S2), "MinHash",
     "MinHash+S2", ... (a row from before reorderers were recorded is WaveAlign's)."""
@@ -155,7 +150,7 @@ def order_label(stages: str, reorderer: str | None) -> str:
     name = reorderer if isinstance(reorderer, str) else "wavealign"
     if name == "wavealign":
         return "WaveAlign" if stages == "both" else "WaveAlign S1"
-    label = REORDERER_LABELS.get(name, name)
+    label = reorderers.get(name).label if name in reorderers.names() else name
     return f"{label}+S2" if stages == "both" else label
 
 
@@ -196,7 +191,7 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
                      "verdict": kernel.verdict, "speedup_with_overhead": net.point, "net_speedup_ci_low": net.low,
                      "net_speedup_ci_high": net.high, "net_verdict": net.verdict,
                      "hbm_sol_pct": part["hbm_sol_pct"].mean(), "l2_hit_pct": part["l2_hit_pct"].mean()})
-    others = [label for r, label in REORDERER_LABELS.items() if r not in ("identity", "wavealign")]
+    others = [reorderers.get(r).label for r in reorderers.names() if r not in ("identity", "wavealign")]
     rank = {label: i for i, label in enumerate(
         ["Original", "O+S2", *[f"{label}{s}" for label in others for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
     table = pd.DataFrame(rows).sort_values(

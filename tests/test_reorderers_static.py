@@ -188,10 +188,11 @@ def test_a_grid_names_the_comparison_orders_and_their_cells_know_the_latent():
 
 @pytest.mark.parametrize("name", STATIC)
 def test_table2_names_each_order_alone_and_with_stage2(name):
-    from wavealign.analysis.tables import REORDERER_LABELS, order_label
+    from wavealign.analysis.tables import order_label
 
-    assert order_label("spatial", name) == REORDERER_LABELS[name] != name
-    assert order_label("both", name) == f"{REORDERER_LABELS[name]}+S2"
+    label = reorderers.get(name).label
+    assert order_label("spatial", name) == label != name
+    assert order_label("both", name) == f"{label}+S2"
 
 
 @pytest.mark.gpu
@@ -217,3 +218,18 @@ def test_a_grid_filters_curve_on_a_token_ordered_method_and_says_why():
     assert ("vsa", "spatial", "curve") not in runs and ("radial", "spatial", "curve") in runs
     assert ("vsa", "spatial", "random") in runs
     assert [count for reason, count in expanded.filtered.items() if "'curve'" in reason and "vsa" in reason] == [1]
+
+
+def test_a_reorderer_registered_by_a_plugin_is_named_and_coloured_by_its_entry(monkeypatch):
+    """Adding a reorderer (a plugin's ``register``) gives Table II and the figures its label and colour, from its
+    entry alone; one that gives neither is named by its name, in a colour fixed by that name."""
+    from wavealign.analysis import figures, tables
+
+    identity = reorderers.get("identity").group
+    monkeypatch.setattr(reorderers.REGISTRY, "_entries", dict(reorderers.REGISTRY._entries))
+    reorderers.register("by-plugin", identity, {}, "a test's reorderer", reference="-", label="Plugin", color="navy")
+    reorderers.register("bare", identity, {}, "a test's reorderer without a label", reference="-")
+    assert tables.order_label("both", "by-plugin") == "Plugin+S2"
+    assert figures._technique_color("Plugin+S2") == "navy"
+    assert tables.order_label("spatial", "bare") == "bare"
+    assert figures._technique_color("bare") == figures.variant_color("bare")

@@ -33,6 +33,7 @@ class Variant:
     name: str
     stages: str
     skip: str = "force"
+    color: str | None = None  # its colour in figures (a matplotlib colour); None: one fixed by its name
 
     def __post_init__(self) -> None:
         if self.stages not in STAGES:
@@ -46,11 +47,11 @@ class Variant:
 
 
 VARIANTS: Mapping[str, Variant] = MappingProxyType({v.name: v for v in (
-    Variant(ORIGINAL_VARIANT, "none"),  # the baseline every speedup of a group refers to
-    Variant("spatial", "spatial"),
-    Variant("temporal", "temporal"),
-    Variant("wavealign", "both"),
-    Variant("adaptive", "both", "policy"),  # O+S1+S2 unless the skip profile says it will not pay
+    Variant(ORIGINAL_VARIANT, "none", color="tab:blue"),  # the baseline every speedup of a group refers to
+    Variant("spatial", "spatial", color="tab:orange"),
+    Variant("temporal", "temporal", color="tab:green"),
+    Variant("wavealign", "both", color="tab:red"),
+    Variant("adaptive", "both", "policy", color="tab:purple"),  # O+S1+S2 unless the skip profile says it will not pay
 )})
 # the integrations' first words for their reorder= argument
 REORDER_WORDS: Mapping[str, str] = MappingProxyType({"always": "wavealign", "never": ORIGINAL_VARIANT})

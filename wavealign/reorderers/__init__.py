@@ -37,6 +37,8 @@ class Reorderer:
     checks: Mapping[str, Callable[[str, Any], Any]]
     description: str
     reference: str
+    label: str  # how tables and figures name it (Table II: "MinHash"; "MinHash+S2" followed by Stage 2)
+    color: str | None  # its colour in figures (a matplotlib colour); None: one fixed by its name
     # a compiled host library with no JIT times its first call; torch code is timed after a warm-up call
     needs_warmup: bool = True
     # its CUDA path never waits for the GPU, so a plan on a CUDA mask can be captured as one CUDA graph
@@ -55,14 +57,16 @@ STEP_PARAMS = ("latent", "block_size")
 
 def register(name: str, group: Callable[..., torch.Tensor], params: dict[str, Any], description: str,
              reference: str, checks: dict[str, Callable[[str, Any], Any]] | None = None,
-             needs_warmup: bool = True, cuda_graph: bool = False) -> Reorderer:
-    """File a reorderer under ``name``; called once by its own module."""
+             needs_warmup: bool = True, cuda_graph: bool = False, label: str | None = None,
+             color: str | None = None) -> Reorderer:
+    """File a reorderer under ``name`` (``label`` and ``color``: how tables and figures show it, default its name
+    and a colour fixed by it); called once by its own module."""
     checks = dict(checks or {})
     missing = sorted(set(params) - set(checks))
     if missing:
         raise ValueError(f"reorderer {name!r} gives no check for parameter(s) {missing}")
     entry = Reorderer(name, group, MappingProxyType(dict(params)), MappingProxyType(checks), description, reference,
-                      needs_warmup, cuda_graph)
+                      label or name, color, needs_warmup, cuda_graph)
     return REGISTRY.register(name)(entry)
 
 

@@ -75,4 +75,4 @@ reorderers.register(
     "clustering", group, {"iters": 20},  # Lloyd steps at most (fewer once no row changes cluster)
     "k-means (k-means++ start, Lloyd steps) of rows into as many clusters as waves",
     reference="Lloyd 1982; Arthur and Vassilvitskii, SODA 2007 (k-means++)",
-    checks={"iters": partial(check_int, lo=0, hi=10_000)})
+    checks={"iters": partial(check_int, lo=0, hi=10_000)}, label="Clustering", color="tab:cyan")

@@ -26,4 +26,4 @@ reorderers.register(
     "longest-first", group, {}, "each head's rows by descending NNZ over the whole head (LPT)",
     reference="FlashAttention-3 varlen scheduler (hopper/flash_prepare_scheduler.cu, varlen_sort_batches); "
               "Graham 1969 (LPT)",
-    cuda_graph=True)
+    cuda_graph=True, label="Longest-first", color="goldenrod")

@@ -37,4 +37,5 @@ def group(mask: torch.Tensor, *, wave_size: int, seed: int, bits: int) -> torch.
 reorderers.register(
     "lsh", group, {"bits": 16},  # hyperplanes, one code bit each
     "random-hyperplane LSH (SimHash): rows sorted by their bits-bit code",
-    reference="Charikar, STOC 2002 (random-hyperplane LSH)", checks={"bits": partial(check_int, lo=1, hi=62)})
+    reference="Charikar, STOC 2002 (random-hyperplane LSH)", checks={"bits": partial(check_int, lo=1, hi=62)},
+    label="LSH", color="tab:olive")

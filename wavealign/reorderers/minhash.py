@@ -110,4 +110,4 @@ reorderers.register(
     "minhash", group, {"num_perm": 64, "bands": 16},
     "MinHash signatures with LSH banding; rows linked by a shared band grouped together",
     reference="Broder 1997 (MinHash); Leskovec, Rajaraman, Ullman, Mining of Massive Datasets, ch. 3.4 (banding)",
-    checks={"num_perm": _positive, "bands": partial(check_int, lo=1)})
+    checks={"num_perm": _positive, "bands": partial(check_int, lo=1)}, label="MinHash", color="tab:brown")

@@ -30,4 +30,4 @@ def group(mask: torch.Tensor, *, wave_size: int, seed: int) -> torch.Tensor:
 
 
 reorderers.register("random", group, {}, "a seeded uniform random permutation of each head's rows (the control)",
-                    reference="-")
+                    reference="-", label="Random", color="tab:pink")
