@@ -16,7 +16,8 @@ from omegaconf import DictConfig, OmegaConf
 from wavealign import hardware as hardware_registry
 from wavealign.records import CPU
 
-# the registry of each kind of entry a grid names, with the config key of its parameter maps (``<kind>_params``)
+# the kinds of entry a grid names: each an axis (``grid.<kind>``), a registry (``entry``) and a map of parameter axes
+# (``grid.<kind>_params``)
 KINDS = ("method", "backend", "measure", "reorderer")
 
 

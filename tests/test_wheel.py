@@ -109,7 +109,7 @@ def test_the_wheel_holds_every_module_yaml_and_kernel_source_of_the_checkout_und
         names = set(whl.namelist())
     assert {"wavealign/conf/config.yaml", "wavealign/conf/sweep/smoke.yaml", "wavealign/jobs/cli.py",
             "wavealign/orchestrator/config.py", "wavealign/analysis/load.py", "wavealign/mask_bytes.cu",
-            "wavealign/reorderers/wavealign/stage1.cu", "wavealign/conf/measure/simulated.yaml"} <= expected
+            "wavealign/reorderers/wavealign/stage1.cu", "wavealign/conf/workload/shape-2h.yaml"} <= expected
     assert sorted(expected - names) == []
 
 
