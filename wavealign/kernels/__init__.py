@@ -1,4 +1,4 @@
-"""Attention backends behind one plan/run interface, keyed by name (mirrored by ``conf/backend/``).
+"""Attention backends behind one plan/run interface, keyed by name (a sweep's ``grid.backend``).
 
     launch = kernels.get("fa4").plan(mask, order, LaunchShape.of(q, k, block_size=128))  # once per mask
     out = launch.run(q, k, v)                                                          # many times
@@ -11,7 +11,7 @@ scheduling metadata, the permuted mask) happens once, in ``plan``; ``run`` is wh
 A backend module declares every fact the rest of the project needs about it, and nothing else lists them:
 the GPUs it runs on and its resident CTAs per SM on each (hence its wave), how its rows walk their K/V
 lists, the kernel names Nsight Compute should profile, and the execution facts the L2 simulator models.
-Adding a backend is one module that calls ``register`` plus ``conf/backend/<name>.yaml``.
+Adding a backend is one module that calls ``register``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Dynamic block-sparse attention masks, one module per method, keyed by name (mirrored by ``conf/method/``).
+"""Dynamic block-sparse attention masks, one module per method that calls ``register``, keyed by name (a sweep's
+``grid.method``).
 
     m = build("xattention", q, k, v, block_size=128, threshold=0.9)   # bool (B, H, MB, NB)
     get("xattention").params                                          # {"threshold": 0.9, "stride": 8, ...}

@@ -1,4 +1,4 @@
-"""How a cell's launch is measured, one module per way, keyed by name (mirrored by ``conf/measure/``).
+"""How a cell's launch is measured, one module per way, keyed by name (a sweep's ``grid.measure``).
 
     timed       CUDA events on a GPU (L2 flushed between repetitions), the wall clock on a CPU: medians and IQRs
     simulated   the L2/HBM simulator's prediction (``wavealign.sim``) of the backend's launch on the cell's GPU,
@@ -10,7 +10,7 @@ inputs and hands it over as a ``Measurement``, whose ``result`` the measurer fil
 entry: whether its cells need Q/K/V, whether it models a GPU from a CPU worker (``wavealign.placement`` places it),
 whether its figures are predictions (recorded ``simulated``), its parameters (``grid.measure_params``), and how many
 times it runs a cell's launch (``runs``: what scheduling a cell costs). Adding one is
-a module that calls ``register`` plus ``conf/measure/<name>.yaml``.
+a module that calls ``register``.
 """
 
 from __future__ import annotations

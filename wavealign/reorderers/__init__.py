@@ -1,4 +1,4 @@
-"""Row reorderers, one module per technique, keyed by name (mirrored by ``conf/reorderer/``).
+"""Row reorderers, one module per technique, keyed by name (a sweep's ``grid.reorderer``).
 
 A reorderer groups a head's query rows so that rows touching similar K/V blocks run in the same wave: it is the
 spatial step of a launch order, WaveAlign's Stage 1 or one of the techniques the paper compares it with (Table II).
@@ -12,6 +12,7 @@ Each module registers ``group(mask, *, wave_size, seed, **params) -> order``: ``
 head per leading index, ``order`` int64 (G, MB), a permutation of range(MB) per head (slot p runs row order[p]).
 A reorderer that orders blocks by where their tokens lie (``curve``) declares ``STEP_PARAMS`` among its params: the
 attention step (``wavealign.attention.AttentionStep.plan_order``) fills them, so a sweep never sets them.
+Each ``register`` call also gives the ``label`` and ``color`` that tables and figures show the reorderer by.
 """
 
 from __future__ import annotations
