@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 PROFILE_SCHEMA_VERSION = 2
 # the packaged profiles stay in wavealign/profiles/, beside this package: defaults no command writes to
 PROFILE_DIR = Path(__file__).parent.with_name("profiles")
-# a folder that replaces both the user's and the packaged profiles (e.g. one `refresh-profiles fetch=DIR` filled)
+# a folder that replaces both the user's and the packaged profiles (e.g. one `refresh-profiles --fetch DIR` filled)
 PROFILE_DIR_ENV = "WAVEALIGN_PROFILE_DIR"
 # the model inputs of each profile schema (a schema-1 model has no head term)
 _SCHEMA_FEATURES = {1: MODEL_FEATURES[:5], 2: MODEL_FEATURES}
@@ -101,7 +101,7 @@ def profile_dirs() -> list[Path]:
     ``WAVEALIGN_PROFILE_DIR`` alone if set, else the user's (``user_config.profiles_dir()``) then the packaged.
 
     To decide with profiles from the MLflow registry, point ``WAVEALIGN_PROFILE_DIR`` at the folder that
-    ``wavealign refresh-profiles fetch=DIR`` fills; the library itself never talks to MLflow.
+    ``wavealign refresh-profiles --fetch DIR`` fills; the library itself never talks to MLflow.
     """
     if os.environ.get(PROFILE_DIR_ENV):
         return [Path(os.environ[PROFILE_DIR_ENV])]
@@ -162,7 +162,7 @@ def _load(path: Path) -> Profile:
 def _warn_fallback(wanted: str, used: str, folder: str) -> None:
     """Warn once per (hardware, fallback, folder), not once per decision."""
     logger.warning("no skip profile for %s in %s; using the nearest profiled GPU's, %s (run `wavealign "
-                   "refresh-profiles hardware=%s` on a sweep of it to fit its own)", wanted, folder, used, wanted)
+                   "refresh-profiles --hardware %s` on a sweep of it to fit its own)", wanted, folder, used, wanted)
 
 
 def load_profile(hardware: str | Path, fallback: bool = True) -> Profile:
