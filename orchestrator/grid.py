@@ -4,6 +4,11 @@ Combinations that cannot run (a backend that does not support a GPU type: ``wave
 a bare shape, ...) are not silently dropped: each is counted under its reason in ``Grid.filtered``. A backend
 named in a grid that can run nowhere in it is a config error instead (``config_validate``), naming the pair.
 ``count_cells`` sizes a sweep from its axes without making a cell.
+
+A grid's list that names a cell's column and needs no resolving (``PLAIN_AXES``: ``seed``) is an axis by that alone:
+a new one is a ``GridConfig`` list (``config_schema``) and the field of the ``Cell`` part it lands in
+(``wavealign.records``), two files. A parameter of a method, backend, measurer or reorderer is an axis of its entry
+(``grid.<kind>_params.<name>.<param>: [...]``), one file: the entry's module, a plugin's too.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import typing
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,9 +27,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from wavealign import attention, fingerprint, kernels, masks, placement
-from wavealign import hardware as hardware_registry
 from wavealign.orchestrator.config_entries import group_entry, search_dirs
-from wavealign.orchestrator.config_schema import CONF_DIR
+from wavealign.orchestrator.config_schema import CONF_DIR, GridConfig
 from wavealign.orchestrator.grid_axes import (
     axis_product,
     block_size_for,
@@ -33,6 +38,13 @@ from wavealign.orchestrator.grid_axes import (
     profile_hardware,
 )
 from wavealign.records import NO_REORDERER, Cell
+
+# the grid's lists that pick the blocks of cells and their launch orders (``_blocks``, ``_orders``), and the two a cell
+# takes resolved: seq_k (its nearest valid shape) and wave_size (None: its backend's wave on its GPU)
+RESOLVED_AXES = ("hardware", "backend", "measure", "method", "workload", "variant", "reorderer", "seq_k", "wave_size")
+# every other list of the grid that names a cell's column: one value of it per cell, as it is
+PLAIN_AXES = tuple(name for name, hint in typing.get_type_hints(GridConfig).items()
+                   if typing.get_origin(hint) is list and name in Cell.columns() and name not in RESOLVED_AXES)
 
 # Bumped when the meaning of a cell's fields changes; part of every cell id.
 CELL_SCHEMA = 4  # 2: cells carry the requested seq_k; 3: and their reorderer; 4: and their measurer (measure,
@@ -71,8 +83,8 @@ def expand(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> Grid:
     grid = Grid(cells=[])
     seen: set[str] = set()
     dirs = search_dirs(cfg, conf_dir)
-    for where, g in grids(cfg).items():
-        sub = _expand_one(where, g, cfg, dirs)
+    for g in grids(cfg).values():
+        sub = _expand_one(g, cfg, dirs)
         grid.filtered.update(sub.filtered)
         for cell in sub.cells:
             if cell.cell_id not in seen:
@@ -85,8 +97,8 @@ def count_cells(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> int:
     """How many cells ``expand`` would make, from the axes' lengths, making none (a cell that two grids both
     name counts twice): a sweep too large to enumerate is refused by its count."""
     dirs = search_dirs(cfg, conf_dir)
-    return sum(block.size for where, g in grids(cfg).items()
-               for block in _blocks(where, g, _orders(where, g, cfg, dirs), dirs) if block.filtered is None)
+    return sum(block.size for g in grids(cfg).values()
+               for block in _blocks(g, _orders(g, cfg), dirs) if block.filtered is None)
 
 
 @dataclass(frozen=True)
@@ -118,7 +130,7 @@ class _Block:
     filtered: str | None
 
 
-def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> list[_Order]:
+def _orders(g: DictConfig, cfg: DictConfig) -> list[_Order]:
     """Each variant with each of the grid's reorderers and their parameter combinations; a variant without a
     spatial stage once, with ``NO_REORDERER`` (its order depends on none)."""
     orders = []
@@ -131,10 +143,10 @@ def _orders(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> lis
     return orders
 
 
-def _blocks(where: str, g: DictConfig, orders: list[_Order], dirs: list[Path]) -> Iterator[_Block]:
+def _blocks(g: DictConfig, orders: list[_Order], dirs: list[Path]) -> Iterator[_Block]:
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
     method_axes = {m: param_axes("method", m, g) for m in g.method}
-    per_order = len(g.seq_k) * len(g.wave_size) * len(g.seed)
+    per_order = len(g.seq_k) * len(g.wave_size) * axis_product({axis: g[axis] for axis in PLAIN_AXES})
     taken = {m: _orders_taken(m, orders) for m in g.method}
     measure_options = {m: param_combinations(param_axes("measure", m, g)) for m in g.measure}
     for hw, backend_name, measure in itertools.product(g.hardware, g.backend, g.measure):
@@ -208,36 +220,35 @@ def _workload_fields(wl: DictConfig, seq_k: float) -> dict[str, Any]:
                 heads=list(wl.heads) if preset else [], layer=int(wl.layer), step=int(wl.step), generator=generator)
 
 
-def _expand_one(where: str, g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
-    """The cells of one grid; ``config.validate`` has made sure each of its backends runs somewhere in it."""
+def _expand_one(g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
+    """The cells of one grid; ``config_validate`` has made sure each of its backends runs somewhere in it."""
     out = Grid(cells=[])
     workloads_cfg = {name: group_entry("workload", name, dirs) for name in g.workload}
-    orders = _orders(where, g, cfg, dirs)
+    orders = _orders(g, cfg)
     # each workload's fields per length, once (a captured file's header is read once, not per cell)
     shapes = {(name, seq_k): _workload_fields(workloads_cfg[name], float(seq_k)) for name in g.workload
               for seq_k in g.seq_k}
     # the config's values read once, as plain ones: OmegaConf's lookups would cost more than the cells themselves
-    axes = {axis: list(g[axis]) for axis in ("seq_k", "wave_size", "seed")}
+    axes = {axis: list(g[axis]) for axis in ("seq_k", "wave_size", *PLAIN_AXES)}
+    plain = [dict(zip(PLAIN_AXES, values, strict=True)) for values in itertools.product(*(axes[a] for a in PLAIN_AXES))]
     reps, warmup = int(g.reps), int(g.warmup)
     variants = {name: (v.stages, v.skip) for name, v in cfg.variants.items()}
-    for block in _blocks(where, g, orders, dirs):
+    for block in _blocks(g, orders, dirs):
         if block.filtered is not None:
             out.filtered[block.filtered] += block.size + sum(block.refused_orders.values())
             continue
         out.filtered.update(block.refused_orders)
         hw = block.hardware
-        profile = profile_hardware(g, hw)
-        hw_spec = hardware_registry.get(profile)
         backend = kernels.get(block.backend)
-        block_size = block_size_for(g, hw)
-        for seq_k, method_params, wave, seed in itertools.product(axes["seq_k"], param_combinations(block.method_axes),
-                                                                  axes["wave_size"], axes["seed"]):
+        method_options = param_combinations(block.method_axes)
+        for seq_k, method_params, wave, values in itertools.product(axes["seq_k"], method_options, axes["wave_size"],
+                                                                    plain):
+            geometry = backend.geometry(profile_hardware(g, hw), block_size_for(g, hw), wave)
             base = dict(
-                hardware=hw, profile_hardware=profile, backend=block.backend, method=block.method,
-                workload=block.workload, block_size=block_size, wave_size=int(wave or backend.wave_size(hw_spec)),
-                seed=int(seed), method_params=method_params, backend_params=block.backend_params,
+                hardware=hw, backend=block.backend, method=block.method, workload=block.workload,
+                **dataclasses.asdict(geometry), method_params=method_params, backend_params=block.backend_params,
                 measure=block.measure, measure_params=block.measure_params, reps=reps, warmup=warmup,
-                **shapes[block.workload, seq_k])
+                **values, **shapes[block.workload, seq_k])
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in block.orders:
                 stages, skip = variants[order.variant]

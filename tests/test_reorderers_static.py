@@ -6,7 +6,6 @@ import itertools
 import pytest
 import torch
 
-import wavealign
 from wavealign import kernels, launch_order, masks, reorderers, variants
 from wavealign.attention import AttentionStep
 from wavealign.masks import synthetic
@@ -27,9 +26,9 @@ def plan(mask: torch.Tensor, name: str, stages: str = "spatial", seed: int = 0) 
 
 
 @pytest.mark.parametrize("name", STATIC)
-def test_each_order_is_registered_with_a_conf_entry_and_a_reference(name):
-    assert (wavealign.conf_dir() / "reorderer" / f"{name}.yaml").is_file()
-    assert reorderers.get(name).reference
+def test_each_order_is_registered_with_a_reference_and_a_label(name):
+    entry = reorderers.get(name)
+    assert entry.reference and entry.label != name and entry.color
 
 
 @pytest.mark.parametrize("name", STATIC)
