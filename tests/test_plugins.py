@@ -180,6 +180,36 @@ def test_a_new_method_parameter_is_one_plugin_module_and_the_sweep_s_schema_foll
                                     "'test-stripes'; expected one of ['period']; did you mean period?")
 
 
+NEW_AXIS = """
+import json
+
+from wavealign import pipeline
+from wavealign.orchestrator import config, grid
+
+cells = grid.expand(config.load([
+    "~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]", "grid.workload=[shape-2h]",
+    "grid.seq_k=[1]", "grid.variant=[original]", "grid.measure=[test-count]", "plugins=[counting_measurer]",
+    "+grid.measure_params.test-count.launches=[1,3]"])).cells
+results = [r for c in cells for r in pipeline.run_group([c])]
+print(json.dumps({"launches": [c.measurer.measure_params["launches"] for c in cells],
+                  "reps_done": [r.reps_done for r in results], "status": [r.status for r in results]}))
+"""
+
+
+def test_a_new_sweep_axis_is_one_plugin_module():
+    """Adding a sweep axis touched 1 file: ``tests/plugins/counting_measurer.py`` registers measurer ``test-count``
+    with its parameter ``launches``; listing two values of it in the grid doubles the cells, and each cell's value
+    reaches its measurement, with no config, schema, grid or record edit."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "plugins"), str(REPO)])}
+    env.pop("WAVEALIGN_PLUGINS", None)
+    done = subprocess.run([sys.executable, "-c", NEW_AXIS], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(found["launches"]) == [1, 3] and found["status"] == ["done", "done"]
+    assert found["reps_done"] == found["launches"]
+
+
 def test_importing_the_library_loads_no_orchestration_or_dataframe_package():
     code = textwrap.dedent("""
         import sys
