@@ -161,17 +161,22 @@ print(json.dumps(found))
 """
 
 
+def _with_test_plugins(code: str) -> dict:
+    """What ``code`` prints last (JSON), run in a process of its own with ``tests/plugins`` importable: the registries
+    keep what a plugin gives them."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "plugins"), str(REPO)])}
+    env.pop("WAVEALIGN_PLUGINS", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_a_new_method_parameter_is_one_plugin_module_and_the_sweep_s_schema_follows():
     """Adding a method parameter touched 1 file: ``tests/plugins/striped_method.py`` declares ``period``, its
     default and its check, in the one ``masks.register`` call of its method. Its axis, its cells and the schema that
     refuses a value of another type (read from the default by ``registry.param_types``, naming the entry) follow, with
     no YAML, config, schema or orchestrator edit. (Run in a process of its own: the registry keeps what it is given.)"""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "plugins"), str(REPO)])}
-    env.pop("WAVEALIGN_PLUGINS", None)
-    done = subprocess.run([sys.executable, "-c", NEW_PARAMETER], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = _with_test_plugins(NEW_PARAMETER)
     assert found["default"] == [{"period": 2}]
     assert found["axis"] == [{"period": 3}, {"period": 5}]
     assert found["period=wide"] == "grid.method_params.test-stripes.period: expected an integer, got 'wide'"
@@ -200,12 +205,7 @@ def test_a_new_sweep_axis_is_one_plugin_module():
     """Adding a sweep axis touched 1 file: ``tests/plugins/counting_measurer.py`` registers measurer ``test-count``
     with its parameter ``launches``; listing two values of it in the grid doubles the cells, and each cell's value
     reaches its measurement, with no config, schema, grid or record edit."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "plugins"), str(REPO)])}
-    env.pop("WAVEALIGN_PLUGINS", None)
-    done = subprocess.run([sys.executable, "-c", NEW_AXIS], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = _with_test_plugins(NEW_AXIS)
     assert sorted(found["launches"]) == [1, 3] and found["status"] == ["done", "done"]
     assert found["reps_done"] == found["launches"]
 
