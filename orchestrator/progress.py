@@ -3,6 +3,7 @@ few seconds), and the final summary, as a table and as records (``summary_lines`
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 import threading
@@ -190,12 +191,28 @@ def _line_order(key: tuple) -> tuple:
             variant != ORIGINAL_VARIANT, variant)
 
 
+def _measure_labels(rows: list[dict[str, Any]]) -> list[str | None]:
+    """Each row's measurer, with the parameters whose value differs between the rows of that measurer
+    (``timed paired=false``): cells timed two ways in one sweep are two lines, never one interval over both."""
+    params = [json.loads(r.get("measure_params") or "{}") for r in rows]
+    values: dict[tuple, set[str]] = defaultdict(set)  # (measurer, parameter) -> its values, as JSON
+    for row, given in zip(rows, params, strict=True):
+        for key, value in given.items():
+            values[row.get("measure"), key].add(json.dumps(value))
+    labels = []
+    for row, given in zip(rows, params, strict=True):
+        name = row.get("measure")
+        varying = [f"{k}={json.dumps(given[k])}" for k in sorted(given) if len(values[name, k]) > 1]
+        labels.append(" ".join([name, *varying]) if varying else name)
+    return labels
+
+
 def _grouped(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     """The rows per summary line (``SummaryLine.key``), in the summary's order."""
     grouped: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
+    for row, measure in zip(rows, _measure_labels(rows), strict=True):
         order = order_name(row["variant"], row.get("reorderer"))
-        grouped[(row["hardware"], row["backend"], row.get("measure"), row["method"], row.get("workload"),
+        grouped[(row["hardware"], row["backend"], measure, row["method"], row.get("workload"),
                  row.get("seq_len_tokens"), order)].append(row)
     return {key: grouped[key] for key in sorted(grouped, key=_line_order)}
 
@@ -229,7 +246,8 @@ def _l2_hit(done: list[dict[str, Any]]) -> tuple[str, str | None]:
 
 
 _COUNT_HEADERS = {"failed": "failed", "unschedulable": "un-\nsched."}
-_SHARED = {"hardware": 0, "backend": 1, "method": 3, "workload": 4}  # columns said in the title when one value
+# columns said in the title when one value
+_SHARED = {"hardware": 0, "backend": 1, "measure": 2, "method": 3, "workload": 4}
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> Table:

@@ -181,3 +181,16 @@ def test_progress_refuses_an_interval_that_is_not_positive():
     with pytest.raises(ValueError, match="every_s must be > 0, got 0"):
         SweepProgress({"cpu": 1}, Console(file=io.StringIO()), every_s=0)
 
+
+
+def test_cells_timed_two_ways_in_one_sweep_are_two_lines_named_by_the_parameter_that_differs():
+    """sweep=paired_h200 times each cell blocked and paired: one interval across both would mix two methods."""
+    rows = []
+    for paired, (low, high) in ((False, (0.95, 0.97)), (True, (0.995, 1.004))):
+        for r in (row("original", 1.0), row("wavealign", math.sqrt(low * high), low, high)):
+            r.update(measure_params=json.dumps({"paired": paired, "budget_s": 3.0}),
+                     cell_id=f"{r['cell_id']}-{paired}")
+            rows.append(r)
+    lines = [line for line in summary_lines(rows) if line.variant != "original"]
+    assert sorted((line.measure, line.verdict) for line in lines) == [("timed paired=false", "slower"),
+                                                                     ("timed paired=true", "same")]
