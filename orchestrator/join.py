@@ -47,10 +47,12 @@ from ray.exceptions import AuthenticationError
 from ray.job_config import JobConfig
 
 import wavealign
+from wavealign import user_config
 from wavealign.orchestrator import cluster
 from wavealign.orchestrator.config_schema import ConfigError
 from wavealign.orchestrator.config_validate import RAY_ADDRESS
 from wavealign.registry import PLUGINS_ENV
+from wavealign.skip.profile import PROFILE_DIR_ENV
 
 EMBEDDED = "local"  # ray.init's address for a fresh embedded Ray, never a stale or foreign one found here
 RAY_CLIENT_PORT = 10001  # Ray Client's default, for ray://host without a port
@@ -184,15 +186,21 @@ def _stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
+# what a worker must see as the driver does: the plugin modules the sweep names (``wavealign.registry`` imports them
+# on every worker) and where the user's installed profiles and generators are (``wavealign.user_config``,
+# ``skip.PROFILE_DIR_ENV``): a path a cluster's nodes reach only through a shared file system
+FORWARDED_ENV = (PLUGINS_ENV, user_config.HOME_ENV, PROFILE_DIR_ENV)
+
+
 def shipped_runtime_env(job_env: dict[str, Any] | None) -> dict[str, Any]:
-    """What the driver gives a cluster's workers (``ray.init``'s runtime_env): the user's import path and the plugin
-    modules the sweep names (``wavealign.registry`` imports them on every worker), and this checkout as the
+    """What the driver gives a cluster's workers (``ray.init``'s runtime_env): the user's import path and
+    ``FORWARDED_ENV``, and this checkout as the
     ``working_dir`` (its packages and conf/; results, caches and bundles stay home), first on their import path.
     Code installed from a wheel is not shipped: the nodes run the same wheel (the image's).
 
     Inside a Ray job (``job_env``, its runtime_env) only what the job's lacks: not the working_dir when the job
     has one (it is this code), nor the driver's PYTHONPATH (Ray's, into the head's copy of that working_dir)."""
-    names = (PLUGINS_ENV,) if job_env is not None else ("PYTHONPATH", PLUGINS_ENV)
+    names = FORWARDED_ENV if job_env is not None else ("PYTHONPATH", *FORWARDED_ENV)
     job_env = job_env or {}
     env_vars = {k: os.environ[k] for k in names if os.environ.get(k) and k not in job_env.get("env_vars", {})}
     runtime_env: dict[str, Any] = {"env_vars": env_vars}
@@ -220,7 +228,7 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
                              f"{TOKEN_HELP}") from None
         return target
     # this machine's own workers import the checkout in place (or the installed wheel): nothing to ship
-    env_vars = {k: os.environ[k] for k in ("PYTHONPATH", PLUGINS_ENV) if os.environ.get(k)}
+    env_vars = {k: os.environ[k] for k in ("PYTHONPATH", *FORWARDED_ENV) if os.environ.get(k)}
     if wavealign.CHECKOUT:
         env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [str(wavealign.CHECKOUT), env_vars.get("PYTHONPATH")]))
     if AUTH_MODE_ENV_VAR not in os.environ:  # the user's mode wins; else Ray 2.59+'s default, without its warning

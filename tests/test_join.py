@@ -11,6 +11,7 @@ import socket
 import pytest
 
 import wavealign
+from wavealign import user_config
 from wavealign.jobs import cli
 from wavealign.orchestrator import config, join
 from wavealign.registry import PLUGINS_ENV
@@ -110,7 +111,9 @@ def test_a_driver_inside_a_ray_job_ships_only_what_the_job_lacks(in_a_ray_job, m
     monkeypatch.setenv("PYTHONPATH", "/tmp/ray/session/runtime_resources/working_dir_files/_ray_pkg_0123")
     monkeypatch.setenv(PLUGINS_ENV, "my_backend")
     monkeypatch.setenv("MY_SETTING", "1")
-    assert join.shipped_runtime_env(join.job_runtime_env()) == {"env_vars": {PLUGINS_ENV: "my_backend"}}
+    monkeypatch.setenv(user_config.HOME_ENV, "/shared/home/me/.config/wavealign")
+    assert join.shipped_runtime_env(join.job_runtime_env()) == {"env_vars": {
+        PLUGINS_ENV: "my_backend", user_config.HOME_ENV: "/shared/home/me/.config/wavealign"}}
 
 
 def test_inside_a_ray_job_no_address_is_the_job_s_cluster(in_a_ray_job, monkeypatch):
