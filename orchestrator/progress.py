@@ -261,8 +261,12 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
     counted = [c for c in ("failed", "unschedulable") if any(r["status"] == c for r in rows)]
     shared = {name: values.pop() for name, values in
               ((name, {str(key[i] or "-") for key in grouped}) for name, i in _SHARED.items()) if len(values) == 1}
-    if shared:  # a value every line has is said once, in the title: the table keeps to 80 columns
-        title += ": " + ", ".join(f"{name} {value}" for name, value in shared.items())
+    measure = _SHARED["measure"]
+    if "measure" not in shared and len({k[:measure] + k[measure + 1:] for k in grouped}) == len(grouped):
+        shared["measure"] = None  # the lines differ elsewhere too: the notes' timers say how each was measured
+    if said := {name: value for name, value in shared.items() if value is not None}:
+        # a value every line has is said once, in the title: the table keeps to 80 columns
+        title += ": " + ", ".join(f"{name} {value}" for name, value in said.items())
     table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, padding=0)
     headers = [*(name for name in _SHARED if name not in shared), "tokens", "variant", "done",
                *(_COUNT_HEADERS[c] for c in counted),
