@@ -2,13 +2,12 @@
 
 import base64
 import re
-import shutil
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
-from rich.console import Console
+from sweeps import run_test_sweep
 
 from wavealign import analysis
 from wavealign.analysis import figures
@@ -16,7 +15,6 @@ from wavealign.analysis import report as analysis_report
 from wavealign.analysis.load import latest_per_configuration, with_derived_columns
 from wavealign.analysis.plotting import SIMULATED_LABEL
 from wavealign.jobs import report
-from wavealign.orchestrator import config, sweep
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -45,16 +43,7 @@ extra_grids:
 @pytest.fixture(scope="module")
 def run_root(tmp_path_factory):
     """A real sweep through the orchestrator (Ray, Parquet, MLflow) of the small grid ``SWEEP``."""
-    tmp = tmp_path_factory.mktemp("sweep")
-    conf = tmp / "conf"
-    shutil.copytree(config.CONF_DIR, conf)
-    (conf / "sweep" / "analysis_test.yaml").write_text(SWEEP)
-    root = tmp / "runs"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAY_ADDRESS", "local")  # a fresh embedded Ray even if another cluster runs on this machine
-        cfg = config.load(["sweep=analysis_test", f"run_root={root}", "progress=false", "ray.num_cpus=2"],
-                          conf_dir=conf)
-        outcome = sweep.run(cfg, Console(quiet=True))
+    root, outcome = run_test_sweep(tmp_path_factory.mktemp("sweep"), "analysis_test", SWEEP)
     assert outcome.counts == {"done": 8}
     return root
 

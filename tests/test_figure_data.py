@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from rich.console import Console
+from sweeps import run_test_sweep
 
 from wavealign import metrics
 from wavealign.analysis import figures
 from wavealign.analysis.report import NO_VALUE
 from wavealign.jobs import report
-from wavealign.orchestrator import config, sweep
 
 SWEEP = """# @package _global_
 name: figure-data-test
@@ -63,15 +61,7 @@ MATCH = {"hardware": "hardware", "backend": "backend", "method": "method", "work
 def swept(tmp_path_factory) -> tuple[Path, Path]:
     """The run root of a real sweep of ``SWEEP`` and its report folder."""
     tmp = tmp_path_factory.mktemp("figure-data")
-    conf = tmp / "conf"
-    shutil.copytree(config.CONF_DIR, conf)
-    (conf / "sweep" / "figure_data_test.yaml").write_text(SWEEP)
-    root = tmp / "runs"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAY_ADDRESS", "local")  # a fresh embedded Ray even if another cluster runs on this machine
-        cfg = config.load(["sweep=figure_data_test", f"run_root={root}", "progress=false", "ray.num_cpus=2",
-                           "mlflow.enabled=false"], conf_dir=conf)
-        outcome = sweep.run(cfg, Console(quiet=True))
+    root, outcome = run_test_sweep(tmp, "figure_data_test", SWEEP, "mlflow.enabled=false")
     assert outcome.counts == {"done": CELLS}
     out = tmp / "report"
     assert report.main(["--run-root", str(root), "--out", str(out), "--no-mlflow"]) == 0

@@ -7,12 +7,12 @@ import shutil
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
-from rich.console import Console
+from sweeps import run_test_sweep
 
 from wavealign import analysis, hardware, skip
 from wavealign.analysis import profiles, skipfit
 from wavealign.jobs import refresh_profiles
-from wavealign.orchestrator import config, dataset, sweep
+from wavealign.orchestrator import dataset
 from wavealign.pipeline import Cell, CellResult
 
 HARDWARE = "h100"
@@ -202,17 +202,12 @@ grid:  # reference-kernel cells on this CPU that plan, and ask the skip policy, 
 """
 
 
-def test_next_sweep_decides_with_the_refreshed_profile(tmp_path, profile_dir, monkeypatch):
+def test_next_sweep_decides_with_the_refreshed_profile(tmp_path, profile_dir):
     # a hardware where reordering pays from 2K tokens on, where the provisional rule (>= 150K tokens) skips
     assert refresh(make_runs(tmp_path / "truth", threshold_tokens=2_000), profile_dir) == 0
-    conf = tmp_path / "conf"
-    shutil.copytree(config.CONF_DIR, conf)
-    (conf / "sweep" / "next_sweep.yaml").write_text(NEXT_SWEEP)
-    monkeypatch.setenv("RAY_ADDRESS", "local")  # a fresh embedded Ray, which inherits WAVEALIGN_PROFILE_DIR
-    runs = tmp_path / "sweep"
-    cfg = config.load(["sweep=next_sweep", f"run_root={runs}", "progress=false", "ray.num_cpus=1",
-                       "mlflow.enabled=false"], conf_dir=conf)
-    assert sweep.run(cfg, Console(quiet=True)).counts == {"done": 2}
+    # the embedded Ray inherits WAVEALIGN_PROFILE_DIR
+    runs, outcome = run_test_sweep(tmp_path / "sweep", "next_sweep", NEXT_SWEEP, "mlflow.enabled=false", cpus=1)
+    assert outcome.counts == {"done": 2}
     adaptive = analysis.load(runs).query("variant == 'adaptive'").iloc[0]
     assert adaptive["skip_reorder"] and adaptive["stages_applied"] == "both"
     assert "fitted model (h100 v1)" in adaptive["skip_reason"]
