@@ -8,6 +8,7 @@ so a new field is one line here.
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
 from collections.abc import Mapping
@@ -94,9 +95,9 @@ class MeasurerSpec:
 class Cell:
     """One point of a sweep grid, resolved once at grid expansion into the parts the library takes: ``inputs``
     (``wavealign.inputs``), ``attention`` (``wavealign.attention.AttentionStep``), ``measurer``
-    (``wavealign.measurers``) and where it runs (``hardware``, ``wavealign.placement``). Only the sweep's grid makes
-    one (``orchestrator.grid``); a dataset row or ``cell_json`` is its flat view (``flat``, ``from_flat``), one
-    column per leaf field."""
+    (``wavealign.measurers``) and where it runs (``hardware``, ``wavealign.placement``). The sweep's grid makes them
+    (``orchestrator.grid``); a dataset row or ``cell_json`` is a cell's flat view (``flat``, ``from_flat``), one
+    column per leaf field, read back by the jobs that re-run recorded cells."""
 
     cell_id: str
     group_id: str  # cells sharing workload, mask, hardware and backend: timed back to back
@@ -108,7 +109,7 @@ class Cell:
     @classmethod
     def column_hints(cls) -> dict[str, Any]:
         """The type hint of each column of a cell's flat view (``flat``), in order: the dataset's cell columns."""
-        return _leaf_hints(cls)
+        return dict(_leaf_hints(cls))
 
     @classmethod
     def columns(cls) -> tuple[str, ...]:
@@ -132,9 +133,16 @@ class Cell:
         return _from_leaves(cls, values)
 
 
+@functools.cache
+def _hints(record: type) -> dict[str, Any]:
+    """A record's fields' type hints, resolved once: grid expansion makes a cell from its flat view per cell."""
+    return typing.get_type_hints(record)
+
+
+@functools.cache
 def _leaf_hints(record: type) -> dict[str, Any]:
     """Each leaf field of a record of nested frozen records, by name, with its type hint."""
-    hints = typing.get_type_hints(record)
+    hints = _hints(record)
     out: dict[str, Any] = {}
     for f in fields(record):
         out.update(_leaf_hints(hints[f.name]) if is_dataclass(hints[f.name]) else {f.name: hints[f.name]})
@@ -150,7 +158,7 @@ def _leaves(record: Any) -> dict[str, Any]:
 
 
 def _from_leaves(record: type, values: Mapping[str, Any]) -> Any:
-    hints = typing.get_type_hints(record)
+    hints = _hints(record)
     kwargs: dict[str, Any] = {}
     for f in fields(record):
         hint = hints[f.name]
