@@ -241,12 +241,13 @@ def _expand_one(g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
         hw = block.hardware
         backend = kernels.get(block.backend)
         method_options = param_combinations(block.method_axes)
-        for seq_k, method_params, wave, values in itertools.product(axes["seq_k"], method_options, axes["wave_size"],
-                                                                    plain):
-            geometry = backend.geometry(profile_hardware(g, hw), block_size_for(g, hw), wave)
+        profile, block_size = profile_hardware(g, hw), block_size_for(g, hw)
+        geometries = [dataclasses.asdict(backend.geometry(profile, block_size, wave)) for wave in axes["wave_size"]]
+        for seq_k, method_params, geometry, values in itertools.product(axes["seq_k"], method_options, geometries,
+                                                                        plain):
             base = dict(
                 hardware=hw, backend=block.backend, method=block.method, workload=block.workload,
-                **dataclasses.asdict(geometry), method_params=method_params, backend_params=block.backend_params,
+                **geometry, method_params=method_params, backend_params=block.backend_params,
                 measure=block.measure, measure_params=block.measure_params, reps=reps, warmup=warmup,
                 **values, **shapes[block.workload, seq_k])
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
