@@ -183,14 +183,14 @@ class InputCache:
         building those inputs already. A prefetched set not taken yet is replaced (its build finishes first, so at
         most one prefetched set lives besides the kept one). A build's error is raised by ``take``, where the group's
         cells are recorded failed with it."""
-        wanted = request
+        wanted = request.key
         with self._lock:
-            if wanted.key in self._kept or wanted.key == self._building or (
-                    self._prefetched is not None and self._prefetched.key == wanted.key):
+            if wanted in self._kept or wanted == self._building or (
+                    self._prefetched is not None and self._prefetched.key == wanted):
                 return False
-            previous, self._prefetched = self._prefetched, _Prefetch(wanted.key)
+            previous, self._prefetched = self._prefetched, _Prefetch(wanted)
             job = self._prefetched
-        threading.Thread(target=self._build_ahead, args=(job, wanted, previous), name=f"prefetch-{name}",
+        threading.Thread(target=self._build_ahead, args=(job, request, previous), name=f"prefetch-{name}",
                          daemon=True).start()
         return True
 
