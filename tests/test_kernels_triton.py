@@ -22,6 +22,7 @@ import json, torch
 from wavealign import blockmask, launch_order
 from wavealign.masks import synthetic
 from wavealign.kernels.reference import reference_attention
+from wavealign.kernels import LaunchShape, triton_static
 from wavealign.kernels.triton_blocksparse import attention
 
 def inputs(batch, heads, n, d, bs, seed, density=0.5):
@@ -56,6 +57,12 @@ for name, b, h, n, d, bs, bm, bn in [("ragged_d64", 1, 2, 100, 64, 32, 32, 16),
         "flat_tma_bitwise": torch.equal(plain, attention(q, k, v, mask, None, bs, use_tma=True, flat_loads=True,
                                                          **cfg)),
         "kv_form_bitwise": torch.equal(plain, attention(q, k, v, blockmask.to_kv_indices(mask), None, bs, **cfg)),
+        # triton-static: 3 persistent programs striding over the tiles, in the order and in a balanced one
+        "static_bitwise": torch.equal(permuted, triton_static.plan(mask, order, LaunchShape.of(q, k, bs), grid=3,
+                                                                   **cfg).run(q, k, v)),
+        "static_balanced_bitwise": torch.equal(plain, triton_static.plan(
+            mask, launch_order.plan(mask, wave_size=3, stages="spatial", reorderer="balanced"),
+            LaunchShape.of(q, k, bs), grid=3, **cfg).run(q, k, v)),
     }
 q, k, v, _ = inputs(2, 2, 64, 64, 16, seed=3)
 batched = torch.stack([synthetic.random_mask(2, 4, 4, 0.5, seed=s) for s in (1, 2)])
@@ -91,6 +98,16 @@ def test_matches_reference_with_a_row_order(interpreted, case):
 @pytest.mark.parametrize("case", CASES)
 def test_row_order_leaves_output_bitwise_equal(interpreted, case):
     assert interpreted[case]["permuted_bitwise"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_static_persistent_kernel_is_bitwise_the_streaming_one(interpreted, case):
+    assert interpreted[case]["static_bitwise"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_static_persistent_kernel_in_a_balanced_order_is_bitwise_the_original(interpreted, case):
+    assert interpreted[case]["static_balanced_bitwise"]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -57,12 +57,20 @@ class LaunchDecision:
 @dataclass(frozen=True)
 class Prepared:
     """A step made ready on one mask: the decision, the launch order (None: the original) and what planning it
-    cost."""
+    cost; for a variant that chooses its order, the chooser's answer (None where an earlier choice was kept) and the
+    name of the order applied."""
 
     mask: torch.Tensor
     decision: LaunchDecision
     order: launch_order.RowOrder | None
     reorder_ms: float
+    candidate: str = launch_order.candidates.ORIGINAL
+    choice: Any = None  # launch_order.chooser.Choice
+
+    @property
+    def choose_ms(self) -> float:
+        """What choosing the order cost on this host (planning and predicting every candidate); 0 where none ran."""
+        return 0.0 if self.choice is None else self.choice.choose_ms
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,8 @@ class AttentionStep:
         """The skip policy's verdict on ``features`` and the stages that follow from it. ``features`` may be None
         for a variant the policy cannot veto (the verdict is then not asked). Without a skip profile for the GPU the
         verdict is to reorder, saying so."""
+        if self.variant.skip == "choose":
+            raise ValueError(f"variant {self.variant.name!r} chooses its order: prepare() asks the chooser")
         if features is None:
             if self.variant.skip == "policy":
                 raise ValueError(f"variant {self.variant.name!r} lets the skip policy decide: it needs the mask's "
@@ -109,7 +119,7 @@ class AttentionStep:
             return LaunchDecision(self.variant.stages, None, f"variant {self.variant.name!r} forces its stages")
         try:
             profile = skip.load_profile(self.geometry.profile_hardware)
-        except ValueError as exc:
+        except skip.NoProfile as exc:
             skip_reorder, reason, gain = True, f"reorder: no skip profile ({exc})", math.nan
         else:
             verdict = skip.SkipPolicy(profile).decide(features)
@@ -117,29 +127,74 @@ class AttentionStep:
         stages = self.variant.stages if self.variant.skip == "force" or skip_reorder else "none"
         return LaunchDecision(stages, skip_reorder, reason, gain)
 
-    def plan_order(self, mask: torch.Tensor, stages: str) -> launch_order.RowOrder:
-        """The launch order of ``mask`` for ``stages``: this step's reorderer, then Stage 2 where ``stages`` says. A
-        reorderer that declares one of ``reorderers.STEP_PARAMS`` gets this step's value of it; one that reads the
-        latent position of a block (declares ``latent``) refuses a token-ordered mask."""
-        declared = reorderers.get(self.reorderer).params
-        if stages in ("spatial", "both") and (refused := order_refused(self.reorderer, self.token_ordered)):
+    def plan_order(self, mask: torch.Tensor, stages: str, candidate: str | None = None) -> launch_order.RowOrder:
+        """The launch order of ``mask`` for ``stages``: this step's reorderer, then Stage 2 where ``stages`` says; or
+        the chooser's ``candidate`` (``launch_order.candidates``: its own stages and reorderer). A reorderer that
+        declares one of ``reorderers.STEP_PARAMS`` gets this step's value of it; one that reads the latent position
+        of a block (declares ``latent``) refuses a token-ordered mask."""
+        reorderer, params = self.reorderer, dict(self.reorderer_params)
+        if candidate is not None:
+            c = launch_order.candidates.get(candidate)
+            stages, reorderer, params = c.stages, c.reorderer, dict(c.params)
+        declared = reorderers.get(reorderer).params
+        if stages in ("spatial", "both") and (refused := order_refused(reorderer, self.token_ordered)):
             raise ValueError(refused)
         facts = {"latent": self.latent, "block_size": self.geometry.block_size}
-        params = {**self.reorderer_params, **{k: facts[k] for k in reorderers.STEP_PARAMS if k in declared}}
+        params.update({k: facts[k] for k in reorderers.STEP_PARAMS if k in declared})
         return launch_order.plan(mask, wave_size=self.geometry.wave_size, stages=stages, seed=self.seed,
-                                 reorderer=self.reorderer, **params)
+                                 reorderer=reorderer, **params)
+
+    def choose(self, mask: torch.Tensor, head_dim: int) -> Any:
+        """The order chooser's answer for ``mask`` on this step's backend and GPU (``launch_order.rank``), with the
+        corrections that GPU's skip profile learned (none without a profile)."""
+        hardware = self.geometry.profile_hardware
+        if hardware is None:
+            raise ValueError(f"variant {self.variant.name!r} chooses the order for a GPU: it needs hardware= (a "
+                             "wavealign.hardware id)")
+        from wavealign.launch_order import chooser
+
+        try:
+            fit = chooser.fit_from(skip.load_profile(hardware).chooser)
+        except skip.NoProfile:
+            fit = chooser.ChooserFit()
+        return chooser.rank(mask, backend=self.backend, hardware=hardware, head_dim=head_dim,
+                            block_size=self.geometry.block_size, wave_size=self.geometry.wave_size, latent=self.latent,
+                            token_ordered=self.token_ordered, seed=self.seed, fit=fit)
 
     def prepare(self, mask: torch.Tensor, *, features: skip.SkipFeatures | None = None,
-                timer: PlanTimer = time_once) -> Prepared:
+                timer: PlanTimer = time_once, head_dim: int = 128, keep: str | None = None) -> Prepared:
         """Decide and plan the order of ``mask`` (H, MB, NB); ``timer`` times the plan (a live call's one plan, or
-        a sweep's median of several)."""
+        a sweep's median of several). A variant that chooses its order asks the chooser (``head_dim``: the
+        attention's), or plans ``keep``, a candidate it chose for this layer and shape before."""
+        if self.variant.skip == "choose":
+            return self._prepare_chosen(mask, timer, head_dim, keep)
         decision = self.decide(features)
         if not decision.reordered:
             return Prepared(mask, decision, None, 0.0)
         # a first plan of Stage 2 alone, or of a torch reorderer, holds JIT compiles; compiled libraries time it
         warmup = decision.stages == "temporal" or reorderers.get(self.reorderer).needs_warmup
         order, ms = timer(lambda: self.plan_order(mask, decision.stages), mask.device, warmup)
-        return Prepared(mask, decision, order, ms)
+        return Prepared(mask, decision, order, ms, order.candidate)
+
+    def _prepare_chosen(self, mask: torch.Tensor, timer: PlanTimer, head_dim: int, keep: str | None) -> Prepared:
+        """``prepare`` for a choosing variant: the chooser's candidate (or ``keep``), planned and timed alone, as a
+        later call that keeps the choice pays it."""
+        choice = None
+        if keep is None:
+            choice = self.choose(mask, head_dim)
+            keep = choice.candidate
+            original = next(s for s in choice.scored if s.candidate == launch_order.candidates.ORIGINAL)
+            chosen = next(s for s in choice.scored if s.candidate == keep)
+            reason, gain = choice.reason, original.net_ms - chosen.net_ms
+        else:
+            reason, gain = f"{keep}: kept from this layer's earlier choice", math.nan
+        c = launch_order.candidates.get(keep)
+        decision = LaunchDecision(c.stages, c.stages == "none", reason, gain)
+        if not decision.reordered:
+            return Prepared(mask, decision, None, 0.0, keep, choice)
+        warmup = c.stages == "temporal" or reorderers.get(c.reorderer).needs_warmup
+        order, ms = timer(lambda: self.plan_order(mask, c.stages, keep), mask.device, warmup)
+        return Prepared(mask, decision, order, ms, keep, choice)
 
     def wave_working_set_bytes(self, prepared: Prepared, features: skip.SkipFeatures, head_dim: int) -> float:
         """The K/V bytes a wave touches (``skip.wave_working_set_bytes``) in the launch order ``prepared`` applies:

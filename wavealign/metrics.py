@@ -257,3 +257,11 @@ def gap_to_bound(dense_ms, sparse_ms, density):
 def operational_intensity(flops, dram_bytes):
     """FLOPs per byte of DRAM traffic (the roofline's x axis)."""
     return flops / dram_bytes
+
+
+def headroom_captured(speedup: float, limit_speedup: float) -> float:
+    """The share of the headroom an order takes: (t_orig / t_order - 1) / (t_orig / t_limit - 1), from its speedup
+    over the original and the order limit's (``sim.order_limit``); NaN where the limit leaves no headroom."""
+    if not (math.isfinite(speedup) and math.isfinite(limit_speedup)) or limit_speedup <= 1.0:
+        return math.nan
+    return (speedup - 1.0) / (limit_speedup - 1.0)

@@ -72,6 +72,7 @@ def run_group(cells: list[Cell], then: list[Cell] | None = None, inputs: InputCa
                 results[index] = _failed(m.cell, exc, env)
                 results[index].inputs_prefetched = prefetched
     _speedups(cells, results)
+    _ranks(results, next((m.prepared.choice for m in measured if m.prepared.choice is not None), None))
     return results
 
 
@@ -129,12 +130,14 @@ def _measure(cell: Cell, mask: torch.Tensor, features: skip.SkipFeatures, qkv: Q
                         mask_ms=mask_ms, environment=env)
     for name in FEATURE_FIELDS:
         setattr(result, name, getattr(features, name))
-    prepared = step.prepare(mask, features=features, timer=timing.time_plan)
+    prepared = step.prepare(mask, features=features, timer=timing.time_plan, head_dim=cell.inputs.head_dim)
     decision = prepared.decision
     result.skip_reorder, result.skip_reason = decision.skip_reorder, decision.reason
     result.skip_predicted_gain_ms = decision.predicted_gain_ms
     result.stages_applied, result.reorder_applied = decision.stages, decision.reordered
     result.reorder_ms, result.reorder_cost = prepared.reorder_ms, "measured"
+    result.order_candidate = prepared.candidate if prepared.order is None else prepared.order.candidate
+    result.chooser_ms = prepared.choose_ms if prepared.choice is not None else math.nan
     result.reordered_wave_working_set_bytes = step.wave_working_set_bytes(prepared, features, cell.inputs.head_dim)
     shape = launch_shape(cell.inputs, cell.attention.geometry, qkv, device)
     measurement = Measurement(cell, step, prepared, qkv, shape, device, result)
@@ -173,6 +176,23 @@ def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
                             else (math.nan, math.nan))
         r.verdict = metrics.verdict(r.speedup_ci_low, r.speedup_ci_high, point=point)
         r.net_verdict = metrics.verdict(r.net_speedup_ci_low, r.net_speedup_ci_high, point=net_point)
+
+
+def _ranks(results: list[CellResult], choice) -> None:
+    """Each done row's rank in its group by measured net time (1: fastest); where the group holds a chooser's answer
+    (``choice``, an auto cell's), each row's predicted kernel time and rank, the order limit and the headroom its
+    order took (``metrics.headroom_captured``, its measured speedup against the limit's predicted one)."""
+    done = sorted((r for r in results if r.status == "done" and r.total_ms > 0), key=lambda r: r.total_ms)
+    for rank, r in enumerate(done, start=1):
+        r.measured_rank = rank
+    if choice is None:
+        return
+    limit_speedup = choice.predicted_kernel_ms("original") / choice.limit_ms
+    for r in done:
+        r.predicted_kernel_ms = choice.predicted_kernel_ms(r.order_candidate)
+        r.predicted_rank = choice.predicted_rank(r.order_candidate)
+        r.order_limit_ms = choice.limit_ms
+        r.headroom_captured = metrics.headroom_captured(r.speedup_vs_original, limit_speedup)
 
 
 def _intervals(baseline: CellResult, r: CellResult) -> tuple[metrics.Ratio, metrics.Ratio] | tuple[None, None]:

@@ -228,6 +228,22 @@ class CellResult:
     verdict_tolerance: float = math.nan
     stages_applied: str | None = None
     reorder_applied: bool | None = None
+    # the launch order applied, by name (launch_order.candidates: "original", "wavealign", "balanced", ...; a
+    # reorderer that is no candidate as "stages[reorderer]"); for variant auto, the chooser's pick
+    order_candidate: str | None = None
+    chooser_ms: float = math.nan  # what choosing the order cost on the host (auto cells; beside reorder_ms, its plan)
+    # in a group with an auto cell: the chooser's predicted kernel time of this row's order, and its rank (1 fastest)
+    # among the candidates by predicted net time; every row: its rank among the group's rows by measured net time
+    predicted_kernel_ms: float = math.nan
+    predicted_rank: int | None = None
+    measured_rank: int | None = None
+    # the kernel time no exact order passes (sim.order_limit, in the time model) and the share of the headroom to it
+    # this row's order took (metrics.headroom_captured), in a group with an auto cell
+    order_limit_ms: float = math.nan
+    headroom_captured: float = math.nan
+    # a kernel whose query unit spans several mask blocks (FA4 on SM100): its units' work over its blocks' own
+    # (launch_order.pairing.or_inflation), for the pairing the cell's order used
+    or_inflation: float = math.nan
     # mask statistics and skip features (wavealign.skip.SkipFeatures), original order
     num_q_blocks: int | None = None
     num_kv_blocks: int | None = None

@@ -2,6 +2,7 @@
 the skip policy may veto them.
 
     VARIANTS["adaptive"]           # Variant(name='adaptive', stages='both', skip='policy')
+    VARIANTS["auto"]               # the order chooser picks each mask's exact order (launch_order.choose)
     get("wavealign").paper_label   # 'O+S1+S2' (the paper's Fig. 12 names, derived from the stages)
 
 The sweep's ``grid.variant`` names these (a sweep may add its own under ``variants:``), the integrations'
@@ -18,8 +19,9 @@ from types import MappingProxyType
 from wavealign.launch_order import STAGES
 from wavealign.records import ORIGINAL_VARIANT
 
-# "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order
-SKIP_MODES = ("force", "policy")
+# "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order;
+# "choose": the order chooser (launch_order.chooser) picks the order, among them the original (skipping is choosing it)
+SKIP_MODES = ("force", "policy", "choose")
 # how the paper's figures name each stage set (Fig. 12's ablation)
 PAPER_LABELS: Mapping[str, str] = MappingProxyType(
     {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"})
@@ -43,6 +45,8 @@ class Variant:
 
     @property
     def paper_label(self) -> str:
+        if self.skip == "choose":
+            return "Auto (chosen order)"
         return PAPER_LABELS[self.stages] + (" (adaptive)" if self.skip == "policy" else "")
 
 
@@ -52,6 +56,9 @@ VARIANTS: Mapping[str, Variant] = MappingProxyType({v.name: v for v in (
     Variant("temporal", "temporal", color="tab:green"),
     Variant("wavealign", "both", color="tab:red"),
     Variant("adaptive", "both", "policy", color="tab:purple"),  # O+S1+S2 unless the skip profile says it will not pay
+    # the chooser's pick for each mask, backend and GPU (its stages are the widest a pick may run; it takes no
+    # reorderer of the grid's: the candidates name their own)
+    Variant("auto", "both", "choose", color="tab:brown"),
 )})
 # the integrations' first words for their reorder= argument
 REORDER_WORDS: Mapping[str, str] = MappingProxyType({"always": "wavealign", "never": ORIGINAL_VARIANT})

@@ -45,7 +45,9 @@ class CallRecord:
     """What one call did, per batch element: the mask's density, whether the rows were reordered and why, and
     what building the mask (``tuned_heads`` of its heads tuned first, on a first call) and planning the order
     cost (host wall time, synchronised on CUDA); ``plan_reused``: a static method's mask, order and launch were
-    planned by an earlier call of this shape and latent (nothing built or planned: both costs 0)."""
+    planned by an earlier call of this shape and latent (nothing built or planned: both costs 0). ``candidate`` names
+    the order applied; ``choose_ms`` is what the order chooser cost where ``reorder="auto"`` asked it (0 where this
+    layer's earlier choice for the shape was kept)."""
 
     layer: int
     tokens: int
@@ -57,6 +59,8 @@ class CallRecord:
     reorder_ms: float
     tuned_heads: int = 0
     plan_reused: bool = False
+    candidate: str = "original"
+    choose_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ class BlockSparseAttention:
     tuned_configs: masks.TunedConfigs | None = field(init=False, default=None, repr=False)
     step: AttentionStep = field(init=False, repr=False)
     _static_plans: dict[tuple, _Plan] = field(init=False, default_factory=dict, repr=False)
+    # reorder="auto": the candidate chosen per (layer, launch shape), kept across the denoising steps
+    _choices: dict[tuple, str] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method_params, Mapping):
@@ -134,10 +140,10 @@ class BlockSparseAttention:
             self.wave_size = check_int("wave_size", self.wave_size, lo=1, hi=launch_order.MAX_WAVE_SIZE)
         geometry = backend.geometry(self.hardware, self.block_size, self.wave_size)
         self.wave_size = geometry.wave_size
+        if variant.skip in ("policy", "choose") and self.hardware is None:
+            raise ValueError(f"reorder={self.reorder!r} needs hardware= (a wavealign.hardware id: its skip profile or "
+                             "the GPU the order is chosen for)")
         if variant.skip == "policy":
-            if self.hardware is None:
-                raise ValueError(f"reorder={self.reorder!r} needs hardware= (a wavealign.hardware id with a skip "
-                                 "profile)")
             skip.load_profile(self.hardware)  # a ValueError naming the hardware when there is none
         self.step = AttentionStep(backend=self.backend, variant=variant, geometry=geometry, reorderer=self.reorderer,
                                   latent=self.latent, token_ordered=method.token_order is not None)
@@ -179,7 +185,10 @@ class BlockSparseAttention:
         step = self.step if latent == self.step.latent else replace(self.step, latent=latent)
         # the policy's features only where it may veto: a forced variant pays nothing for them
         features = step.features(mask, q.shape[-1]) if step.variant.skip == "policy" else None
-        prepared = step.prepare(mask, features=features)
+        chosen = (layer, shape)  # reorder="auto": one choice per layer and shape, kept across steps
+        prepared = step.prepare(mask, features=features, head_dim=q.shape[-1], keep=self._choices.get(chosen))
+        if step.variant.skip == "choose":
+            self._choices[chosen] = prepared.candidate
         plan = _Plan(float(mask.float().mean()), prepared, step.launch(mask, prepared.order, shape))
         if static:
             self._static_plans[key] = plan
@@ -195,4 +204,5 @@ class BlockSparseAttention:
                                      density=plan.density, reordered=decision.reordered,
                                      reason=decision.reason, mask_ms=mask_ms,
                                      reorder_ms=0.0 if reused else plan.prepared.reorder_ms, tuned_heads=tuned,
-                                     plan_reused=reused))
+                                     plan_reused=reused, candidate=plan.prepared.candidate,
+                                     choose_ms=0.0 if reused else plan.prepared.choose_ms))

@@ -106,17 +106,57 @@ if triton is not None:
         stride_cb, stride_ch,
         stride_ib, stride_ih, stride_im,
         stride_pb, stride_ph,
-        H, N_Q, N_KV, NB, qk_scale,
+        H, N_Q, N_KV, NB, qk_scale, TILES_PER_HEAD, NUM_TILES,
         HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         HAS_PERM: tl.constexpr, HEADS_FASTEST: tl.constexpr, USE_TMA: tl.constexpr,
         WARP_SPECIALIZE: tl.constexpr, FLAT_LOADS: tl.constexpr, KV_EVICTION: tl.constexpr,
+        PERSISTENT: tl.constexpr,
     ):
-        if HEADS_FASTEST:
-            bh = tl.program_id(0)
-            slot = tl.program_id(1)
+        """One program per tile (a streaming grid: SMs take the next tile as they free), or, ``PERSISTENT``, one
+        program per SM running tiles p, p + G, p + 2G, ... of the queue numbered slot fastest, then (batch, head):
+        FA4's SM100 ``StaticPersistentTileScheduler``. Either way a tile computes the same rows the same way."""
+        if PERSISTENT:
+            for tile in range(tl.program_id(0), NUM_TILES, tl.num_programs(0)):
+                _attend_tile(
+                    tile % TILES_PER_HEAD, tile // TILES_PER_HEAD,
+                    Q, K, V, O, KV_NUM, KV_IDX, PERM, q_desc, k_desc, v_desc, o_desc,
+                    stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh,
+                    stride_vn, stride_ob, stride_oh, stride_on, stride_cb, stride_ch, stride_ib, stride_ih, stride_im,
+                    stride_pb, stride_ph, H, N_Q, N_KV, NB, qk_scale,
+                    HEAD_DIM, BLOCK_SIZE, BLOCK_M, BLOCK_N, HAS_PERM, USE_TMA, WARP_SPECIALIZE, FLAT_LOADS,
+                    KV_EVICTION)
         else:
-            slot = tl.program_id(0)
-            bh = tl.program_id(1)
+            if HEADS_FASTEST:
+                bh = tl.program_id(0)
+                slot = tl.program_id(1)
+            else:
+                slot = tl.program_id(0)
+                bh = tl.program_id(1)
+            _attend_tile(
+                slot, bh, Q, K, V, O, KV_NUM, KV_IDX, PERM, q_desc, k_desc, v_desc, o_desc,
+                stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn, stride_vb, stride_vh, stride_vn,
+                stride_ob, stride_oh, stride_on, stride_cb, stride_ch, stride_ib, stride_ih, stride_im,
+                stride_pb, stride_ph, H, N_Q, N_KV, NB, qk_scale,
+                HEAD_DIM, BLOCK_SIZE, BLOCK_M, BLOCK_N, HAS_PERM, USE_TMA, WARP_SPECIALIZE, FLAT_LOADS, KV_EVICTION)
+
+    @triton.jit
+    def _attend_tile(
+        slot, bh, Q, K, V, O, KV_NUM, KV_IDX, PERM,
+        q_desc, k_desc, v_desc, o_desc,
+        stride_qb, stride_qh, stride_qn,
+        stride_kb, stride_kh, stride_kn,
+        stride_vb, stride_vh, stride_vn,
+        stride_ob, stride_oh, stride_on,
+        stride_cb, stride_ch,
+        stride_ib, stride_ih, stride_im,
+        stride_pb, stride_ph,
+        H, N_Q, N_KV, NB, qk_scale,
+        HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        HAS_PERM: tl.constexpr, USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLAT_LOADS: tl.constexpr,
+        KV_EVICTION: tl.constexpr,
+    ):
+        """Launch slot ``slot`` (of ``block_m`` rows) of (batch, head) ``bh``: its query block's rows against that
+        block's selected K/V blocks."""
         b = (bh // H).to(tl.int64)
         h = (bh % H).to(tl.int64)
         SPLIT: tl.constexpr = BLOCK_SIZE // BLOCK_M
@@ -282,6 +322,8 @@ class TritonLaunch:
     kv_num: torch.Tensor
     kv_idx: torch.Tensor
     perm: torch.Tensor | None
+    # None: a grid of one program per tile; else that many persistent programs on the static stride (triton-static)
+    persistent_grid: int | None = None
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.shape.check_qkv(q, k, v)
@@ -290,7 +332,10 @@ class TritonLaunch:
         out = torch.empty_like(q)
         slots = shape.q_blocks * (shape.block_size // cfg.block_m)
         bh = shape.batch * shape.heads
-        grid = (bh, slots) if self.head_order == "parallel" else (slots, bh)
+        if self.persistent_grid is not None:
+            grid = (min(self.persistent_grid, slots * bh),)
+        else:
+            grid = (bh, slots) if self.head_order == "parallel" else (slots, bh)
         use_tma = cfg.use_tma and all(t.is_contiguous() for t in (q, k, v))
         descs = _descriptors(q, k, v, out, cfg) if use_tma else (None,) * 4
         perm = self.kv_num if self.perm is None else self.perm  # any tensor: unread when HAS_PERM is False
@@ -299,27 +344,29 @@ class TritonLaunch:
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             *_lead_strides(self.kv_num, 2), *_lead_strides(self.kv_idx, 3), *_lead_strides(perm, 2),
             shape.heads, shape.q_len, shape.kv_len, shape.kv_blocks,
-            (1.0 / math.sqrt(shape.head_dim)) * 1.4426950408889634,
-            **kernel_constants(shape, cfg, self.head_order, has_perm=self.perm is not None, use_tma=use_tma),
+            (1.0 / math.sqrt(shape.head_dim)) * 1.4426950408889634, slots, slots * bh,
+            **kernel_constants(shape, cfg, self.head_order, has_perm=self.perm is not None, use_tma=use_tma,
+                               persistent=self.persistent_grid is not None),
         )
         return out
 
 
 def kernel_constants(shape: LaunchShape, cfg: KernelConfig, head_order: str, *, has_perm: bool,
-                     use_tma: bool) -> dict[str, object]:
+                     use_tma: bool, persistent: bool = False) -> dict[str, object]:
     """The kernel's compile-time parameters and launch options for a launch of ``shape`` under ``cfg``: what
     ``TritonLaunch.run`` passes, and what an offline compile (benchmarks/results/kernels-h200/sass_sm90.py)
     must pass to build the same kernel."""
     return dict(HEAD_DIM=shape.head_dim, BLOCK_SIZE=shape.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 HAS_PERM=has_perm, HEADS_FASTEST=head_order == "parallel", USE_TMA=use_tma,
                 WARP_SPECIALIZE=cfg.warp_specialize, FLAT_LOADS=cfg.flat_loads, KV_EVICTION=cfg.kv_eviction,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                PERSISTENT=persistent, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", config: KernelConfig | None = None,
-         **params) -> TritonLaunch:
+         persistent_grid: int | None = None, **params) -> TritonLaunch:
     """Resolve the launch config and put ``mask`` (dense bool or kv-index form) and ``order`` on the device,
-    int32; ``params`` override fields of the config (None keeps the tuned value)."""
+    int32; ``params`` override fields of the config (None keeps the tuned value). ``persistent_grid``: launch that
+    many persistent programs on the static stride instead of one per tile (``triton-static``)."""
     bs = shape.block_size
     check_options({"head_order": head_order, **params}, bs)
     base = config or (default_config(shape.head_dim) if shape.head_dim in HEAD_DIMS else KernelConfig())
@@ -336,7 +383,7 @@ def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", con
             raise ValueError(f"order.perm must be (H={shape.heads}, MB={shape.q_blocks}) or (B={shape.batch}, H, MB), "
                              f"got {tuple(perm.shape)}")
         perm = perm.to(shape.device).contiguous()
-    return TritonLaunch(shape, cfg, head_order, kv_num, kv_idx, perm)
+    return TritonLaunch(shape, cfg, head_order, kv_num, kv_idx, perm, persistent_grid)
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, order=None, block_size: int = 128,
@@ -369,7 +416,16 @@ def _descriptors(q, k, v, out, cfg: KernelConfig):
             desc(out, cfg.block_m, False))
 
 
-def _cuda_with_triton() -> bool:
+# the streaming kernel's speed as the simulator models it (round figures, not fitted: ExecutionFacts)
+EXECUTION = ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9)
+# resident CTAs per SM (ncu launch__occupancy_limit_* on the H200: 228 regs x 256 threads -> 1 CTA/SM,
+# benchmarks/results/kernels-h200/TUNING.md; 2 on the A40's 64x64 tiles, the paper's Sec. V)
+CTAS_PER_SM = {"h100": 1, "h200": 1, "a100": 1, "b200": 1, "a40": 2}
+# the KernelConfig fields a sweep tunes (None keeps the tuned value for the head dim: TUNING.md)
+TUNED_OPTIONS = ("block_m", "block_n", "num_warps", "num_stages", "use_tma")
+
+
+def is_available() -> bool:
     return triton is not None and torch.cuda.is_available()
 
 
@@ -377,15 +433,12 @@ register(Backend(
     name="triton",
     plan=plan,
     description="WaveAlign's own block-sparse FlashAttention-2 forward in Triton; row order read in-kernel",
-    # ncu launch__occupancy_limit_* on the H200: 228 regs x 256 threads -> 1 CTA/SM
-    # (benchmarks/results/kernels-h200/TUNING.md); 2 on the A40's 64x64 tiles (the paper's Sec. V)
-    ctas_per_sm={"h100": 1, "h200": 1, "a100": 1, "b200": 1, "a40": 2},
-    execution=ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9),
+    ctas_per_sm=CTAS_PER_SM,
+    execution=EXECUTION,
     ncu_kernels=r"_block_sparse_attn_fwd",
-    is_available=_cuda_with_triton,
+    is_available=is_available,
     # head_order (sequential: query blocks fastest, heads one after another; parallel: heads fastest), and the
-    # KernelConfig fields a sweep tunes (None keeps the tuned value for the head dim: TUNING.md)
-    params={"head_order": keyword_defaults(plan)["head_order"],
-            **dict.fromkeys(("block_m", "block_n", "num_warps", "num_stages", "use_tma"))},
+    # KernelConfig fields a sweep tunes
+    params={"head_order": keyword_defaults(plan)["head_order"], **dict.fromkeys(TUNED_OPTIONS)},
     check_options=check_options,
 ))

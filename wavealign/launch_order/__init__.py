@@ -20,6 +20,7 @@ import torch
 from wavealign import nvrtc, reorderers
 from wavealign.blockmask import MaskLike, as_dense, check_fits, check_int, check_seed, kv_pair, row_nnz
 from wavealign.launch_order import block_gather, plan_graphs
+from wavealign.launch_order.candidates import candidate_name
 
 STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
@@ -44,6 +45,12 @@ class RowOrder:
     wave_size: int
     stages: str
     reorderer: str = "wavealign"  # the spatial step (wavealign.reorderers) when ``stages`` has one
+    # the order's name among the chooser's candidates (``launch_order.candidates``), or ``stages[reorderer]``
+    candidate: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.candidate:
+            object.__setattr__(self, "candidate", candidate_name(self.stages, self.reorderer))
 
     @property
     def num_q_blocks(self) -> int:
@@ -70,12 +77,14 @@ class RowOrder:
         return cls._of(perm, wave_size, stages, reorderer)
 
     @classmethod
-    def _of(cls, perm: torch.Tensor, wave_size: int, stages: str, reorderer: str = "wavealign") -> RowOrder:
+    def _of(cls, perm: torch.Tensor, wave_size: int, stages: str, reorderer: str = "wavealign",
+            candidate: str = "") -> RowOrder:
         """``from_perm`` without its check, for permutations made here (no wait for the GPU)."""
         perm = perm.long()
         inverse = torch.empty_like(perm)
         inverse.scatter_(-1, perm, torch.arange(perm.shape[-1], device=perm.device).expand_as(perm))
-        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages, reorderer=reorderer)._checked()
+        return cls(perm=perm, inverse=inverse, wave_size=wave_size, stages=stages, reorderer=reorderer,
+                   candidate=candidate)._checked()
 
     def _checked(self) -> RowOrder:
         _CHECKED[id(self)] = self
@@ -162,14 +171,19 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
         order = plan_graphs.replay(rows, (wave_size, stages, seed, reorderer, tuple(sorted(params.items()))), order_of)
     else:
         order = order_of(rows)
-    return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer)
+    return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer,
+                        candidate=candidate_name(stages, reorderer, params))
 
 
-def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int) -> torch.Tensor:
-    """Stage 2 (Alg. 2): within consecutive ``wave_size`` buckets of ``order``, descending NNZ, stably."""
+def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int,
+                   first_tile: torch.Tensor | None = None) -> torch.Tensor:
+    """Stage 2 (Alg. 2): within consecutive ``wave_size`` buckets of ``order``, descending NNZ, stably. Buckets start
+    at each head's slot 0, or, given ``first_tile`` (one per leading row of ``order``: the queue index of its slot 0),
+    where the scheduler's global rounds of ``wave_size`` tiles cut it (``scheduled.round_buckets``)."""
     mb = order.shape[-1]
     nnz_in_order = torch.gather(nnz.long(), -1, order)
-    bucket = torch.arange(mb, device=order.device) // wave_size
+    slots = torch.arange(mb, device=order.device)
+    bucket = slots // wave_size if first_tile is None else (first_tile.unsqueeze(-1) + slots) // wave_size
     # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties; a row's NNZ is
     # below 2^31, so the bucket's weight needs no look at the data (and no wait for the GPU)
     key = (bucket << 31) - nnz_in_order
@@ -227,3 +241,12 @@ def _perm_like(order: RowOrder, rows: torch.Tensor) -> torch.Tensor:
     """``order.perm`` on ``rows``' device, broadcast over its batch dimension."""
     perm = order.perm.to(rows.device)
     return perm.expand(*rows.shape) if perm.dim() < rows.dim() else perm
+
+
+def __getattr__(name: str) -> Any:
+    """``choose`` and ``rank`` (``launch_order.chooser``) load the simulator only when first asked for."""
+    if name in ("choose", "rank"):
+        import importlib
+
+        return getattr(importlib.import_module("wavealign.launch_order.chooser"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

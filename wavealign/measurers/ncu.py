@@ -13,13 +13,25 @@ from pathlib import Path
 
 from wavealign import kernels, measurers
 from wavealign.instruments import ncu
+from wavealign.launch_order import candidates
 from wavealign.measurers import Measurement, timed
+from wavealign.records import Cell
 
 
 def time_and_profile(done: list[Measurement]) -> None:
     """The group timed as ``timed`` times it, then ``profile``."""
     timed.time_group(done)
     profile(done)
+
+
+def _as_applied(m: Measurement) -> Cell:
+    """The cell with the order it applied, forced (the stages it ran; a chosen candidate's own reorderer too): the
+    child launches what was timed, on the same inputs."""
+    attention = replace(m.cell.attention, stages=m.result.stages_applied, skip_mode="force")
+    if m.step.variant.skip == "choose":
+        c = candidates.get(m.result.order_candidate)
+        attention = replace(attention, reorderer=c.reorderer, reorderer_params=dict(c.params))
+    return replace(m.cell, attention=attention)
 
 
 def profile(done: list[Measurement]) -> None:
@@ -30,9 +42,7 @@ def profile(done: list[Measurement]) -> None:
         for m in done:
             m.result.ncu_unavailable = "Nsight Compute profiles GPU cells; this cell ran on the CPU"
         return
-    # each cell with the stages it applied, forced: the child launches what was timed, on the same inputs
-    cells = [replace(m.cell, attention=replace(m.cell.attention, stages=m.result.stages_applied, skip_mode="force"))
-             for m in done]
+    cells = [_as_applied(m) for m in done]
     with tempfile.TemporaryDirectory(prefix="wavealign-ncu-") as tmp:
         spec = Path(tmp) / "cells.json"
         spec.write_text(json.dumps({"cells": [c.flat() for c in cells]}))

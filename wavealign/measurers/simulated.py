@@ -17,9 +17,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import torch
+
 from wavealign import measurers, sim
 from wavealign.blockmask import check_seed
 from wavealign.instruments import timing
+from wavealign.launch_order import pairing
 from wavealign.masks import check_number, one_of
 from wavealign.masks import optional as or_none
 from wavealign.measurers import Measurement
@@ -32,17 +35,25 @@ def measure(m: Measurement) -> None:
     cell, result, order = m.cell, m.result, m.prepared.order
     options = MEASURER.resolve(cell.measurer.measure_params)
     q_stage = sim.execution_facts(m.step.backend, m.shape.hardware).q_stage
-    launch_rows = m.shape.q_blocks
+    launch_rows, mask = m.shape.q_blocks, m.prepared.mask
     if q_stage > 1:
-        units = sim.coarsen_rows(m.prepared.mask, q_stage)
+        # which blocks share a unit is the planner's free, exact choice: paired by K/V overlap for every order but
+        # the original, which keeps the kernel's own (token-adjacent) units
+        rows = mask.reshape(-1, *mask.shape[-2:])
+        pairs = (torch.arange(rows.shape[1]).expand(rows.shape[0], -1) if order is None
+                 else pairing.pair_blocks(rows, q_stage, m.step.seed))
+        result.or_inflation = pairing.or_inflation(rows, pairs, q_stage)
+        mask = torch.gather(rows, 1, pairs.to(rows.device).unsqueeze(-1).expand_as(rows))
+        units = sim.coarsen_rows(mask, q_stage)
         launch_rows = units.shape[-2]
         if order is not None:
             # a unit is q_stage blocks of tokens: a reorderer placing rows by position (curve) reads it so
             step = dataclasses.replace(m.step, geometry=dataclasses.replace(
                 m.step.geometry, block_size=q_stage * m.shape.block_size))
             stages = m.prepared.decision.stages
-            order, result.reorder_ms = timing.time_plan(lambda: step.plan_order(units, stages), m.device)
-    predicted = sim.simulate(m.prepared.mask, order, hardware=m.shape.hardware, backend=m.step.backend,
+            chosen = result.order_candidate if m.step.variant.skip == "choose" else None
+            order, result.reorder_ms = timing.time_plan(lambda: step.plan_order(units, stages, chosen), m.device)
+    predicted = sim.simulate(mask, order, hardware=m.shape.hardware, backend=m.step.backend,
                              head_dim=m.shape.head_dim, wave_size=m.shape.wave_size, block_size=m.shape.block_size,
                              **options)
     result.device, result.timer, result.reps_done = CPU, "simulated", 1

@@ -39,8 +39,8 @@ from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed
 from wavealign.kernels import ExecutionFacts
 from wavealign.sim.tiling import coarsen_rows
 
-__all__ = ["ExecutionFacts", "HeadResult", "SimResult", "coarsen_rows", "execution_facts", "fit_row_jitter",
-           "simulate"]
+__all__ = ["ExecutionFacts", "HeadResult", "Prediction", "SimResult", "coarsen_rows", "execution_facts",
+           "fit_row_jitter", "order_limit", "predict", "simulate"]
 
 # a kernel launch and its tail, outside the per-block roofline (typical CUDA launch latency)
 LAUNCH_OVERHEAD_S = 5e-6
@@ -132,31 +132,12 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
       overhead. A memory-bound launch would in reality stretch the steps; the access order, hence the hit counts,
       is assumed unchanged.
     """
-    hw = hardware_mod.get(hardware)
-    if l2_partitions is None:
-        l2_partitions = hw.l2_partitions
-    if isinstance(backend, ExecutionFacts):
-        if wave_size is None:
-            raise ValueError("simulate() needs wave_size when backend is given as ExecutionFacts")
-        backend_name, ex = "custom", backend.with_block_size(block_size)
-    else:
-        spec = kernels.get(backend)
-        backend_name, ex = spec.name, execution_facts(backend, hw).with_block_size(block_size)
-        wave_size = spec.wave_size(hw) if wave_size is None else wave_size
-    wave = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SLOTS)
-    head_dim = check_int("head_dim", head_dim, lo=1)
+    hw, backend_name, ex, wave, l2_partitions = _resolve(hardware, backend, wave_size, block_size, l2_partitions)
+    head_dim = _check_head_dim(head_dim, hw, ex)
     seed = check_seed("seed", seed)
-    if l2_partitions not in (1, 2):
-        raise ValueError(f"l2_partitions must be 1 or 2, got {l2_partitions}")
     if not 0.0 <= row_jitter <= MAX_ROW_JITTER:
         raise ValueError(f"row_jitter must be >= 0 and <= {MAX_ROW_JITTER}, got {row_jitter}")
-    if ex.kv_block_bytes(head_dim) > hw.l2_bytes:
-        raise ValueError(f"head_dim {head_dim}: one K/V block ({ex.kv_block_bytes(head_dim):,} bytes) is larger than "
-                         f"the {hw.l2_bytes:,}-byte L2 of {hw.name}; expected a head dimension a GPU's L2 can cache")
-    dense = as_dense(mask)
-    if dense.dim() == 4:
-        dense = dense.reshape(-1, *dense.shape[-2:])
-    mask_np = coarsen_rows(dense, ex.q_stage).detach().to("cpu").contiguous().numpy()
+    mask_np = _launch_rows(mask, ex.q_stage)
     heads, rows, _ = mask_np.shape
     perm = _launch_order(order, heads, rows, ex.q_stage)
 
@@ -167,11 +148,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     if row_jitter > 0.0:
         z = np.abs(np.random.default_rng(seed).standard_normal((heads, rows)))
         extra = np.rint(mask_np.sum(axis=-1) * row_jitter * z).astype(np.int64)
-    try:
-        from wavealign.sim.engine import replay  # numba: imported when a simulation runs, not with the library
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(f"wavealign.sim needs numba ({exc}): pip install 'wavealign[sim]'") from exc
-    trace = replay(mask_np, perm, slots=wave, capacity_blocks=capacity, reverse=ex.kv_walk == "reverse",
+    trace = _engine().replay(mask_np, perm, slots=wave, capacity_blocks=capacity, reverse=ex.kv_walk == "reverse",
                    parallel_heads=ex.head_order == "parallel", partitions=l2_partitions,
                    row_extra_steps=extra, static=ex.scheduler == "static-persistent")
 
@@ -180,11 +157,7 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     hit_bytes = float(trace.hits.sum()) * kv_bytes
     hbm_read = float(trace.hbm_blocks.sum()) * kv_bytes + q_reads * q_bytes
     hbm_write = float(q_reads * q_bytes)  # O has Q's shape
-    per_cta_flops = hw.peak_bf16_flops / wave * ex.mma_efficiency
-    step_s = metrics.attention_flops(ex.q_rows, ex.block_n, head_dim, heads=1) / per_cta_flops + ex.block_overhead_s
-    compute_s = trace.makespan_steps * step_s
-    memory_s = (hbm_read + hbm_write) / hw.hbm_bytes_per_s
-    kernel_s = max(compute_s, memory_s) + ex.exposed_memory_fraction * min(compute_s, memory_s) + LAUNCH_OVERHEAD_S
+    compute_s, memory_s, kernel_s = _kernel_time(hw, ex, wave, head_dim, trace.makespan_steps, hbm_read + hbm_write)
     per_head = tuple(
         HeadResult(head=h, l2_lookups=int(trace.lookups[h]), l2_hits=int(trace.hits[h]),
                    hbm_read_bytes=int(trace.hbm_blocks[h]) * kv_bytes + rows * q_bytes,
@@ -199,6 +172,140 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
         memory_time_s=memory_s, kernel_time_s=kernel_s,
         makespan_steps=trace.makespan_steps, per_head=per_head, row_start_step=trace.row_start_step,
         row_finish_step=trace.row_finish_step, row_slot=trace.row_slot)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A launch's kernel time as the simulator's time model gives it from a makespan and HBM bytes: ``predict``'s
+    (one order of a mask) or ``order_limit``'s (the bound no exact order passes)."""
+
+    kernel_time_s: float
+    compute_time_s: float
+    memory_time_s: float
+    makespan_steps: int
+    hbm_read_bytes: float
+    l2_hit_ratio: float  # of the heads replayed (``heads_replayed``); the bound's: what reading each block once gives
+    heads_replayed: int
+
+
+def predict(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware = "h100",
+            backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, sample_heads: int | None = None,
+            wave_size: int | None = None, block_size: int | None = None,
+            l2_partitions: int | None = None) -> Prediction:
+    """``simulate``'s kernel time of ``mask`` in ``order``, cheaper: the makespan from the whole launch's schedule
+    (``engine.makespan``: every head, no L2, exact since a step costs the same hit or miss), the HBM bytes from the
+    L2 replay of ``sample_heads`` heads spread evenly over the launch (None: all of them, which is ``simulate``
+    without jitter) scaled to every head. A sampled head is replayed with the whole L2 and wave, as its neighbours in
+    the launch would have it; what is lost is the traffic where two heads' rows overlap in time."""
+    hw, _, ex, wave, l2_partitions = _resolve(hardware, backend, wave_size, block_size, l2_partitions)
+    head_dim = _check_head_dim(head_dim, hw, ex)
+    mask_np = _launch_rows(mask, ex.q_stage)
+    heads, rows, _ = mask_np.shape
+    perm = _launch_order(order, heads, rows, ex.q_stage)
+    engine = _engine()
+    launch_head, launch_row = engine.launch_queue(perm, parallel_heads=ex.head_order == "parallel")
+    steps = engine.makespan(mask_np.sum(axis=-1)[launch_head, launch_row], slots=wave,
+                            static=ex.scheduler == "static-persistent")
+    sample = (np.arange(heads) if sample_heads is None or sample_heads >= heads
+              else np.unique(np.linspace(0, heads - 1, check_int("sample_heads", sample_heads, lo=1)).round()
+                             .astype(np.int64)))
+    kv_bytes, q_bytes = ex.kv_block_bytes(head_dim), ex.q_block_bytes(head_dim)
+    trace = engine.replay(np.ascontiguousarray(mask_np[sample]), np.ascontiguousarray(perm[sample]), slots=wave,
+                          capacity_blocks=hw.l2_bytes // kv_bytes, reverse=ex.kv_walk == "reverse",
+                          parallel_heads=ex.head_order == "parallel", partitions=l2_partitions,
+                          static=ex.scheduler == "static-persistent")
+    q_bytes_all = heads * rows * q_bytes  # Q read once per launch row, O written the same
+    hbm_read = float(trace.hbm_blocks.sum()) * kv_bytes * heads / len(sample) + q_bytes_all
+    compute_s, memory_s, kernel_s = _kernel_time(hw, ex, wave, head_dim, steps, hbm_read + q_bytes_all)
+    sampled_lookups = float(trace.lookups.sum()) * kv_bytes + len(sample) * rows * q_bytes
+    hit = _ratio(float(trace.hits.sum()) * kv_bytes, sampled_lookups)
+    return Prediction(kernel_s, compute_s, memory_s, steps, hbm_read, hit, len(sample))
+
+
+def order_limit(mask: MaskLike, hardware: str | hardware_mod.Hardware = "h100",
+                backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, wave_size: int | None = None,
+                block_size: int | None = None) -> Prediction:
+    """A lower bound on the kernel time any exact launch order of ``mask`` reaches on ``hardware`` with ``backend``,
+    in the simulator's fitted time model: perfect CTA balance (the makespan is the total work over the wave, or the
+    longest launch row where that is longer) and every K/V block a head reads fetched from HBM once for that head.
+    Where the kernel's query tile spans ``q_stage`` mask blocks, the work is counted as if each unit paired two
+    identical blocks (the pairing of units is free, and no OR adds a block). An order's share of the headroom is
+    ``metrics.headroom_captured``."""
+    hw, _, ex, wave, _ = _resolve(hardware, backend, wave_size, block_size, None)
+    head_dim = _check_head_dim(head_dim, hw, ex)
+    dense = _launch_rows(mask, 1)
+    heads, mb, _ = dense.shape
+    nnz = dense.sum(axis=-1)
+    work = -(-int(nnz.sum()) // ex.q_stage)  # unit-steps: one unit's step serves q_stage blocks at once
+    steps = max(-(-work // wave), int(nnz.max(initial=0)))  # no row is split: the longest holds its slot throughout
+    kv_bytes = ex.kv_block_bytes(head_dim)
+    q_bytes = heads * -(-mb // ex.q_stage) * ex.q_block_bytes(head_dim)  # read once per launch row; O the same
+    fetched = float(dense.any(axis=1).sum()) * kv_bytes  # each K/V block a head reads, once
+    compute_s, memory_s, kernel_s = _kernel_time(hw, ex, wave, head_dim, steps, fetched + 2 * q_bytes)
+    lookups = work * kv_bytes + q_bytes
+    return Prediction(kernel_s, compute_s, memory_s, steps, fetched + q_bytes,
+                      _ratio(work * kv_bytes - fetched, lookups), heads)
+
+
+def _resolve(hardware: str | hardware_mod.Hardware, backend: str | ExecutionFacts, wave_size: int | None,
+             block_size: int | None, l2_partitions: int | None
+             ) -> tuple[hardware_mod.Hardware, str, ExecutionFacts, int, int]:
+    """The GPU, the backend's name, its execution facts there (at ``block_size``), its wave and the L2 partitions a
+    simulation of ``backend`` on ``hardware`` models, each checked."""
+    hw = hardware_mod.get(hardware)
+    if l2_partitions is None:
+        l2_partitions = hw.l2_partitions
+    if isinstance(backend, ExecutionFacts):
+        if wave_size is None:
+            raise ValueError("a simulation needs wave_size when backend is given as ExecutionFacts")
+        backend_name, ex = "custom", backend.with_block_size(block_size)
+    else:
+        spec = kernels.get(backend)
+        backend_name, ex = spec.name, execution_facts(backend, hw).with_block_size(block_size)
+        wave_size = spec.wave_size(hw) if wave_size is None else wave_size
+    wave = check_int("wave_size", wave_size, lo=1, hi=MAX_WAVE_SLOTS)
+    if l2_partitions not in (1, 2):
+        raise ValueError(f"l2_partitions must be 1 or 2, got {l2_partitions}")
+    return hw, backend_name, ex, wave, l2_partitions
+
+
+def _check_head_dim(head_dim: int, hw: hardware_mod.Hardware, ex: ExecutionFacts) -> int:
+    head_dim = check_int("head_dim", head_dim, lo=1)
+    if ex.kv_block_bytes(head_dim) > hw.l2_bytes:
+        raise ValueError(f"head_dim {head_dim}: one K/V block ({ex.kv_block_bytes(head_dim):,} bytes) is larger than "
+                         f"the {hw.l2_bytes:,}-byte L2 of {hw.name}; expected a head dimension a GPU's L2 can cache")
+    return head_dim
+
+
+def _launch_rows(mask: MaskLike, q_stage: int) -> np.ndarray:
+    """``mask`` as the kernel launches it: bool (H, rows, NB) on the host, batches flattened into heads, query blocks
+    grouped ``q_stage`` at a time (``coarsen_rows``)."""
+    dense = as_dense(mask)
+    if dense.dim() == 4:
+        dense = dense.reshape(-1, *dense.shape[-2:])
+    return coarsen_rows(dense, q_stage).detach().to("cpu").contiguous().numpy()
+
+
+def _kernel_time(hw: hardware_mod.Hardware, ex: ExecutionFacts, wave: int, head_dim: int, makespan_steps: int,
+                 hbm_bytes: float) -> tuple[float, float, float]:
+    """The time model (``simulate``'s docstring): compute = makespan x a step's MMAs at ``mma_efficiency`` of a
+    CTA's share of the peak plus its overhead; memory = HBM bytes / bandwidth; kernel = the longer + the backend's
+    exposed share of the shorter + a launch. Returns (compute, memory, kernel) seconds."""
+    per_cta_flops = hw.peak_bf16_flops / wave * ex.mma_efficiency
+    step_s = metrics.attention_flops(ex.q_rows, ex.block_n, head_dim, heads=1) / per_cta_flops + ex.block_overhead_s
+    compute_s = makespan_steps * step_s
+    memory_s = hbm_bytes / hw.hbm_bytes_per_s
+    return compute_s, memory_s, (max(compute_s, memory_s) + ex.exposed_memory_fraction * min(compute_s, memory_s)
+                                 + LAUNCH_OVERHEAD_S)
+
+
+def _engine():
+    """The numba replay (``wavealign.sim.engine``), imported when a simulation runs, not with the library."""
+    try:
+        from wavealign.sim import engine
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(f"wavealign.sim needs numba ({exc}): pip install 'wavealign[sim]'") from exc
+    return engine
 
 
 def execution_facts(backend: str, hardware: str | hardware_mod.Hardware) -> ExecutionFacts:

@@ -100,7 +100,7 @@ def _take_next_row(s, step, next_launch, stride, launch_head, launch_row, row_nn
     return next_launch
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _replay(mask, row_nnz, row_extra, launch_head, launch_row, reverse, static, slots, capacity, partitions,
             lookups, hits, hbm_blocks, row_start, row_finish, row_slot):
     heads, _, nb = mask.shape
@@ -187,6 +187,34 @@ def _replay(mask, row_nnz, row_extra, launch_head, launch_row, reverse, static, 
     return step
 
 
+@numba.njit(cache=True, nogil=True)
+def _makespan(lengths, slots, static):
+    finish = np.zeros(slots, dtype=np.int64)
+    for i in range(lengths.shape[0]):
+        # static: queue entry i is slot i mod slots's; streaming: the slot that frees first (the lowest on a tie)
+        s = i % slots if static else np.argmin(finish)
+        finish[s] += lengths[i]
+    return finish.max()
+
+
+def launch_queue(perm: np.ndarray, *, parallel_heads: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The launch queue of ``perm`` (H, MB): each entry's head and query block, heads one after another, or
+    (``parallel_heads``) launch slot p of every head before slot p + 1."""
+    heads, mb = perm.shape
+    if parallel_heads:
+        # queue entry i = (i % H, perm[i % H, i // H])
+        launch_head = np.tile(np.arange(heads), mb)
+        return launch_head, perm[launch_head, np.repeat(np.arange(mb), heads)]
+    return np.repeat(np.arange(heads), mb), perm.reshape(-1)
+
+
+def makespan(lengths: np.ndarray, *, slots: int, static: bool) -> int:
+    """The steps a launch takes when queue entry ``i`` (launch order, all heads) holds its slot for ``lengths[i]``
+    steps: ``_replay``'s schedule without the L2 (a step costs the same hit or miss, so the schedule never depends
+    on it), for the whole launch in milliseconds where the replay takes seconds."""
+    return int(_makespan(np.ascontiguousarray(lengths, dtype=np.int64), int(slots), bool(static)))
+
+
 def replay(mask: np.ndarray, perm: np.ndarray, *, slots: int, capacity_blocks: int, reverse: bool,
            parallel_heads: bool, partitions: int = 1, row_extra_steps: np.ndarray | None = None,
            static: bool = False) -> Trace:
@@ -198,14 +226,7 @@ def replay(mask: np.ndarray, perm: np.ndarray, *, slots: int, capacity_blocks: i
     last read.
     """
     heads, mb, _ = mask.shape
-    slot_of_launch = np.arange(mb)
-    if parallel_heads:
-        # launch slot p of every head, then p + 1: queue entry i = (i % H, perm[i % H, i // H])
-        launch_head = np.tile(np.arange(heads), mb)
-        launch_row = perm[launch_head, np.repeat(slot_of_launch, heads)]
-    else:
-        launch_head = np.repeat(np.arange(heads), mb)
-        launch_row = perm.reshape(-1)
+    launch_head, launch_row = launch_queue(perm, parallel_heads=parallel_heads)
     lookups = np.zeros(heads, dtype=np.int64)
     hits = np.zeros(heads, dtype=np.int64)
     hbm_blocks = np.zeros(heads, dtype=np.int64)

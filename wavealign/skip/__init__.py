@@ -14,6 +14,7 @@ from wavealign.skip.policy import SkipDecision, SkipPolicy
 from wavealign.skip.profile import (
     PROFILE_DIR,
     PROFILE_SCHEMA_VERSION,
+    NoProfile,
     Profile,
     current_profile,
     load_profile,
@@ -27,6 +28,7 @@ __all__ = [
     "MODEL_FEATURES",
     "PROFILE_DIR",
     "PROFILE_SCHEMA_VERSION",
+    "NoProfile",
     "Profile",
     "SkipDecision",
     "SkipFeatures",

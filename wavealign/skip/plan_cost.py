@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wavealign import hardware as hw_registry
+from wavealign.launch_order.candidates import Candidate
 
 MEASURED_ON = "h200"
 FIXED_MS = 0.60
@@ -27,6 +28,9 @@ MS_PER_ENTRY = 3.81e-9  # on MEASURED_ON; scales with 1 / SM count
 # stages, an upper bound for one
 MODELLED_REORDERERS = ("wavealign", "identity")
 STAGE2_MS_PER_ENTRY = 0.35 / (40 * 2841 * 2841)  # Stage 2 alone, on MEASURED_ON
+# balanced Stage 2's host loop (launch_order.scheduled.balanced): 18.4 ms for 40 x 2841 rows on the project's 2-core
+# CPU VM (2026-12-05), an upper bound for a GPU host's CPU
+BALANCE_MS_PER_ROW = 18.4 / (40 * 2841)
 
 
 @dataclass(frozen=True)
@@ -49,3 +53,17 @@ def predicted_plan_ms(heads: int, q_blocks: int, kv_blocks: int, hardware: str, 
     source = (f"predicted for {target.name}: {what}{fixed} ms + {per_entry * 1e9:.2f} ps/entry measured on "
               f"{measured.name}" + (f", x {scale:.2f} for SM count" if scale != 1 else ""))
     return PlanCost(ms=ms, source=source)
+
+
+def candidate_plan_ms(candidate: Candidate, heads: int, q_blocks: int, kv_blocks: int, hardware: str) -> PlanCost:
+    """The plan time of a chooser's ``candidate`` on ``hardware``: none for the original; WaveAlign's model of both
+    stages where it runs Stage 1 (itself or as the base of a scheduler-aware Stage 2), else of Stage 2 alone (a sort
+    of each head's rows, as longest-first, the curve and the round buckets are); plus balanced Stage 2's host loop."""
+    if candidate.stages == "none":
+        return PlanCost(ms=0.0, source="the original order: no plan")
+    stage1 = "wavealign" in (candidate.reorderer, candidate.params.get("base"))
+    cost = predicted_plan_ms(heads, q_blocks, kv_blocks, hardware, stages="both" if stage1 else "temporal")
+    if candidate.reorderer != "balanced":
+        return cost
+    return PlanCost(ms=cost.ms + BALANCE_MS_PER_ROW * heads * q_blocks,
+                    source=f"{cost.source} + {BALANCE_MS_PER_ROW * 1e3:.3f} us/row of balanced Stage 2 on the host")

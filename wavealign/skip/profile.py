@@ -38,9 +38,16 @@ PROFILE_DIR_ENV = "WAVEALIGN_PROFILE_DIR"
 _SCHEMA_FEATURES = {1: MODEL_FEATURES[:5], 2: MODEL_FEATURES}
 
 
+class NoProfile(ValueError):
+    """No skip profile exists for a GPU (nor, with the fallback, for any other): the policy's "reorder, no profile".
+    A profile that exists but cannot be read is a plain ValueError naming the file, never taken for a missing one."""
+
+
 @dataclass(frozen=True)
 class Profile:
-    """A per-hardware skip profile: a rule, and optionally fitted log-linear time models."""
+    """A per-hardware skip profile: a rule, optionally fitted log-linear time models, and optionally what the order
+    chooser learned on that GPU (``chooser``: a per-candidate ``bias`` and a ``margin_pct``,
+    ``launch_order.chooser.ChooserFit``)."""
 
     hardware: str
     provisional: bool
@@ -48,6 +55,7 @@ class Profile:
     models: dict[str, dict[str, Any]] | None
     provenance: dict[str, Any]
     version: str = "0"
+    chooser: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> Profile:
@@ -66,19 +74,33 @@ class Profile:
             models = {name: dict(model or {}) for name, model in models.items()}
             for name in ("kernel_original_ms", "kernel_wavealign_ms", "reorder_ms"):
                 coef = (models.get(name) or {}).get("coef")
-                if not isinstance(coef, list) or len(coef) != len(inputs) + 1:
+                if (not isinstance(coef, list) or len(coef) != len(inputs) + 1
+                        or not all(isinstance(c, int | float) and math.isfinite(c) for c in coef)):
                     raise ValueError(f"skip profile {source}: models.{name}.coef must list an intercept and "
-                                     f"{len(inputs)} coefficients for {inputs} (schema {schema})")
+                                     f"{len(inputs)} finite coefficients for {inputs} (schema {schema}), got {coef!r}")
                 # an older schema's model has no term for the newer inputs: coefficient 0
                 models[name]["coef"] = [*coef, *[0.0] * (len(MODEL_FEATURES) - len(inputs))]
-        return cls(hardware=data["hardware"], provisional=bool(data["provisional"]), rule=dict(data["rule"]),
+        rule = data["rule"]
+        if not isinstance(rule, dict) or not all(isinstance(v, int | float) and math.isfinite(v)
+                                                 for v in rule.values()):
+            raise ValueError(f"skip profile {source}: rule must map names to finite numbers, got {rule!r}")
+        chooser = data.get("chooser")
+        if chooser is not None:
+            from wavealign.launch_order.chooser import fit_from
+
+            try:
+                fit_from(chooser)
+            except (ValueError, TypeError, AttributeError) as exc:
+                raise ValueError(f"skip profile {source}: chooser: {exc}") from None
+        return cls(hardware=data["hardware"], provisional=bool(data["provisional"]), rule=dict(rule),
                    models=models, provenance=dict(data.get("provenance") or {}),
-                   version=str(data.get("version", "0")))
+                   version=str(data.get("version", "0")), chooser=chooser)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": PROFILE_SCHEMA_VERSION, "hardware": self.hardware, "version": self.version,
-                "provisional": self.provisional, "rule": self.rule, "models": self.models,
-                "provenance": self.provenance}
+        out = {"schema_version": PROFILE_SCHEMA_VERSION, "hardware": self.hardware, "version": self.version,
+               "provisional": self.provisional, "rule": self.rule, "models": self.models,
+               "provenance": self.provenance}
+        return out if self.chooser is None else {**out, "chooser": self.chooser}
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
@@ -182,7 +204,7 @@ def load_profile(hardware: str | Path, fallback: bool = True) -> Profile:
         return _load(path)
     nearest = nearest_profiled(name) if fallback else None
     if nearest is None:
-        raise ValueError(f"no skip profile for {hardware!r} in {_searched()}"
+        raise NoProfile(f"no skip profile for {hardware!r} in {_searched()}"
                          + ("" if not fallback else " and no other GPU's profile there"))
     _warn_fallback(name, nearest, _searched())
     return _load(profile_path(nearest))
