@@ -132,10 +132,12 @@ class _Block:
 
 def _orders(g: DictConfig, cfg: DictConfig) -> list[_Order]:
     """Each variant with each of the grid's reorderers and their parameter combinations; a variant without a
-    spatial stage once, with ``NO_REORDERER`` (its order depends on none)."""
+    spatial stage, or one that chooses its order (whose candidates name their own reorderers), once, with
+    ``NO_REORDERER``."""
     orders = []
     for variant in g.variant:
-        if cfg.variants[variant].stages in ("spatial", "both"):
+        v = cfg.variants[variant]
+        if v.stages in ("spatial", "both") and v.skip != "choose":
             orders += [_Order(variant, name, params) for name in g.reorderer
                        for params in param_combinations(param_axes("reorderer", name, g))]
         else:

@@ -145,7 +145,8 @@ def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", re
     ``method`` and ``method_params`` pick the mask (``wavealign.masks``), ``backend`` the kernel
     (``wavealign.kernels``), ``reorder`` "always", "never", "adaptive" (the skip profile of ``hardware`` decides
     per call) or "auto" (the order chooser picks each layer's exact order for the backend and ``hardware`` on its
-    first call, kept for that layer and shape across the steps: ``launch_order.choose``). A method tuned per head (SpargeAttn, MInference) tunes each (layer, head) on its first call and reuses
+    first call, kept for that layer and shape across the steps: ``launch_order.choose``). A method tuned per head
+    (SpargeAttn, MInference) tunes each (layer, head) on its first call and reuses
     the config after (``installed.attention.tuned_configs``; ``tuned_config=FILE`` also keeps them in a file).
     ``latent`` (T, H, W) in tokens fixes the latent video; by default each forward's is read from its
     ``hidden_states`` (``token_grid``). A static method's plan is kept per shape and latent (``reuse_static_plans``,
