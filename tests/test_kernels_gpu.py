@@ -12,7 +12,7 @@ from wavealign.reorderers.wavealign import stage1, stage1_cuda
 
 pytestmark = pytest.mark.gpu
 
-FAST_BACKENDS = ["triton", "flex"]
+FAST_BACKENDS = ["triton", "triton-static", "flex"]
 # (batch, heads, seq_len, head_dim, block_size): ragged and whole last blocks, both head dims
 SHAPES = [(1, 2, 1000, 128, 128), (2, 3, 768, 64, 128), (1, 2, 700, 128, 64), (1, 1, 4096, 128, 128)]
 
@@ -46,6 +46,14 @@ def test_row_order_leaves_output_bitwise_equal(name, stages):
     plain = backend(q, k, v, mask)
     permuted = run_poisoned(backend, q, k, v, mask, order=order)
     assert torch.equal(plain, permuted)
+
+
+@pytest.mark.parametrize("reorderer", ["balanced", "rounds", "longest-first"])
+def test_triton_static_is_bitwise_the_streaming_kernel_in_the_scheduler_aware_orders(reorderer):
+    q, k, v, mask = attention_inputs(1, 3, 3000, 128, 128, seed=11)
+    order = launch_order.plan(mask, wave_size=132, stages="spatial", reorderer=reorderer)
+    plain = kernels.get("triton")(q, k, v, mask)
+    assert torch.equal(plain, run_poisoned(kernels.get("triton-static"), q, k, v, mask, order=order))
 
 
 def test_triton_head_orders_give_the_same_output():
