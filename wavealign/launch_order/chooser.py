@@ -68,6 +68,7 @@ class Scored:
     order: Any  # launch_order.RowOrder
     kernel_ms: float  # predicted (with the profile's bias)
     plan_ms: float  # predicted for the GPU
+    prediction: Any = None  # the simulator's sim.Prediction behind kernel_ms (before the bias)
 
     @property
     def net_ms(self) -> float:
@@ -82,11 +83,15 @@ class Choice:
 
     order: Any
     scored: tuple[Scored, ...]
-    limit_ms: float
+    limit: Any  # sim.Prediction of the order limit
     reason: str
     choose_ms: float
     pairing: torch.Tensor | None = None
     or_inflation: float = 1.0
+
+    @property
+    def limit_ms(self) -> float:
+        return self.limit.kernel_time_s * 1e3
 
     @property
     def candidate(self) -> str:
@@ -123,11 +128,11 @@ def eligible(backend: str, hardware: str, *, latent: tuple[int, int, int] | None
 def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, block_size: int = 128,
          wave_size: int | None = None, latent: tuple[int, int, int] | None = None, token_ordered: bool = False,
          seed: int = 0, candidates: Iterable[str] | None = None, sample_heads: int | None = DEFAULT_SAMPLE_HEADS,
-         fit: ChooserFit | None = None) -> Choice:
+         fit: ChooserFit | None = None, l2_partitions: int | None = None) -> Choice:
     """Plan every eligible candidate for ``mask`` (bool (H, MB, NB) or (B, H, MB, NB)) and predict its net time on
     ``hardware`` with ``backend`` (``eligible``); the one with the lowest wins, unless ``fit``'s margin keeps the
     original. ``block_size`` is the mask's (tokens per block), ``wave_size`` the backend's wave there by default,
-    ``latent`` the video's (T, H, W) in tokens for the curve."""
+    ``latent`` the video's (T, H, W) in tokens for the curve, ``l2_partitions`` the simulator's (None: the GPU's)."""
     from wavealign import launch_order, sim
     from wavealign.skip import plan_cost
 
@@ -160,9 +165,10 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
         if "block_size" in declared:
             params["block_size"] = block_size * facts.q_stage
         order = launch_order.plan(units, wave_size=wave, stages=c.stages, seed=seed, reorderer=c.reorderer, **params)
-        kernel_s = sim.predict(paired, order, sample_heads=sample_heads, **options).kernel_time_s
+        predicted = sim.predict(paired, order, sample_heads=sample_heads, l2_partitions=l2_partitions, **options)
         plan = plan_cost.candidate_plan_ms(c, heads, unit_rows, kv_blocks, hw).ms
-        return Scored(c.name, order, kernel_s * 1e3 * math.exp(fit.bias.get(c.name, 0.0)), plan)
+        return Scored(c.name, order, predicted.kernel_time_s * 1e3 * math.exp(fit.bias.get(c.name, 0.0)), plan,
+                      predicted)
 
     with ThreadPoolExecutor(max_workers=min(len(weighed), 8)) as pool:  # the replay releases the GIL
         scored = list(pool.map(score, weighed))
@@ -175,7 +181,7 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
         chosen = original
         reason = (f"original: {best.candidate} predicted only {gain_pct:.2f} % faster net, under the profile's "
                   f"{fit.margin_pct:.2f} % margin")
-    limit = sim.order_limit(paired, **options).kernel_time_s * 1e3
+    limit = sim.order_limit(paired, **options)
     perm = chosen.order.perm.clone()  # a copy: the caller may write into it, never into a plan cache
     if dense.dim() == 4 and dense.shape[0] > 1:
         perm = perm.reshape(dense.shape[0], -1, unit_rows)

@@ -1,0 +1,83 @@
+"""The GPUs users buy next, by simulation at 40 heads (issue 47, item 5), and the H200's static-path predictions.
+
+For each of the seven families, the mask of Wan2.1-14B at 363,600 tokens x 40 heads (the sweep's own inputs: the
+``orders_h200`` cells' ``InputSpec``, built on this GPU) is ranked by the order chooser (``launch_order.rank``) on
+every head (``sample_heads=None``) for FA4 on the B200 (SM100: 256-row units of paired blocks, static persistent
+scheduler) and the H100 (SM90, streaming), with one and with two L2 partitions; each candidate's kernel time is then
+re-derived over the borrowed exposed-HBM share 0.1-0.4 from its compute and memory times. Then the same at 147,600
+tokens for triton-static and FA4 on the H200, whose predictions the measured sweep rows are checked against.
+Every figure written is SIMULATED.
+
+    python benchmarks/results/orders-h200/bands.py OUT     # -> OUT/bands.csv, OUT/h200_predictions.csv
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from pathlib import Path
+
+from wavealign import inputs, pipeline, sim
+from wavealign.launch_order import chooser
+from wavealign.orchestrator import config, grid
+
+EXPOSED = (0.1, 0.21, 0.4)  # the borrowed band, and the H200's fitted share (kernels/fa4.py)
+FIELDS = ("hardware", "backend", "method", "seq_k", "l2_partitions", "candidate", "exposed", "kernel_ms",
+          "compute_ms", "memory_ms", "limit_ms", "speedup", "limit_speedup", "or_inflation", "chosen")
+
+
+def masks(seq_k: int):
+    """(method, mask, latent) of each family at ``seq_k`` thousand tokens, from the sweep's own cells."""
+    cfg = config.load(["sweep=orders_h200", f"grid.seq_k=[{seq_k}]", "grid.variant=[original]"])
+    cache = inputs.InputCache()
+    for cell in grid.expand(cfg).cells:
+        if (cell.attention.backend, cell.attention.variant, cell.inputs.workload) != ("fa4", "original", "wan14b-720p"):
+            continue
+        mask, _, _, _ = cache.take(pipeline.input_request(cell))
+        yield cell.inputs.method, mask.cpu(), inputs.latent(cell.inputs), cell
+
+
+def rows(method: str, mask, latent, cell, hardware: str, backend: str, seq_k: int, partitions: int):
+    start = time.perf_counter()
+    choice = chooser.rank(mask, backend=backend, hardware=hardware, block_size=128, latent=latent,
+                          token_ordered=cell.inputs.method in ("vsa", "svg2"), sample_heads=None,
+                          l2_partitions=partitions)
+    print(f"{hardware} {backend} {method} {seq_k}K L2x{partitions}: {choice.candidate} "
+          f"({(time.perf_counter() - start):.0f} s)", flush=True)
+    facts = sim.execution_facts(backend, hardware)
+    for exposed in EXPOSED:
+        def at(p, exposed=exposed):
+            return (max(p.compute_time_s, p.memory_time_s) + exposed * min(p.compute_time_s, p.memory_time_s)
+                    + sim.LAUNCH_OVERHEAD_S) * 1e3
+        original = at(next(s.prediction for s in choice.scored if s.candidate == "original"))
+        limit = at(choice.limit)
+        for s in choice.scored:
+            kernel = at(s.prediction)
+            yield dict(hardware=hardware, backend=backend, method=method, seq_k=seq_k, l2_partitions=partitions,
+                       candidate=s.candidate, exposed=exposed, kernel_ms=round(kernel, 4),
+                       compute_ms=round(s.prediction.compute_time_s * 1e3, 4),
+                       memory_ms=round(s.prediction.memory_time_s * 1e3, 4), limit_ms=round(limit, 4),
+                       speedup=round(original / kernel, 4), limit_speedup=round(original / limit, 4),
+                       or_inflation=round(choice.or_inflation, 4) if facts.q_stage > 1 else "",
+                       chosen=s.candidate == choice.candidate)
+
+
+def main(out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    plan = {364: [("b200", "fa4", 1), ("b200", "fa4", 2), ("h100", "fa4", 1), ("h100", "fa4", 2)],
+            148: [("h200", "triton-static", 2), ("h200", "fa4", 2)]}
+    for seq_k, runs in plan.items():
+        name = "bands.csv" if seq_k == 364 else "h200_predictions.csv"
+        with (out / name).open("w", newline="") as f:
+            writer = csv.DictWriter(f, FIELDS)
+            writer.writeheader()
+            for method, mask, latent, cell in masks(seq_k):
+                for hardware, backend, partitions in runs:
+                    writer.writerows(rows(method, mask, latent, cell, hardware, backend, seq_k, partitions))
+                    f.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
