@@ -116,7 +116,8 @@ if triton is not None:
         program per SM running tiles p, p + G, p + 2G, ... of the queue numbered slot fastest, then (batch, head):
         FA4's SM100 ``StaticPersistentTileScheduler``. Either way a tile computes the same rows the same way."""
         if PERSISTENT:
-            for tile in range(tl.program_id(0), NUM_TILES, tl.num_programs(0)):
+            # the tile loop itself is not pipelined (its K/V loop is): one tile's buffers in shared memory at a time
+            for tile in tl.range(tl.program_id(0), NUM_TILES, tl.num_programs(0), num_stages=1):
                 _attend_tile(
                     tile % TILES_PER_HEAD, tile // TILES_PER_HEAD,
                     Q, K, V, O, KV_NUM, KV_IDX, PERM, q_desc, k_desc, v_desc, o_desc,
