@@ -20,6 +20,7 @@ none is registered); run a sweep with ``WAVEALIGN_PROFILE_DIR=DIR`` to decide wi
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
@@ -192,6 +193,9 @@ def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: s
         version = str(profiles.next_version(client, hardware)) if args["register"] else f"unregistered-{stamp}"
         provenance = _provenance(frame, pairs, hardware, args, evaluation.metrics, run_id)
         profile = skipfit.fit_profile(pairs, hardware, provenance, version)
+        chooser = fit_chooser(frame, hardware, outcome.metrics)
+        if chooser:
+            profile = dataclasses.replace(profile, chooser=chooser)
         profile.save(out_dir / profiles.PROFILE_ARTIFACT_DIR / f"{hardware}.yaml")
         _write_evaluation(out_dir, evaluation, hardware)
         _log_fit(client, run_id, out_dir, profile, evaluation.metrics, args)
@@ -205,6 +209,22 @@ def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: s
         folder = Path(args["profile_dir"]) if args["profile_dir"] else skip.profile_dir()
         outcome.profile_path = profile.save(folder / f"{hardware}.yaml")
     return outcome
+
+
+def fit_chooser(frame, hardware: str, metrics: dict[str, float]) -> dict[str, dict]:
+    """The order chooser's corrections on ``hardware``, per backend whose groups hold its predictions (an ``auto``
+    cell's, ``wavealign.analysis.chooserfit``), each scored with its methods held out into ``metrics``."""
+    from wavealign.analysis import chooserfit
+
+    section = {}
+    for backend in sorted(frame.loc[frame.hardware == hardware, "backend"].dropna().unique()):
+        rows = chooserfit.chooser_rows(frame, hardware, backend)
+        if rows.group_id.nunique() < 2:
+            continue
+        section[backend] = chooserfit.fit(rows)
+        _, held_out = chooserfit.evaluate(rows)
+        metrics.update({f"chooser_{backend}_{name}": value for name, value in held_out.items()})
+    return section
 
 
 def _fetch(args: dict[str, Any]) -> int:
@@ -251,6 +271,12 @@ def main(argv: list[str]) -> int:
               f"of oracle time, total time {abs(m['vs_best_fixed_pct']):.2f}% "
               f"{'below' if m['vs_best_fixed_pct'] < 0 else 'above'} the better fixed policy "
               f"({'goal met' if m['goal_met'] else 'goal NOT met'})")
+        for key, value in sorted(m.items()):
+            if key.startswith("chooser_") and key.endswith("_fitted"):
+                backend = key.removeprefix("chooser_").removesuffix("_within_1pct_fitted")
+                bare = m.get(f"chooser_{backend}_within_1pct_simulator", float("nan"))
+                print(f"  order chooser on {backend}: {value:.0%} of held-out groups within 1 % of the measured best "
+                      f"(the simulator alone: {bare:.0%})")
         if outcome.model_version is not None:
             print(f"  registered {outcome.hardware} as wavealign-skip-{hw} version {outcome.model_version} "
                   f"@{args['alias']} (run {outcome.run_id})")

@@ -154,7 +154,7 @@ class AttentionStep:
         from wavealign.launch_order import chooser
 
         try:
-            fit = chooser.fit_from(skip.load_profile(hardware).chooser)
+            fit = chooser.fit_from(skip.load_profile(hardware).chooser, self.backend)
         except skip.NoProfile:
             fit = chooser.ChooserFit()
         return chooser.rank(mask, backend=self.backend, hardware=hardware, head_dim=head_dim,

@@ -44,7 +44,8 @@ DEFAULT_SAMPLE_HEADS = 4
 
 @dataclass(frozen=True)
 class ChooserFit:
-    """What a GPU's skip profile learned of the chooser from measured candidates (``refresh-profiles``): ``bias``,
+    """What a GPU's skip profile learned of the chooser for one backend from measured candidates
+    (``refresh-profiles``, ``wavealign.analysis.chooserfit``): ``bias``,
     per candidate, the median log of measured over predicted kernel time relative to the original's (added to a
     prediction's log), and ``margin_pct``, the predicted net gain under which the original is kept."""
 
@@ -194,9 +195,10 @@ def choose(mask: MaskLike, *, backend: str, hardware: str, **options: Any) -> An
     return rank(mask, backend=backend, hardware=hardware, **options).order
 
 
-def fit_from(profile_chooser: Mapping[str, Any] | None) -> ChooserFit:
-    """A profile's ``chooser`` section as a ``ChooserFit`` (none: no correction)."""
-    if not profile_chooser:
+def fit_from(profile_chooser: Mapping[str, Any] | None, backend: str) -> ChooserFit:
+    """``backend``'s entry of a skip profile's ``chooser`` section (``{backend: {bias: {...}, margin_pct: x}}``,
+    written by ``wavealign refresh-profiles``) as a ``ChooserFit``; none: no correction."""
+    section = (profile_chooser or {}).get(backend)
+    if not section:
         return ChooserFit()
-    return ChooserFit(bias=dict(profile_chooser.get("bias") or {}), margin_pct=float(profile_chooser.get(
-        "margin_pct", 0.0)))
+    return ChooserFit(bias=dict(section.get("bias") or {}), margin_pct=float(section.get("margin_pct", 0.0)))

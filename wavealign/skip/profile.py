@@ -46,7 +46,7 @@ class NoProfile(ValueError):
 @dataclass(frozen=True)
 class Profile:
     """A per-hardware skip profile: a rule, optionally fitted log-linear time models, and optionally what the order
-    chooser learned on that GPU (``chooser``: a per-candidate ``bias`` and a ``margin_pct``,
+    chooser learned on that GPU, per backend (``chooser``: ``{backend: {bias: {candidate: x}, margin_pct: y}}``,
     ``launch_order.chooser.ChooserFit``)."""
 
     hardware: str
@@ -89,9 +89,11 @@ class Profile:
             from wavealign.launch_order.chooser import fit_from
 
             try:
-                fit_from(chooser)
+                for backend in chooser:
+                    fit_from(chooser, backend)
             except (ValueError, TypeError, AttributeError) as exc:
-                raise ValueError(f"skip profile {source}: chooser: {exc}") from None
+                raise ValueError(f"skip profile {source}: chooser: {exc}; expected {{backend: {{bias: {{candidate: "
+                                 "number}, margin_pct: number}}") from None
         return cls(hardware=data["hardware"], provisional=bool(data["provisional"]), rule=dict(rule),
                    models=models, provenance=dict(data.get("provenance") or {}),
                    version=str(data.get("version", "0")), chooser=chooser)
