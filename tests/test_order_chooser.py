@@ -171,3 +171,67 @@ def test_a_sweep_s_auto_row_records_its_pick_and_every_row_its_predicted_and_mea
     fixed = rows[rows.variant != "auto"]
     assert fixed.predicted_rank.notna().all() and (fixed.order_limit_ms <= fixed.predicted_kernel_ms).all()
     assert pd.api.types.is_float_dtype(rows.headroom_captured)
+
+
+def _group_rows(bias: dict[str, float], true_ms: dict[str, float], groups: int, method: str) -> list[dict]:
+    """Rows of ``groups`` groups where the simulator predicts ``true_ms`` off by ``bias`` (log, per candidate)."""
+    rows = []
+    for g in range(groups):
+        for name, ms in true_ms.items():
+            rows.append(dict(group_id=f"{method}-{g}", method=method, order_candidate=name,
+                             kernel_ms_median=ms * (1 + 0.001 * g), reorder_ms=0.0,
+                             predicted_kernel_ms=ms * math.exp(-bias.get(name, 0.0))))
+    return rows
+
+
+def test_the_fitted_chooser_corrects_a_candidate_the_simulator_overrates_on_every_held_out_method():
+    from wavealign.analysis import chooserfit
+
+    # measured: temporal is best; the simulator thinks spatial is 10 % faster than it is, so picks spatial
+    true_ms = {"original": 100.0, "temporal": 90.0, "spatial": 93.0}
+    rows = pd.DataFrame([r for m in ("a", "b", "c") for r in _group_rows({"spatial": 0.1}, true_ms, 3, m)])
+    section = chooserfit.fit(rows)
+    assert section["bias"]["spatial"] == pytest.approx(0.1, abs=1e-3)
+    table, scores = chooserfit.evaluate(rows)
+    assert scores["within_1pct_simulator"] == 0.0 and scores["within_1pct_fitted"] == 1.0
+    assert set(table[table.chooser == "fitted"].pick) == {"temporal"}
+
+
+def test_a_profile_s_chooser_section_is_read_per_backend_and_a_broken_one_is_refused(tmp_path):
+    from wavealign import skip
+
+    good = {"schema_version": 2, "hardware": "h200", "provisional": True, "rule": {},
+            "chooser": {"fa4": {"bias": {"wavealign": -0.03}, "margin_pct": 1.2}}}
+    profile = skip.Profile.from_dict(good)
+    assert chooser.fit_from(profile.chooser, "fa4").bias == {"wavealign": -0.03}
+    assert chooser.fit_from(profile.chooser, "triton-static") == chooser.ChooserFit()
+    for broken in ({"fa4": {"bias": {"wavealign": float("nan")}}}, {"fa4": {"bias": {"no-such-order": 0.1}}},
+                   {"fa4": {"margin_pct": 120}}):
+        with pytest.raises(ValueError, match="chooser"):
+            skip.Profile.from_dict({**good, "chooser": broken})
+
+
+def test_a_nan_model_coefficient_is_refused_where_it_used_to_turn_the_adaptive_variant_off_silently():
+    from wavealign import skip
+
+    models = {name: {"coef": [0.0] * 7} for name in ("kernel_original_ms", "kernel_wavealign_ms", "reorder_ms")}
+    models["kernel_wavealign_ms"]["coef"][0] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        skip.Profile.from_dict({"schema_version": 2, "hardware": "h200", "provisional": False, "rule": {},
+                                "models": models})
+
+
+def test_a_broken_profile_file_fails_the_adaptive_decision_instead_of_passing_for_a_missing_one(tmp_path,
+                                                                                               monkeypatch):
+    from wavealign import variants
+
+    (tmp_path / "h200.yaml").write_text("schema_version: 2\nhardware: h200\nprovisional: true\n"
+                                        "rule: {min_density: .nan}\n")
+    monkeypatch.setenv("WAVEALIGN_PROFILE_DIR", str(tmp_path))
+    step = AttentionStep(backend="reference", variant=variants.get("adaptive"),
+                         geometry=kernels.get("reference").geometry("h200", BS))
+    mask = _mask()
+    with pytest.raises(ValueError, match=r"h200\.yaml"):
+        step.decide(step.features(mask, 32))
+    (tmp_path / "h200.yaml").unlink()  # none at all: the documented "reorder, no profile"
+    assert step.decide(step.features(mask, 32)).reason.startswith("reorder: no skip profile")
