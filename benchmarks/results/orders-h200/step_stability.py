@@ -1,5 +1,5 @@
 """How often the order chooser's pick would change from one denoising step to the next (issue 47, item 1): the
-masks of one layer at steps 0, 5, ..., 45 of the scene generator (the sweep's ``InputSpec`` with its ``step``
+masks of one layer at steps 0, 10, ..., 40 of the scene generator (the sweep's ``InputSpec`` with its ``step``
 replaced), each ranked by the chooser for FA4 and triton-static on the H200. A choice kept per (layer, shape) across
 the steps (``BlockSparseAttention``, ``reorder="auto"``) is wrong where the pick changes.
 
@@ -21,7 +21,7 @@ from wavealign import inputs
 from wavealign.launch_order import chooser
 from wavealign.orchestrator import config, grid
 
-STEPS = range(0, 50, 5)
+STEPS = range(0, 50, 10)
 BACKENDS = ("fa4", "triton-static")
 
 
