@@ -104,8 +104,8 @@ def test_the_adaptive_mode_records_the_skip_policy_s_verdict_and_follows_it():
     ({"method": "xattention", "treshold": 0.9}, "treshold"),
     ({"backend": "cudnn"}, "unknown backend 'cudnn'"),
     ({"backend": "sim"}, "unknown backend 'sim'"),
-    ({"reorder": "sometimes"}, "reorder must be one of ['original', 'spatial', 'temporal', 'wavealign', 'adaptive', 'auto', "
-                               "'always', 'never']"),
+    ({"reorder": "sometimes"}, "reorder must be one of ['original', 'spatial', 'temporal', 'wavealign', 'adaptive', "
+                               "'auto', 'always', 'never']"),
     ({"hardware": "v100"}, "v100"),
     ({"reorderer": "metis"}, "unknown reorderer 'metis'"),
 ])
