@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shlex
 import time
 from collections import Counter
@@ -159,6 +160,17 @@ def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_work
     return busy_s / (dispatch_s * gpu_workers)
 
 
+def host_load() -> dict[str, float | int | None]:
+    """The driver host's load averages over the last 1, 5 and 15 minutes and its CPU count, as a run ends: what
+    ``wavealign compare`` weighs a CPU cell's time by (a run that shared its cores with others ran slower, whatever
+    its reps' spread says). None where the platform has no load average."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        one = five = fifteen = None
+    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "cpus": os.cpu_count()}
+
+
 def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, list[Any]]) -> None:
     """One JSON per run of the sweep: counts and wall times, for the overhead and GPU-busy figures (and the
     metrics of the sweep's MLflow parent run); the GPU workers and their busy share go on ``outcome`` too."""
@@ -170,7 +182,8 @@ def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, 
               "counts": dict(outcome.counts), "skipped_done": outcome.skipped_done, "interrupted": outcome.interrupted,
               "workers": {key: len(ws) for key, ws in workers.items()}, "startup_s": outcome.startup_s,
               "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
-              "kernel_busy_fraction": outcome.kernel_busy_fraction, "cluster": outcome.cluster}
+              "kernel_busy_fraction": outcome.kernel_busy_fraction, "cluster": outcome.cluster,
+              "host": host_load()}
     path = sweep_dir / f"{_RUN_RECORD_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     files.write_whole(path, json.dumps(record, indent=2, default=str))
 
