@@ -30,7 +30,7 @@ from wavealign.analysis.load import (
 )
 from wavealign.analysis.plotting import bar_style
 from wavealign.analysis.report import readable
-from wavealign.orchestrator import dataset
+from wavealign.orchestrator import dataset, files
 from wavealign.records import order_name
 
 # what a cell measures, for matching across sweeps (the ids also hash the code's fingerprint, so they never match);
@@ -484,7 +484,9 @@ def write(comparison: Comparison, out_dir: Path) -> ComparisonFiles:
     out_dir.mkdir(parents=True, exist_ok=True)
     table = comparison.table()
     csv = out_dir / "compare.csv"
-    table.to_csv(csv, index=False)
+    # written whole under a new name and renamed into place: a link planted at compare.csv is replaced, never
+    # followed to overwrite what it names
+    files.write_whole(csv, table.to_csv(index=False))
     fig = ratio_figure(comparison)
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=FIGURE_DPI)
@@ -499,7 +501,7 @@ def write(comparison: Comparison, out_dir: Path) -> ComparisonFiles:
                             formatters={c: readable for c in table.columns})
             + f"<h2>Cells on one side only</h2><ul>{one_sided}</ul>")
     page = out_dir / "compare.html"
-    page.write_text("<!DOCTYPE html><html><head><meta charset='utf-8'><title>wavealign compare</title><style>"
+    files.write_whole(page, "<!DOCTYPE html><html><head><meta charset='utf-8'><title>wavealign compare</title><style>"
                     "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;font-size:13px}"
                     "td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>" + body + "</body></html>")
     return ComparisonFiles(csv, page)
