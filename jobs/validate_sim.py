@@ -127,6 +127,16 @@ def _shape(row: dict[str, Any], i: int, path: Path) -> dict[str, int]:
     return shape
 
 
+def check_table(path: Path) -> None:
+    """Every row of a legacy NCU table has the ``REQUIRED`` columns and a launch shape in bounds (``_shape``); a
+    ``ValueError`` naming the first row that does not. Reads the table only: no torch."""
+    for i, row in enumerate(_table_rows(path)):
+        missing = [c for c in REQUIRED if row.get(c) in (None, "")]
+        if missing:
+            raise ValueError(f"measurements {path} row {i} lacks columns {missing}; expected {list(REQUIRED)}")
+        _shape(row, i, path)
+
+
 def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
     """The measured cells of a legacy NCU table (see the module docstring)."""
     from wavealign import kernels, launch_order, masks, variants
@@ -310,6 +320,8 @@ def main(argv: list[str]) -> int:
     if not args.measurements.exists():
         parser.error(f"measurements {args.measurements} does not exist")
     output_folder("--out", args.out)
+    if not args.measurements.is_dir():
+        check_table(args.measurements)  # before torch loads: a row's mistake answers in a second
     measured = (from_run_root(args.measurements) if args.measurements.is_dir()
                 else from_table(args.measurements, args.hardware, args.mask_density))
     rows = validate(measured, args.l2_partitions, args.row_jitter)

@@ -293,3 +293,18 @@ def test_a_command_line_refusal_comes_before_torch_ray_or_mlflow_load(override):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.split() == [str(cli.EXIT_BAD_INPUT), "False", "False", "False"], done.stderr
+
+
+def test_validate_sim_refuses_a_table_row_before_torch_loads(tmp_path):
+    import subprocess
+    import sys
+
+    table = tmp_path / "ncu.csv"
+    table.write_text("backend,stages,mask_kind,seq_len,heads,block_size,head_dim,density,seed,l2_hit_pct,"
+                     "dram_read_bytes,kernel_ms\nflex,none,random,-5,2,128,64,0.5,0,50,1e6,1\n")
+    code = ("import sys\nfrom wavealign.jobs import cli\n"
+            f"status = cli.main(['validate-sim', {str(table)!r}, '--out', {str(tmp_path / 'out')!r}])\n"
+            "print(status, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.split() == [str(cli.EXIT_BAD_INPUT), "False"], done.stderr
