@@ -308,3 +308,10 @@ def test_validate_sim_refuses_a_table_row_before_torch_loads(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.split() == [str(cli.EXIT_BAD_INPUT), "False"], done.stderr
+
+
+def test_a_sweep_s_own_read_leaves_a_later_schema_version_s_file_in_place_and_reads_the_rest(two_roots):
+    _, b = two_roots
+    newer = _newer_file(b)
+    assert dataset.read(b).num_rows == 3  # this version's rows; the later one's file is left out, not moved
+    assert newer.is_file() and not (b / "results" / dataset.QUARANTINE).exists()
