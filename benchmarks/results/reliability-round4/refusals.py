@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -95,7 +96,7 @@ def parquet_bomb(work: Path) -> tuple[str, object]:
     from wavealign.orchestrator import dataset
     from wavealign.records import Cell, CellResult
 
-    root = work / "bomb"
+    root = Path(tempfile.mkdtemp(prefix="bomb-", dir=work))  # a fresh run root each time
     cell = Cell.from_flat(dict(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="random", variant="original", stages="none",
                                skip_mode="force", workload="shape", seq_len_tokens=512, num_heads=1, head_dim=16,
