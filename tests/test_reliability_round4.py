@@ -315,3 +315,14 @@ def test_a_sweep_s_own_read_leaves_a_later_schema_version_s_file_in_place_and_re
     newer = _newer_file(b)
     assert dataset.read(b).num_rows == 3  # this version's rows; the later one's file is left out, not moved
     assert newer.is_file() and not (b / "results" / dataset.QUARANTINE).exists()
+
+
+def test_an_embedded_ray_that_cannot_start_is_one_line_and_exit_2_not_ray_s_traceback(tmp_path, capsys,
+                                                                                       monkeypatch):
+    # a real start-up failure of Ray's own: its temp folder under a file (under load it is its raylet's 30 s)
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "a-file" / "ray"))
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    err = one_line(["sweep", *CPU_GRID, f"run_root={tmp_path / 'runs'}", "mlflow.enabled=false", "progress=false"],
+                   capsys)
+    assert "the embedded Ray did not start: NotADirectoryError" in err and "load " in err
