@@ -9,7 +9,13 @@ method's and reorderer's parameters); each side's newest done row of a cell coun
 over B's (> 1: B faster), with Welch's 95 % interval from both sides' per-rep times (rows of dataset schema 7 on);
 older rows compare their medians without an interval (no verdict), simulated rows by their predicted point. Prints
 the table, the verdict counts, the cells found on one side only and the verdict rule; writes compare.csv and
-compare.html (default folder <RUN_ROOT_B>/compare). Exit status 1 when any cell is slower, else 0.
+compare.html (default: a new folder <RUN_ROOT_B>/compare/<UTC time>-<id> per comparison). Exit status 1 when any
+cell is slower, 2 when no cell matched, else 0.
+
+Two runs differ by more than their reps show (load, clocks, memory layout), so a cell timed beside its original in
+both runs is judged by its speedup over that original, B's against A's, and every interval is widened by a
+between-run noise floor (``wavealign.analysis.compare.compare_cell``); "ambiguous" where two runs cannot tell, with a
+warning on stderr where a run's reps spread too far for any verdict.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from wavealign.jobs._args import Parser, UsageError, output_folder
 
 EXTRAS = ("analysis",)  # --mlflow needs MLflow too ([sweep])
 EXIT_SLOWER = 1
+WIDE = 1000  # the console's width where stdout is no terminal: wider than any table, so rich folds nothing
 
 
 def _tolerance(text: str) -> float:
@@ -41,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("b", metavar="RUN_ROOT_B[:SWEEP]", help="the sweep compared with it")
     parser.add_argument("--tolerance", default=None,
                         help="the band 1 +- tolerance that counts as the same time (default: wavealign.metrics')")
-    parser.add_argument("--out", type=Path, help="output folder (default <RUN_ROOT_B>/compare)")
+    parser.add_argument("--out", type=Path,
+                        help="output folder (default: a new <RUN_ROOT_B>/compare/<UTC time>-<id> each time)")
     parser.add_argument("--mlflow", nargs="?", const="", default=None, metavar="TRACKING_URI",
                         help="log the comparison as an MLflow run (default store: <RUN_ROOT_B>/mlflow.db)")
     return parser
@@ -62,16 +70,31 @@ def main(argv: list[str]) -> int:
     tolerance = metrics.TOLERANCE if tolerance is None else tolerance
     a, b = compare.Side.parse("RUN_ROOT_A", args.a), compare.Side.parse("RUN_ROOT_B", args.b)
     comparison = compare.compare(a, b, tolerance)
-    out = output_folder("--out", args.out or b.run_root / "compare")  # made only once the input is known good
-    console = Console(highlight=False)
-    console.print(compare.rich_table(comparison))
-    print("\n".join([comparison.summary(), *compare.one_sided_lines(comparison),
-                     metrics.VERDICT_RULE.format(tol=tolerance)]))
+    if not comparison.cells:
+        raise UsageError(f"RUN_ROOT_B {str(b)!r}: none of its {len(comparison.only_b)} done cells matches one of "
+                         f"RUN_ROOT_A {str(a)!r} ({len(comparison.only_a)}); expected two sweeps sharing cells")
+    out = output_folder("--out", args.out or default_out(b.run_root))  # made only once the input is known good
+    terminal = sys.stdout.isatty()
+    # a pipe or a file has no width: a cell's name is never folded at rich's default 80 columns there
+    console = Console(highlight=False, width=None if terminal else WIDE)
+    console.print(compare.rich_table(comparison, one_line=not terminal))
+    print("\n".join([comparison.summary(), *compare.one_sided_lines(comparison), *compare.rules(comparison)]))
+    for line in comparison.warnings():
+        print(line, file=sys.stderr)
     files = compare.write(comparison, out)
     print(f"compare: {files.csv.resolve()}\ncompare: {files.html.resolve()}")
     if args.mlflow is not None:
         _log(comparison, files, args.mlflow or None, b.run_root)
     return EXIT_SLOWER if comparison.counts()["slower"] else 0
+
+
+def default_out(run_root_b: Path) -> Path:
+    """A new folder per comparison, ``<RUN_ROOT_B>/compare/<UTC time>-<8 hex>``: the next comparison into B never
+    overwrites this one's files (a fixed ``compare/`` did)."""
+    import time
+    import uuid
+
+    return run_root_b / "compare" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
 
 
 def _log(comparison, files, tracking_uri: str | None, run_root_b: Path) -> None:

@@ -98,8 +98,43 @@ def _table_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _number(row: dict[str, Any], key: str, kind: type = float) -> Any:
+    """The row's ``key`` as a ``kind`` (None where empty); a ``ValueError`` naming the column where it is no number."""
     value = row.get(key)
-    return None if value in (None, "") else kind(float(value))
+    if value in (None, ""):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"column {key}={value!r}: expected a number") from None
+    return kind(number)
+
+
+# a table row's launch shape, checked before any simulation: (lowest, highest) of each size (the sweep's own bounds:
+# 2^22 tokens, ~11x the paper's 364K)
+SHAPE_BOUNDS = {"seq_len": (1, 2 ** 22), "heads": (1, 1024), "block_size": (16, 1024), "head_dim": (1, 1024)}
+
+
+def _shape(row: dict[str, Any], i: int, path: Path) -> dict[str, int]:
+    """The row's launch shape (``SHAPE_BOUNDS``), each a whole number in its bounds, else a ``ValueError`` naming the
+    row, the column and the value (a seq_len of -5 was a traceback from the mask's constructor)."""
+    shape = {}
+    for key, (lo, hi) in SHAPE_BOUNDS.items():
+        value = _number(row, key)
+        if value is None or not (lo <= value <= hi) or value != int(value):
+            raise ValueError(f"measurements {path} row {i}: {key}={row.get(key)!r}; expected a whole number in "
+                             f"[{lo}, {hi}]")
+        shape[key] = int(value)
+    return shape
+
+
+def check_table(path: Path) -> None:
+    """Every row of a legacy NCU table has the ``REQUIRED`` columns and a launch shape in bounds (``_shape``); a
+    ``ValueError`` naming the first row that does not. Reads the table only: no torch."""
+    for i, row in enumerate(_table_rows(path)):
+        missing = [c for c in REQUIRED if row.get(c) in (None, "")]
+        if missing:
+            raise ValueError(f"measurements {path} row {i} lacks columns {missing}; expected {list(REQUIRED)}")
+        _shape(row, i, path)
 
 
 def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
@@ -113,6 +148,7 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
         missing = [c for c in REQUIRED if row.get(c) in (None, "")]
         if missing:
             raise ValueError(f"measurements {path} row {i} lacks columns {missing}; expected {list(REQUIRED)}")
+        shape = _shape(row, i, path)
         stages = variant_stages.get(row["stages"], row["stages"])
         if stages not in launch_order.STAGES:
             raise ValueError(f"row {i}: stages must be one of {launch_order.STAGES} or {list(variant_stages)}, "
@@ -133,17 +169,17 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
             raise ValueError(f"row {i}: mask_kind {kind!r} is none of {sorted(_GENERATOR_COLUMNS)}, so it needs a "
                              "mask_file column (a wavealign.masks.npz .npz)")
         kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
-        seq_len, block_size = _number(row, "seq_len", int), _number(row, "block_size", int)
+        seq_len, block_size = shape["seq_len"], shape["block_size"]
         group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"
         # the row as a recorded cell's flat view (a table row is a measurement made before sweeps recorded cells)
         cell = Cell.from_flat(dict(
             cell_id=f"row{i}", group_id=group, hardware=hw, profile_hardware=hw, backend=kernel, method=method,
             variant=stages, stages=stages, skip_mode="force", workload="table", seq_len_tokens=seq_len,
-            num_heads=_number(row, "heads", int), head_dim=_number(row, "head_dim", int), block_size=block_size,
+            num_heads=shape["heads"], head_dim=shape["head_dim"], block_size=block_size,
             wave_size=_number(row, "wave_size", int) or kernels.get(kernel).wave_size(hw),
             seed=_number(row, "plan_seed", int) or 0, method_params=params))
-        measured.append(Measured(cell, kind, float(row["l2_hit_pct"]), float(row["dram_read_bytes"]),
-                                 float(row["kernel_ms"])))
+        measured.append(Measured(cell, kind, _number(row, "l2_hit_pct"), _number(row, "dram_read_bytes"),
+                                 _number(row, "kernel_ms")))
     return measured
 
 
@@ -284,6 +320,8 @@ def main(argv: list[str]) -> int:
     if not args.measurements.exists():
         parser.error(f"measurements {args.measurements} does not exist")
     output_folder("--out", args.out)
+    if not args.measurements.is_dir():
+        check_table(args.measurements)  # before torch loads: a row's mistake answers in a second
     measured = (from_run_root(args.measurements) if args.measurements.is_dir()
                 else from_table(args.measurements, args.hardware, args.mask_density))
     rows = validate(measured, args.l2_partitions, args.row_jitter)

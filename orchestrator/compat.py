@@ -49,6 +49,14 @@ SOURCE_COLUMNS = ("schema_version", "cell_json", "seq_len_tokens", "model", "cap
 def upgrade_overrides(overrides: list[str]) -> list[str]:
     """``overrides`` with the first spelling of Nsight Compute (``grid.ncu=true``, ``extra_grids.<name>.ncu=true``: a
     key today's schema lacks) added with ``+``, so that Hydra composes it for ``upgrade_config``."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if _is_ncu_switch(override) and value.strip().lower() not in ("true", "false"):
+            # before composing (and torch): Hydra reads ncu=no as the text 'no', which is not empty, so true
+            from wavealign.orchestrator.config_schema import ConfigError
+
+            raise ConfigError(f"{override}: {key} is a switch; expected {key}=true or {key}=false (or today's "
+                              f"{key.rpartition('.')[0]}.measure=[ncu])")
     return [f"+{o}" if _is_ncu_switch(o) else o for o in overrides]
 
 
@@ -69,6 +77,12 @@ def upgrade_config(cfg: DictConfig) -> None:
                 with open_dict(grid):  # a key today's schema lacks: Hydra added it (upgrade_overrides)
                     profiled = grid[NCU_SWITCH]
                     del grid[NCU_SWITCH]
+                # a bool, never a truthy string: Hydra reads ncu=no as the text 'no', which is not empty
+                if not isinstance(profiled, bool):
+                    from wavealign.orchestrator.config_schema import ConfigError
+
+                    raise ConfigError(f"{where}.{NCU_SWITCH}={profiled!r}: expected true or false (or today's "
+                                      f"{where}.measure=[ncu])")
                 if profiled:
                     grid.measure = ["ncu" if m == "timed" else m for m in grid.measure]
             if SIM_BACKEND not in grid.backend:

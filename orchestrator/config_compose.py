@@ -10,8 +10,10 @@ stay here: Hydra's own settings do not apply to a sweep, a switch takes only tru
 
 from __future__ import annotations
 
+import re
 import typing
 from pathlib import Path
+from typing import Any
 
 from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
@@ -48,7 +50,29 @@ def compose(overrides: list[str], conf_dir: Path = CONF_DIR) -> DictConfig:
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_explain(exc, conf_dir, overrides)) from None
     _empty_maps(cfg, overrides)
+    check_no_environment(OmegaConf.to_container(cfg, resolve=False))
     return cfg
+
+
+# OmegaConf's resolvers that read the environment (``env`` is its old spelling): a sweep records its resolved config
+_ENVIRONMENT = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:\s*([^,}]*)")
+
+
+def check_no_environment(value: Any, where: str = "") -> None:
+    """Refuse an interpolation that reads an environment variable (``${oc.env:SECRET}``) anywhere in the config: its
+    value would be written into everything the sweep records (``.lock``, ``config.yaml``, ``summary.txt``, every
+    Parquet row, ``mlflow.db``), which no redaction can know to hide."""
+    if isinstance(value, str):
+        if found := _ENVIRONMENT.search(value):
+            raise ConfigError(f"{where}={value!r}: reads the environment variable {found[1].strip()} into what the "
+                              "sweep records (config.yaml, rows, MLflow); expected the value itself (an MLflow "
+                              "password goes in MLFLOW_TRACKING_PASSWORD, which is never recorded)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_no_environment(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            check_no_environment(item, f"{where}[{index}]")
 
 
 def check_schema(cfg: DictConfig) -> None:
@@ -71,6 +95,7 @@ def check_override(override: str, conf_dir: Path = CONF_DIR) -> None:
     ``extra_grids``, a method's parameters) and a key added with ``+`` are the composed config's to check."""
     parsed = _parsed(override)
     key = parsed.key_or_group
+    check_no_environment(override.partition("=")[2], key)  # before Hydra and torch load: the text says it
     if key == "hydra" or key.startswith(("hydra.", "hydra/")):
         raise ConfigError(f"{override}: Hydra's own settings do not apply to a sweep (it writes under run_root, "
                           "never in Hydra's output folders); expected sweep keys (run_root=<folder> for where "
@@ -96,6 +121,9 @@ def check_override(override: str, conf_dir: Path = CONF_DIR) -> None:
     value = parsed.value()
     if found.kind is bool and not isinstance(value, bool):
         raise ConfigError(f"{override}: {key} is a switch; expected {key}=true or {key}=false")
+    if typing.get_origin(found.kind) is dict and not isinstance(value, dict):
+        # OmegaConf cannot merge a list or a scalar into a map: a ConfigTypeError traceback, before the typed config
+        raise ConfigError(f"{override}: {key} is a map; expected {key}={{name: ...}} ({key}={{}} for none)")
     try:
         OmegaConf.update(OmegaConf.structured(SweepConfig(variants={})), key, value, merge=True)
     except ValidationError as exc:

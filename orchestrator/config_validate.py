@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, open_dict
 
 from wavealign import hardware as hardware_registry
+from wavealign.orchestrator.compat import SPATIAL_STAGES
 from wavealign.orchestrator.config_entries import group_entry, search_dirs
 from wavealign.orchestrator.config_params import check_params
 from wavealign.orchestrator.config_schema import AXES, CONF_DIR, ConfigError
@@ -142,6 +143,8 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
         if wl.captured is not None and len(grid.seq_k) != 1:
             raise ConfigError(f"{where}.seq_k={list(grid.seq_k)} with workload {name!r}, captured at a fixed length; "
                               "expected one value (the file sets the length)")
+    if any(cfg.variants[v].stages in SPATIAL_STAGES for v in grid.variant):  # only these run a reorderer
+        _check_latent_orders(where, grid, dirs)
     for k in grid.seq_k:
         if not math.isfinite(k) or k <= 0:
             raise ConfigError(f"{where}.seq_k has {k!r}; expected positive, finite thousands of tokens")
@@ -256,6 +259,24 @@ def _check_cell_sizes(where: str, grid: DictConfig, dirs: list[Path]) -> None:
         blocks = math.ceil(tokens / block_size)
         _check_fits(f"{where}: a cell of workload {name!r} ({heads} heads x {tokens:,} tokens x {head_dim}, "
                     f"block_size {block_size})", 3 * 2 * heads * tokens * head_dim + heads * blocks * blocks)
+
+
+def _check_latent_orders(where: str, grid: DictConfig, dirs: list[Path]) -> None:
+    """A reorderer that places blocks by their position in the latent video (``latent`` among its step params:
+    ``curve``) with a bare-shape workload, which has none: refused here, before ``--dry-run`` says the grid is
+    fine, instead of every such cell failing its run (exit 3)."""
+    from wavealign import reorderers
+
+    latent_orders = [name for name in grid.reorderer if "latent" in reorderers.get(name).params]
+    if not latent_orders:
+        return
+    for name in grid.workload:
+        wl = group_entry("workload", name, dirs)
+        if wl.model is None and wl.captured is None:
+            raise ConfigError(f"{where}.reorderer has {latent_orders[0]!r}, which orders blocks by their place in the "
+                              f"latent video (T, H, W), and {where}.workload has {name!r}, a bare shape with none; "
+                              "expected a model preset or captured workload for it (or the reorderer in a grid of "
+                              "its own: extra_grids)")
 
 
 def _validate_workload(wl: DictConfig) -> None:

@@ -251,6 +251,10 @@ REQUIRED_COLUMNS = ("schema_version", "result_id", "sweep_id", "cell_id", "group
 # the fewest bytes a row of ours takes in a results file: its result id alone is a uuid4's 122 random bits, which no
 # encoding stores in under 15 bytes (a crafted 374 KB file of 3,000,000 rows took 27 s and 3 GB to read)
 MIN_FILE_BYTES_PER_ROW = 8
+# what our rows decompress to at most: numbers, ids and the odd traceback, which compress about 10x; a file that
+# claims more than 100x its size, beyond 64 MiB, was made to expand (a 4 MB file read until memory ran out)
+MAX_EXPANSION, MIN_EXPANSION_BYTES = 100, 64 * 2 ** 20
+NEWER = "written by a newer wavealign"  # how a file of a later schema version is named: left where it is, unread
 _TRUSTED: dict[Path, tuple[int, int, int]] = {}  # files read whole and found ours, by (inode, size, mtime_ns)
 _CHECKSUMS = ds.ParquetFileFormat(
     default_fragment_scan_options=ds.ParquetFragmentScanOptions(page_checksum_verification=True))
@@ -260,6 +264,16 @@ _PARTITIONING = ds.partitioning(pa.schema([SCHEMA.field(name) for name in PARTIT
 def _version(path: Path) -> tuple[int, int, int]:
     stat = path.stat()
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _newer_version(path: Path) -> str | None:
+    """``NEWER`` and its schema version where the file's rows are of a later dataset schema than this code reads (its
+    ``schema_version`` column alone, read before the rest), else None."""
+    if "schema_version" not in pq.read_schema(path).names:
+        return None
+    versions = set(pq.read_table(path, columns=["schema_version"]).column("schema_version").to_pylist())
+    later = sorted(v for v in versions if isinstance(v, int) and v > SCHEMA_VERSION)
+    return f"{NEWER} (dataset schema v{later[-1]}; this one reads v1 to v{SCHEMA_VERSION})" if later else None
 
 
 def untrusted_reason(path: Path, relative: Path) -> str | None:
@@ -273,10 +287,18 @@ def untrusted_reason(path: Path, relative: Path) -> str | None:
     if keys != list(PARTITION_COLUMNS) or any(not part.partition("=")[2] for part in relative.parts[:-1]):
         return f"not in a {'/'.join(f'{k}=<value>' for k in PARTITION_COLUMNS)} folder"
     try:
-        rows = pq.read_metadata(path).num_rows  # the footer alone: a file made to expand is refused unread
-        if rows * MIN_FILE_BYTES_PER_ROW > path.stat().st_size:
-            return (f"{rows:,} rows in {path.stat().st_size:,} bytes, under {MIN_FILE_BYTES_PER_ROW} bytes a row: "
+        metadata = pq.read_metadata(path)  # the footer alone: a file made to expand is refused unread
+        rows, size = metadata.num_rows, path.stat().st_size
+        if rows * MIN_FILE_BYTES_PER_ROW > size:
+            return (f"{rows:,} rows in {size:,} bytes, under {MIN_FILE_BYTES_PER_ROW} bytes a row: "
                     "less than a row's own result id (a random uuid) takes, so made to expand when read")
+        expanded = sum(metadata.row_group(g).column(c).total_uncompressed_size
+                       for g in range(metadata.num_row_groups) for c in range(metadata.num_columns))
+        if expanded > max(MAX_EXPANSION * size, MIN_EXPANSION_BYTES):
+            return (f"{size:,} bytes that decompress to {expanded:,}, over {MAX_EXPANSION}x: made to expand when "
+                    "read (a 4 MB file read until memory ran out)")
+        if (newer := _newer_version(path)) is not None:
+            return newer
         table = pq.read_table(path, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as exc:
         return f"unreadable: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
@@ -335,6 +357,11 @@ def _trusted(folder: Path, path: Path, recheck: bool) -> bool:
     if not recheck and _TRUSTED.get(key) == version:
         return True
     reason = untrusted_reason(path, path.relative_to(folder))
+    if reason is not None and reason.startswith(NEWER):
+        # another version's record, not damage: never moved (a resumed older sweep or a compare would have hidden
+        # it in the quarantine); only left out here
+        _log.warning("results: left out %s (%s; upgrade wavealign to read it)", path, reason)
+        return False
     if reason is not None:
         _quarantine(folder, path.relative_to(folder), reason)
         return False

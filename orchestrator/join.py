@@ -22,6 +22,7 @@ the user set no mode), Ray's own setting for the token authentication its ``ray.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -233,10 +234,27 @@ def connect(address: str | None, num_cpus: int | None = None, num_gpus: int | No
         env_vars["PYTHONPATH"] = os.pathsep.join(filter(None, [str(wavealign.CHECKOUT), env_vars.get("PYTHONPATH")]))
     if AUTH_MODE_ENV_VAR not in os.environ:  # the user's mode wins; else Ray 2.59+'s default, without its warning
         _enable_token_auth()  # Ray's own step: RAY_AUTH_MODE=token, and this process's Ray config told so
-    ray.init(address=EMBEDDED, num_cpus=num_cpus, num_gpus=num_gpus, runtime_env={"env_vars": env_vars},
-             include_dashboard=False, object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
-             log_to_driver=False, logging_level="WARNING", job_config=job_config)
+    try:
+        ray.init(address=EMBEDDED, num_cpus=num_cpus, num_gpus=num_gpus, runtime_env={"env_vars": env_vars},
+                 include_dashboard=False, object_store_memory=object_store_mb * 2**20 if object_store_mb else None,
+                 log_to_driver=False, logging_level="WARNING", job_config=job_config)
+    except Exception as exc:  # Ray's own start-up failing (its raylet not up within 30 s under load; a bad temp dir)
+        with contextlib.suppress(Exception):
+            ray.shutdown()  # whatever of it did start
+        raise RayDidNotStart(f"the embedded Ray did not start: {_first_line(exc)} (load {os.getloadavg()[0]:.1f} on "
+                             f"{os.cpu_count()} CPUs; Ray gives its raylet 30 s); expected a machine with room for "
+                             "it: retry when it is less busy, or start one with `ray start --head` and pass "
+                             "ray.address=auto") from None
     return target
+
+
+class RayDidNotStart(CannotJoin):
+    """The embedded Ray this driver starts failed to start: said in one line, not Ray's traceback."""
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _raylet_reports_to_stderr() -> None:

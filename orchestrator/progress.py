@@ -138,6 +138,9 @@ class SummaryLine:
     ci_high: float
     verdict: str
     simulated: bool
+    # the widest spread (IQR, % of median: metrics.spread_pct) among the reps behind the speedup, its cells' and
+    # their originals'; beyond metrics.SPREAD_LIMIT_PCT the verdict is ambiguous (metrics.SPREAD_RULE)
+    spread_pct: float = math.nan
 
     @property
     def key(self) -> tuple:
@@ -176,13 +179,25 @@ def _tolerance(done: list[dict[str, Any]]) -> float:
     return metrics.recorded_tolerance([r.get("verdict_tolerance") for r in done])
 
 
-def _speedup(done: list[dict[str, Any]], baseline: bool, simulated: bool) -> metrics.Shown:
+def _speedup(done: list[dict[str, Any]], baseline: bool, simulated: bool,
+             spreads: list[float] = ()) -> metrics.Shown:
     """A line's speedup, its interval and verdict over its done cells, by the one rule for several cells
-    (``metrics.aggregate``): the report's tables and figures show the same for the same cells."""
+    (``metrics.aggregate``, ``spreads`` its reps' spreads): the report's tables and figures show the same for the
+    same cells."""
     columns = ("speedup_vs_original", "speedup_ci_low", "speedup_ci_high")
     points, lows, highs = ([_finite(r.get(c)) for r in done] for c in columns)
     return metrics.aggregate(points, lows, highs, predicted=simulated, baseline=baseline,
-                             tolerance=_tolerance(done))
+                             tolerance=_tolerance(done), spreads_pct=spreads)
+
+
+def _spreads(done: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[float]:
+    """The spreads (``metrics.spread_pct``) of the reps behind a line's speedups: its cells' and the originals' of
+    their groups among ``rows``."""
+    groups = {r["group_id"] for r in done}
+    originals = [r for r in rows if r["group_id"] in groups and metrics.is_baseline(r["variant"])
+                 and r["status"] == "done"]
+    return [metrics.spread_pct(r.get("kernel_ms_reps") or []) for r in (*done, *originals)
+            if not _is_simulated(r)]
 
 
 def _line_order(key: tuple) -> tuple:
@@ -217,18 +232,21 @@ def _grouped(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     return {key: grouped[key] for key in sorted(grouped, key=_line_order)}
 
 
-def _summary_line(key: tuple, rows: list[dict[str, Any]]) -> SummaryLine:
+def _summary_line(key: tuple, rows: list[dict[str, Any]], every_row: list[dict[str, Any]]) -> SummaryLine:
+    """The line of ``rows`` (``every_row``: all the summary's rows, where their originals are)."""
     done = [r for r in rows if r["status"] == "done"]
     simulated = bool(done) and all(_is_simulated(r) for r in done)
-    shown = _speedup(done, metrics.is_baseline(key[-1]), simulated)
+    spreads = _spreads(done, every_row)
+    shown = _speedup(done, metrics.is_baseline(key[-1]), simulated, spreads)
+    widest = max((s for s in spreads if math.isfinite(s)), default=math.nan)
     return SummaryLine(*key, cells_done=len(done), kernel_ms=_median([r["kernel_ms_median"] for r in done]),
                        speedup=shown.point, ci_low=shown.low, ci_high=shown.high, verdict=shown.verdict,
-                       simulated=simulated)
+                       simulated=simulated, spread_pct=widest)
 
 
 def summary_lines(rows: list[dict[str, Any]]) -> list[SummaryLine]:
     """The summary's lines over ``rows`` (the latest row of each cell), in order."""
-    return [_summary_line(key, group) for key, group in _grouped(rows).items()]
+    return [_summary_line(key, group, rows) for key, group in _grouped(rows).items()]
 
 
 def verdicts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
@@ -276,7 +294,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
         table.add_column(header, justify="left" if text else "right", overflow="fold")
     l2_sources, tolerances, timed_on = set(), set(), {}
     for key, group in grouped.items():
-        line = _summary_line(key, group)
+        line = _summary_line(key, group, rows)
         done = [r for r in group if r["status"] == "done"]
         for r in done:
             timed_on.setdefault(r.get("timer"), set()).add(f"{line.hardware}/{line.backend}")
@@ -297,6 +315,8 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> Table:
              "95% interval over its repetitions; kernel ms: the median over the line's done cells; IQR %: the kernel "
              "time's interquartile range over its repetitions, as a share of its median"]
     notes += [metrics.VERDICT_RULE.format(tol=tol) for tol in sorted(tolerances)]
+    if tolerances:
+        notes.append(metrics.SPREAD_RULE.format(limit=metrics.SPREAD_LIMIT_PCT))
     if any(len([r for r in group if r["status"] == "done"]) > 1 for group in grouped.values()):
         notes.append(metrics.AGGREGATE_RULE)
     if len(all_timers) == 1:

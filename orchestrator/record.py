@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import shlex
 import time
 from collections import Counter
@@ -159,6 +160,17 @@ def kernel_busy_fraction(rows: list[dict[str, Any]], dispatch_s: float, gpu_work
     return busy_s / (dispatch_s * gpu_workers)
 
 
+def host_load() -> dict[str, float | int | None]:
+    """The driver host's load averages over the last 1, 5 and 15 minutes and its CPU count, as a run ends: what
+    ``wavealign compare`` weighs a CPU cell's time by (a run that shared its cores with others ran slower, whatever
+    its reps' spread says). None where the platform has no load average."""
+    try:
+        one, five, fifteen = os.getloadavg()
+    except OSError:
+        one = five = fifteen = None
+    return {"load_1m": one, "load_5m": five, "load_15m": fifteen, "cpus": os.cpu_count()}
+
+
 def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, list[Any]]) -> None:
     """One JSON per run of the sweep: counts and wall times, for the overhead and GPU-busy figures (and the
     metrics of the sweep's MLflow parent run); the GPU workers and their busy share go on ``outcome`` too."""
@@ -170,7 +182,8 @@ def write_run_record(sweep_dir: Path, outcome: SweepOutcome, workers: dict[str, 
               "counts": dict(outcome.counts), "skipped_done": outcome.skipped_done, "interrupted": outcome.interrupted,
               "workers": {key: len(ws) for key, ws in workers.items()}, "startup_s": outcome.startup_s,
               "dispatch_s": outcome.dispatch_s, "mlflow_drain_s": outcome.mlflow_drain_s,
-              "kernel_busy_fraction": outcome.kernel_busy_fraction, "cluster": outcome.cluster}
+              "kernel_busy_fraction": outcome.kernel_busy_fraction, "cluster": outcome.cluster,
+              "host": host_load()}
     path = sweep_dir / f"{_RUN_RECORD_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.json"
     files.write_whole(path, json.dumps(record, indent=2, default=str))
 
@@ -220,22 +233,42 @@ def sweep_folder(run_root: Path, sweep_id: str) -> Path:
 
 
 def ended_status(run_record: dict[str, Any] | None) -> str:
-    """The MLflow status a sweep's parent run ends with, from its latest run record: FINISHED when that run
-    went to the end (failed cells are counted in its metrics), KILLED when it was interrupted (Ctrl-C, SIGTERM)
-    or no run wrote a record (a driver killed outright). A driver that raised ends it FAILED itself."""
-    return "FINISHED" if run_record is not None and not run_record["interrupted"] else "KILLED"
+    """The MLflow status a sweep's parent run ends with, from its latest run record (``ended_reason`` says why
+    where it is not FINISHED): FINISHED when that run went to the end and has a cell done (failed cells are counted
+    in its metrics); FAILED when it went to the end with no cell done (every cell failed or found no node: the sweep
+    exited non-zero, and a green tick said otherwise); KILLED when it was interrupted (Ctrl-C, SIGTERM) or no run
+    wrote a record (a driver killed outright). A driver that raised ends it FAILED itself."""
+    if run_record is None or run_record["interrupted"]:
+        return "KILLED"
+    return "FAILED" if _none_done(run_record) else "FINISHED"
+
+
+def _none_done(run_record: dict[str, Any]) -> bool:
+    counts = run_record.get("counts") or {}
+    return bool(counts) and not counts.get("done") and not run_record.get("skipped_done")
+
+
+def ended_reason(run_record: dict[str, Any] | None) -> str | None:
+    """Why ``ended_status`` is not FINISHED, in a line for the parent run's ``tracking.STATUS_REASON_TAG``."""
+    if run_record is None or run_record["interrupted"]:
+        return "interrupted, or its driver was killed before it wrote a run record"
+    if _none_done(run_record):
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(run_record["counts"].items()))
+        return f"no cell done ({counts})"
+    return None
 
 
 def end_parent_run(tracker: tracking.Tracker, parent_run_id: str | None, run_root: Path, sweep_id: str,
                    sweep_rows: list[dict[str, Any]] | None = None) -> None:
     """Log the sweep's metrics (``tracking.sweep_metrics``: its rows in the dataset and its latest run record)
-    to its parent run and end it (``ended_status``)."""
+    to its parent run and end it (``ended_status``, its reason as the run's ``tracking.STATUS_REASON_TAG``)."""
     if parent_run_id is None or not tracker.available:
         return
     if sweep_rows is None:
         sweep_rows = dataset.read(run_root, filter=ds.field("sweep_id") == sweep_id).to_pylist()
     record = latest_run_record(sweep_folder(run_root, sweep_id))
-    tracker.finish(parent_run_id, ended_status(record), tracking.sweep_metrics(sweep_rows, record))
+    tracker.finish(parent_run_id, ended_status(record), tracking.sweep_metrics(sweep_rows, record),
+                   ended_reason(record))
 
 
 def sync(run_root: str | Path, tracker: tracking.Tracker,

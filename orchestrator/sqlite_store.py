@@ -18,6 +18,7 @@ a copied run root's ``report`` and UI use the copy's files, never the original's
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sqlite3
@@ -27,6 +28,8 @@ from pathlib import Path
 
 from wavealign.orchestrator import files, mlflow_server
 from wavealign.orchestrator.redact import redact
+
+_log = logging.getLogger(__name__)
 
 STORE_NAME = "mlflow.db"
 # what SQLite keeps beside a database, named after it: the rollback journal, the write-ahead log and its index
@@ -158,14 +161,28 @@ def relocate(path: Path, run_root: Path) -> int:
     one it was copied or moved from, found from our ``mlartifacts`` locations) to ``run_root``; returns the values
     changed (0 when the store is where it was made)."""
     new = run_root.resolve().as_uri() + "/"
-    with sqlite3.connect(path) as db:
-        locations = [loc for (loc,) in db.execute("SELECT artifact_location FROM experiments") if loc]
-        old_roots = {m.group(1) + "/" for loc in locations if (m := _OUR_ARTIFACTS.fullmatch(loc))} - {new}
-        changed = 0
-        for old in sorted(old_roots):
-            for table, column in _URI_COLUMNS:
-                if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
-                    continue  # a table or column this MLflow version does not have
-                changed += db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
-                                      f"WHERE substr({column}, 1, ?) = ?", (new, len(old) + 1, len(old), old)).rowcount
+    try:
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            return _relocate_in(db, new)
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode not in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN):
+            raise
+        # a run root read where it is, read-only (a shared or archived copy): its store is read as it stands, its
+        # artifact links still naming where it was made
+        _log.warning("mlflow: the store %s is read-only; its artifact locations are left as they were (%s)", path,
+                     exc)
+        return 0
+
+
+def _relocate_in(db: sqlite3.Connection, new: str) -> int:
+    """``relocate``'s rewrite in an open store: the values changed."""
+    locations = [loc for (loc,) in db.execute("SELECT artifact_location FROM experiments") if loc]
+    old_roots = {m.group(1) + "/" for loc in locations if (m := _OUR_ARTIFACTS.fullmatch(loc))} - {new}
+    changed = 0
+    for old in sorted(old_roots):
+        for table, column in _URI_COLUMNS:
+            if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                continue  # a table or column this MLflow version does not have
+            changed += db.execute(f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                                  f"WHERE substr({column}, 1, ?) = ?", (new, len(old) + 1, len(old), old)).rowcount
     return changed

@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.text import Text
 
+from wavealign import metrics
 from wavealign.orchestrator import dataset, files, tracking
 from wavealign.orchestrator.config_schema import MlflowConfig
 from wavealign.orchestrator.plan import SweepPlan
@@ -43,7 +44,8 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     text = Console(file=io.StringIO(), width=200)
     text.print(table)
     files.write_whole(path, text.file.getvalue())
-    write_lines(summary_lines(list(latest.values())), Path(path).parent)
+    lines = summary_lines(list(latest.values()))
+    write_lines(lines, Path(path).parent)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(outcome.counts.items())) or "nothing new"
     console.print(f"this run: {counts}; {outcome.skipped_done} cells were already done")
     if outcome.kernel_busy_fraction is not None:
@@ -58,6 +60,8 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
     if outcome.tracking_uri:
         say(f"MLflow:  {tracking.ui_hint(outcome.tracking_uri, outcome.experiment_id, runnable('mlflow'))}")
     errors = errors or Console(stderr=True, soft_wrap=True)
+    if warning := spread_warning(lines):
+        errors.print(Text(warning, style="yellow"))
     if outcome.interrupted:
         errors.print("[yellow]interrupted: finished cells are recorded; run the same command again to resume "
                      "(resume=true skips them)[/yellow]")
@@ -68,6 +72,18 @@ def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, conso
                                    f" {len(rows)} cell{'s' * (len(rows) != 1)} ({where}): {error}"))
     if len(groups) > MAX_REASONS:
         errors.print(f"... and {len(groups) - MAX_REASONS} more reasons (the rows' 'error' and 'traceback' columns)")
+
+
+def spread_warning(lines: list[SummaryLine]) -> str | None:
+    """One line naming how many of the summary's judged lines had reps spread beyond ``metrics.SPREAD_LIMIT_PCT``
+    (their verdicts say ambiguous: ``metrics.SPREAD_RULE``), the widest spread and what to do; None where none."""
+    judged = [line for line in lines if line.verdict not in (metrics.NO_VERDICT, metrics.BASELINE)]
+    spread = [line for line in judged if metrics.too_spread(line.spread_pct)]
+    if not spread:
+        return None
+    return (f"warning: {len(spread)} of {len(judged)} lines' reps spread beyond {metrics.SPREAD_LIMIT_PCT:.0f} % of "
+            f"their median (up to {max(line.spread_pct for line in spread):.0f} %): the machine was too busy for a "
+            "verdict, so they say ambiguous; rerun on a quiet machine or with more reps")
 
 
 MAX_REASONS = 5  # the reasons a summary prints, most cells first

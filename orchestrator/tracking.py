@@ -50,6 +50,7 @@ TAG = "wavealign."
 # on a child run whose row is no longer in Parquet (``record.sync`` finds them): MLflow is a view, and this part of it
 # shows a row the dataset lost
 ORPHAN_TAG = f"{TAG}in_parquet=0"
+STATUS_REASON_TAG = f"{TAG}status_reason"  # why a sweep's parent run ended other than FINISHED
 # what one child run costs a local sqlite store, its params, metrics and tags (measured 2026-12-02: 10 runs of the
 # reference backend grew a new store from 954,368 to 1,150,976 bytes, 19.7 KB each)
 CHILD_RUN_BYTES = 20_000
@@ -186,13 +187,15 @@ class Tracker:
         if parent_run_id is not None:
             self._guard(lambda: self.client.update_run(parent_run_id, status="RUNNING"))
 
-    def finish(self, parent_run_id: str | None, status: str, metrics: dict[str, float] | None = None) -> None:
-        """Log the sweep's ``metrics`` to its parent run and end it with ``status`` (FINISHED, KILLED, FAILED)."""
+    def finish(self, parent_run_id: str | None, status: str, metrics: dict[str, float] | None = None,
+               reason: str | None = None) -> None:
+        """Log the sweep's ``metrics`` to its parent run and end it with ``status`` (FINISHED, KILLED, FAILED), the
+        ``reason`` for a status other than FINISHED as its ``STATUS_REASON_TAG`` (shown beside the run's status)."""
         def end() -> None:
-            if metrics:
-                now_ms = int(time.time() * 1000)
-                self.client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now_ms, 0)
-                                                              for k, v in sorted(metrics.items())])
+            now_ms = int(time.time() * 1000)
+            self.client.log_batch(parent_run_id, metrics=[Metric(k, float(v), now_ms, 0)
+                                                          for k, v in sorted((metrics or {}).items())],
+                                  tags=[RunTag(STATUS_REASON_TAG, reason)] if reason else [])
             self.client.set_terminated(parent_run_id, status)
         if parent_run_id is not None:
             self._guard(end)

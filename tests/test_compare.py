@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from wavealign import metrics
+from wavealign.analysis.compare import IDENTITY
 from wavealign.jobs import cli
 from wavealign.orchestrator import dataset
 from wavealign.records import Cell, CellResult
@@ -35,8 +36,10 @@ def _row(cell: Cell, ms: float, sweep_id: str, sweep_name: str, reps: bool = Tru
     return dataset.make_row(cell, result, sweep_id=sweep_id, sweep_name=sweep_name)
 
 
-# seq_len_tokens -> (A's ms, B's ms): B faster, slower, the same; a simulated pair; a pair without per-rep times
-TIMES = {512: (10.0, 5.0), 1024: (5.0, 10.0), 2048: (8.0, 8.0)}
+# seq_len_tokens -> (A's ms, B's ms): B faster, slower, the same (four cells: the unchanged cells tell how far
+# the two runs drift apart, metrics.run_drift_sd); a simulated pair; a pair without per-rep times
+UNCHANGED = (2048, 2304, 2560, 2816)
+TIMES = {512: (10.0, 5.0), 1024: (5.0, 10.0), **{t: (8.0, 8.0) for t in UNCHANGED}}
 SIMULATED, OLD, ONLY_B = 4096, 8192, 16384
 
 
@@ -67,11 +70,11 @@ def test_each_cell_gets_the_verdict_its_times_were_made_for(roots, tmp_path, cap
     a, b = roots
     status, printed, table = _compared(capsys, str(a), str(b), "--out", str(tmp_path))
     verdicts = dict(zip(table["seq_len_tokens"], table["verdict"], strict=True))
-    assert verdicts == {512: "faster", 1024: "slower", 2048: "same", SIMULATED: "faster" + metrics.PREDICTED,
-                        OLD: "-"}
+    assert verdicts == {512: "faster", 1024: "slower", **dict.fromkeys(UNCHANGED, "same"),
+                        SIMULATED: "faster" + metrics.PREDICTED, OLD: "-"}
     assert status == 1  # a cell is slower
     # the predicted faster counts with the measured one; the cell without reps has no verdict
-    assert "5 cells matched: 2 faster / 1 slower / 1 same / 0 ambiguous (1 without an interval" in printed
+    assert "8 cells matched: 2 faster / 1 slower / 4 same / 0 ambiguous (1 without an interval" in printed
     assert [line for line in printed.splitlines() if line.startswith("only in")] == [
         f"only in B: cpu timed random {ONLY_B} wavealign"]
     assert metrics.VERDICT_RULE.format(tol=metrics.TOLERANCE) in " ".join(printed.split())
@@ -90,21 +93,29 @@ def test_the_ratio_is_a_over_b_of_the_geometric_means_with_an_interval_around_it
     assert by_length.loc[512, "b_speedup_ci_high"] == pytest.approx(1.6)
 
 
-def test_a_chosen_sweep_of_b_compares_its_cells_only_and_exits_0_without_a_slower_one(roots, tmp_path, capsys):
+def test_a_chosen_sweep_of_b_compares_its_cells_only_and_one_cell_alone_is_ambiguous(roots, tmp_path, capsys):
     a, b = roots
     status, printed, table = _compared(capsys, str(a), f"{b}:again", "--out", str(tmp_path))
-    assert list(table["seq_len_tokens"]) == [512] and list(table["verdict"]) == ["faster"]
+    # twice as fast, but with no other cell of both runs to show how far they drift apart, two runs cannot tell
+    assert list(table["seq_len_tokens"]) == [512] and list(table["verdict"]) == ["ambiguous"]
+    assert table["ratio"][0] == pytest.approx(2.0)
     assert status == 0
     assert printed.count("only in A:") == len(TIMES) - 1 + 2
 
 
-def test_the_table_fits_80_columns(roots, tmp_path, capsys, monkeypatch):
+def test_piped_without_columns_each_cell_is_one_line_never_folded_at_80(roots, tmp_path, capsys, monkeypatch):
+    from wavealign.analysis.compare import cell_labels
+
     monkeypatch.delenv("COLUMNS", raising=False)
     a, b = roots
-    _, printed, _ = _compared(capsys, str(a), str(b), "--out", str(tmp_path))
-    table = printed[:printed.index("cells matched:")].splitlines()[:-1]
-    assert len(table) > 5 and max(len(line) for line in table) <= 80
-    print(printed)
+    _, printed, table = _compared(capsys, str(a), str(b), "--out", str(tmp_path))
+    lines = printed.splitlines()
+    lines = lines[:next(i for i, line in enumerate(lines) if "cells matched:" in line)]
+    labels = cell_labels(table[list(IDENTITY)].to_dict("records"))
+    assert max(map(len, labels)) > 20  # long enough that rich's 80 columns folded them before
+    for label in labels:  # each cell's label and its verdict on one line
+        assert len([line for line in lines if label in line and ("(time)" in line or "-" in line)]) == 1
+    assert len([line for line in lines if line.strip()]) == len(labels) + 3  # the title, the header, its rule
 
 
 @pytest.mark.parametrize(("argv", "needle"), [

@@ -47,6 +47,8 @@ def source_digest(root: Path = PACKAGE_DIR, suffixes: tuple[str, ...] = (".py", 
         parts = path.relative_to(root).parts
         if "__pycache__" in parts or parts[0] in wavealign.SWEEP_PARTS:
             continue
+        if not path.is_file():  # a FIFO, socket or device named *.yaml: reading it would wait forever (a FIFO)
+            continue
         text = path.read_text(encoding="utf-8")
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         digest.update((_normalized(text) if path.suffix == ".py" else _yaml_normalized(text)).encode() + b"\0")
@@ -57,6 +59,7 @@ def source_digest(root: Path = PACKAGE_DIR, suffixes: tuple[str, ...] = (".py", 
 def code_version() -> str:
     """``<package version>+<source digest>``, e.g. ``0.1.0+3f2a9c1d0b7e``, then ``.user<digest>`` where the user has
     installed profiles or workload generators (``wavealign.user_config``)."""
-    installed = [d for d in (user_config.profiles_dir(), user_config.workloads_dir()) if any(d.glob("*.yaml"))]
+    installed = [d for d in (user_config.profiles_dir(), user_config.workloads_dir())
+                 if any(p.is_file() for p in d.glob("*.yaml"))]
     user = "".join(source_digest(d, (".yaml",)) for d in installed)
     return f"{wavealign.__version__}+{source_digest()}" + (f".user{user}" if user else "")

@@ -20,6 +20,21 @@ Verdicts (written once here, shown in the summary's notes: ``VERDICT_RULE``)
     same        the whole interval lies within ``1 +- tolerance``
     ambiguous   the interval crosses ``1 + tolerance`` or ``1 - tolerance``: more repetitions could tell
     A prediction (a simulated cell) has no spread: its point decides, and the verdict says it was predicted.
+    Too much spread (``SPREAD_RULE``): where a sample's interquartile range exceeds ``SPREAD_LIMIT_PCT`` of its
+    median (a loaded CPU: 119-132 % was seen at load 10-30), its reps are not independent draws around one time (a
+    burst of load slows a run of them), a t interval over them is too narrow, and the verdict is ambiguous with a
+    warning, whatever the interval says (``too_spread``).
+
+Two runs of one cell (``wavealign compare``)
+    Reps of one run say nothing of what differs between runs (the host's load, the GPU's clocks, the process's
+    memory layout): five identical CPU sweeps gave 50 faster/slower verdicts in 100 from intervals of the reps
+    alone. So a comparison's interval adds a between-run noise floor (``between_runs``): each run's time is taken
+    as one draw from a distribution as wide as its reps (a robust standard deviation of their logs, ``log_sd``),
+    and a known difference of the host (CPU share, GPU clock) widens it by that much. Kernel times also get the
+    drift the two runs' other cells show (``run_drift_sd``): a host that ran every cell 3x slower for a minute (seen
+    at load 2 on 2 cores, with the 5-minute load average still under 1) is not in any one cell's reps, and two runs
+    cannot tell a change every cell shares from such a host; a speedup over an original timed in the same run is
+    free of it (its drift cancels in each rep's ratio).
 
 One speedup over several cells (written once here, shown beside the verdict rule: ``AGGREGATE_RULE``)
     A summary line, a Table II row, a figure's bar or point that stands for several cells (seeds, workloads,
@@ -49,6 +64,11 @@ NO_VERDICT = "-"  # the verdict of a speedup with neither an interval nor a poin
 PREDICTED = " (predicted)"  # appended to a simulated cell's verdict: a model's point, not a measurement's interval
 VERDICT_RULE = ("verdict: faster / slower when the whole 95 % interval lies beyond 1 +- {tol:.1%}; same when it lies "
                 "within; ambiguous when it crosses either edge; (predicted): a simulated point, no interval")
+SPREAD_LIMIT_PCT = 25.0  # a sample's IQR beyond 25 % of its median: a t interval over its reps cannot be trusted
+SPREAD_RULE = ("spread: a time whose reps' IQR exceeds {limit:.0f} % of their median gives no verdict (ambiguous, "
+               "with a warning)")
+DRIFT_CELLS = 2  # other cells of both runs it takes to estimate the runs' drift (``run_drift_sd``)
+_IQR_PER_SD = 1.349  # a normal distribution's interquartile range in standard deviations
 BASELINE = "baseline"  # the verdict shown for the baseline's own cells: the speedups refer to them
 AGGREGATE_RULE = ("several cells on one line or bar: the geometric mean of their speedups with a 95 % t interval "
                   "across their logs, judged by the same rule; one cell: its own interval")
@@ -158,6 +178,57 @@ def independent_ratio(baseline_ms: Sequence[float], ms: Sequence[float]) -> Rati
     return Ratio(point, math.exp(mean - reach), math.exp(mean + reach), int(min(a.size, b.size)), outliers)
 
 
+def spread_pct(times: Sequence[float]) -> float:
+    """The interquartile range of ``times`` as a percentage of their median (NaN with fewer than two, or a median
+    that is not positive): the spread ``SPREAD_LIMIT_PCT`` judges."""
+    array = np.asarray(times, dtype=float)
+    array = array[np.isfinite(array)]
+    if array.size < 2:
+        return math.nan
+    q1, median, q3 = np.quantile(array, [0.25, 0.5, 0.75])
+    return 100 * float(q3 - q1) / float(median) if median > 0 else math.nan
+
+
+def too_spread(*spreads_pct: float) -> bool:
+    """Whether any of the spreads (``spread_pct``; NaN: unknown, not judged) exceeds ``SPREAD_LIMIT_PCT``."""
+    return any(s > SPREAD_LIMIT_PCT for s in spreads_pct if s is not None and math.isfinite(s))
+
+
+def log_sd(logs: Sequence[float]) -> float:
+    """A robust standard deviation of ``logs``: their IQR over a normal's (1.349 sd), so the rep a context switch
+    slowed widens it no more than one rep; 0 with fewer than two."""
+    array = np.asarray(logs, dtype=float)
+    if array.size < 2:
+        return 0.0
+    q1, q3 = np.quantile(array, [0.25, 0.75])
+    return float(q3 - q1) / _IQR_PER_SD
+
+
+def run_drift_sd(log_ratios: Sequence[float]) -> float:
+    """How far two runs' times of unchanged cells drift apart, from the log time ratios of other cells of the same
+    two runs on the same hardware: a robust root mean square around 1 (not around their mean: a drift every cell
+    shares, a busier host, counts), ``median(|log ratio|) / 0.6745`` (a normal's median absolute value in standard
+    deviations). NaN with fewer than ``DRIFT_CELLS``: two runs alone cannot tell their drift from a change."""
+    logs = np.abs(np.asarray(log_ratios, dtype=float))
+    logs = logs[np.isfinite(logs)]
+    return float(np.median(logs)) / 0.6745 if logs.size >= DRIFT_CELLS else math.nan
+
+
+def between_runs(ratio: Ratio, run_sds: Sequence[float], host_log: float = 0.0) -> Ratio:
+    """``ratio`` (the two runs' samples compared, ``independent_ratio``, or their two speedups) with its interval
+    widened by a between-run noise floor: each run's figure as one draw from a distribution of standard deviation
+    ``run_sds`` (in logs, ``log_sd``), the two added in quadrature at ``LEVEL`` to the interval's own half-width;
+    then ``host_log``, a known difference of the hosts (in logs: a CPU share or GPU clock ratio), added whole. The
+    point is kept. Without an interval, none is made."""
+    if math.isnan(ratio.low) or math.isnan(ratio.high):
+        return ratio
+    own = (math.log(ratio.high) - math.log(ratio.low)) / 2
+    floor = _Z975 * math.sqrt(sum(sd * sd for sd in run_sds))
+    reach = math.sqrt(own * own + floor * floor) + abs(host_log)
+    centre = (math.log(ratio.high) + math.log(ratio.low)) / 2
+    return Ratio(ratio.point, math.exp(centre - reach), math.exp(centre + reach), ratio.samples, ratio.outliers)
+
+
 def verdict(low: float, high: float, tolerance: float = TOLERANCE, point: float = math.nan) -> str:
     """The verdict on a speedup from its interval (``VERDICT_RULE``); without one (NaN) the ``point`` decides, as
     a prediction (``PREDICTED`` appended), and with neither it is ``NO_VERDICT``."""
@@ -199,11 +270,14 @@ def recorded_tolerance(tolerances: Sequence[float | None]) -> float:
 
 
 def aggregate(points: Sequence[float], lows: Sequence[float], highs: Sequence[float], *, predicted: bool = False,
-              baseline: bool = False, tolerance: float = TOLERANCE) -> Shown:
+              baseline: bool = False, tolerance: float = TOLERANCE,
+              spreads_pct: Sequence[float] = ()) -> Shown:
     """The one speedup shown for cells of ``points`` (their own intervals ``lows``/``highs``, NaN where none) by
     ``AGGREGATE_RULE``: cells without a finite positive point are left out; one cell keeps its interval; several
     give their geometric mean with a Student-t interval across their logs; ``predicted`` cells give their geometric
-    mean, judged as a prediction; ``baseline`` cells their geometric mean, ``BASELINE``."""
+    mean, judged as a prediction; ``baseline`` cells their geometric mean, ``BASELINE``. ``spreads_pct``: the reps'
+    spreads (``spread_pct``) behind these speedups; one beyond ``SPREAD_LIMIT_PCT`` makes a verdict ambiguous
+    (``SPREAD_RULE``)."""
     points, lows, highs = (np.asarray(v, dtype=float).reshape(-1) for v in (points, lows, highs))
     if not points.size == lows.size == highs.size:
         raise ValueError(f"points, lows and highs must be as long, got {points.size}, {lows.size}, {highs.size}")
@@ -218,7 +292,10 @@ def aggregate(points: Sequence[float], lows: Sequence[float], highs: Sequence[fl
         return Shown(point, math.nan, math.nan, verdict(math.nan, math.nan, tolerance, point), cells)
     if cells == 1:
         point, low, high = float(points[kept][0]), float(lows[kept][0]), float(highs[kept][0])
-    return Shown(point, low, high, verdict(low, high, tolerance), cells)
+    judged = verdict(low, high, tolerance)
+    if judged != NO_VERDICT and too_spread(*spreads_pct):
+        judged = "ambiguous"
+    return Shown(point, low, high, judged, cells)
 
 
 def interval_text(point: float, low: float, high: float) -> str:

@@ -26,6 +26,9 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int
                          f"{tuple(v.shape)}")
     if not q.device == k.device == v.device:
         raise ValueError(f"q, k, v must be on one device, got q on {q.device}, k on {k.device}, v on {v.device}")
+    if q.device.type == "meta":  # shapes without values: a mask scores Q and K, so there is nothing to build it from
+        raise ValueError(f"q, k, v must hold values, got tensors on the meta device (shape {tuple(q.shape)}); "
+                         "expected them on cpu or cuda (a model loaded on meta has its weights loaded first)")
     check_int("block_size", block_size, lo=1)
     if finite:
         for name, t in (("q", q), ("k", k), ("v", v)):
@@ -83,14 +86,25 @@ def one_of(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
     return check_choice
 
 
+# a latent video's bounds, checked before any work: each side at most 16,384 tokens (Wan2.1-14B 720p is 21 x 45 x 80;
+# Radial's mask is O((MB + T)^2), so T = 1e7 ran for minutes) and 2^22 tokens in all (11x the paper's 364K: a
+# 1 GB block mask at 128-token blocks)
+MAX_LATENT_SIDE, MAX_LATENT_TOKENS = 2 ** 14, 2 ** 22
+
+
 def check_latent(name: str, value: Any) -> tuple[int, int, int] | None:
-    """A latent video shape: None (a bare shape: none known) or (T, H, W), three positive integers, in tokens."""
+    """A latent video shape: None (a bare shape: none known) or (T, H, W), three positive integers, in tokens, each
+    at most ``MAX_LATENT_SIDE`` and ``MAX_LATENT_TOKENS`` in all."""
     if value is None:
         return None
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__") or len(value) != 3:
         raise ValueError(f"{name} must be None or (T, H, W), three positive integers (the latent video's frames, "
                          f"height and width in tokens), got {value!r}")
-    return tuple(check_int(f"{name}[{i}]", size, lo=1) for i, size in enumerate(value))  # type: ignore[return-value]
+    latent = tuple(check_int(f"{name}[{i}]", size, lo=1, hi=MAX_LATENT_SIDE) for i, size in enumerate(value))
+    if latent[0] * latent[1] * latent[2] > MAX_LATENT_TOKENS:
+        raise ValueError(f"{name} must cover at most {MAX_LATENT_TOKENS:,} tokens (T * H * W), got {latent} "
+                         f"({latent[0] * latent[1] * latent[2]:,})")
+    return latent  # type: ignore[return-value]
 
 
 def require_latent(method: str, latent: tuple[int, int, int] | None,

@@ -61,6 +61,9 @@ except ImportError:  # the CPU build of torch on a machine without triton: the t
     triton = None
 
 PARAMS = {"q_clusters": 300, "kv_clusters": 1000, "top_p": 0.9, "min_kv_ratio": 0.1, "iters": 50, "seed": 0}
+# bounds checked before any work: upstream runs 100-300 query and 500-1000 key clusters and 50-100 rounds; 16x and
+# 20x past them (q_clusters=1e9 allocated 16 GB before failing, iters=1e9 ran for minutes)
+MAX_CLUSTERS, MAX_ITERS = 16384, 1000
 
 
 @dataclass(frozen=True)
@@ -79,9 +82,9 @@ def kmeans(x: torch.Tensor, clusters: int, iters: int, seed: int = 0, *, use_ker
     depends only on the seed and its place in x). The labels are the last assignment and the centroids their clusters'
     means (upstream without its early stop). ``use_kernel`` picks the Triton kernels (default: where
     ``_kernels.enabled``)."""
-    clusters = check_int("clusters", clusters, lo=1)
-    iters = check_int("iters", iters, lo=1)
     h, n, d = x.shape
+    clusters = check_int("clusters", clusters, lo=1, hi=MAX_CLUSTERS)
+    iters = check_int("iters", iters, lo=1, hi=MAX_ITERS)
     start = torch.randint(n, (h, clusters), generator=torch.Generator().manual_seed(seed)).to(x.device)
     kernel = _kernels.enabled(x) if use_kernel is None else use_kernel
     labels = torch.empty(h, n, dtype=torch.long, device=x.device)
@@ -307,9 +310,10 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
 
 
 masks.register("svg2", build, PARAMS, "k-means clusters of Q and K, cluster pairs kept by top-p (Sparse VideoGen 2)",
-               checks={"q_clusters": partial(check_int, lo=1), "kv_clusters": partial(check_int, lo=1),
+               checks={"q_clusters": partial(check_int, lo=1, hi=MAX_CLUSTERS),
+                       "kv_clusters": partial(check_int, lo=1, hi=MAX_CLUSTERS),
                        "top_p": check_fraction, "min_kv_ratio": partial(check_number, lo=0.0, hi=1.0),
-                       "iters": partial(check_int, lo=1), "seed": check_seed},
+                       "iters": partial(check_int, lo=1, hi=MAX_ITERS), "seed": check_seed},
                token_order=token_order)
 
 if __name__ == "__main__":

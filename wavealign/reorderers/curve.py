@@ -89,7 +89,9 @@ def group(mask: torch.Tensor, *, wave_size: int, seed: int, latent: tuple[int, i
     if blocks != mb:
         raise ValueError(f"reorderer 'curve': latent={latent} cut in block_size={block_size} makes {blocks} query "
                          f"blocks, but the mask has MB={mb}")
-    return curve_order(latent, block_size).to(mask.device).expand(g, mb).contiguous()
+    # a new tensor every call (repeat copies, for one head too): the cached order is shared by every later plan of
+    # this latent, and a caller may write into the order it gets (an expand(1, MB).contiguous() was the cache itself)
+    return curve_order(latent, block_size).to(mask.device).repeat(g, 1)
 
 
 reorderers.register(
