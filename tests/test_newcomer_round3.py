@@ -64,3 +64,14 @@ def test_a_dry_run_does_not_try_the_run_root(tmp_path, capsys):
                      "grid.backend=[reference]", "grid.method=[random]", "grid.workload=[shape-2h]", "grid.seq_k=[0.5]",
                      "grid.variant=[original]"])
     assert code == 0, capsys.readouterr().err
+
+
+def test_the_readme_names_the_torch_build_make_installs_and_how_to_tell_it_is_the_cpu_one():
+    """The README's `pip install torch==X` (what `make` runs on a machine without a GPU) is the Makefile's
+    TORCH_CPU, and the README says how to see which build that is before installing it."""
+    import re
+
+    pinned = re.search(r"^TORCH_CPU \?= (\S+)", (ROOT / "Makefile").read_text(), re.MULTILINE).group(1)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"`pip install {pinned}`" in readme and f"`pip install --dry-run {pinned}`" in readme
+    assert f"`{pinned.replace('==', '-')}+cpu`" in readme
