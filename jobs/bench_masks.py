@@ -11,8 +11,8 @@ mask for the same Q/K). Ratios within one run, on one GPU.
 
 The video methods read the workload's latent (T, H, W). ``vsa``'s build includes its cube order and the gathers of
 Q/K/V into it, and its attention is timed on its cube-order mask and Q/K/V (the output's scatter back is not in
-either column). ``radial`` is static: an integration builds and plans it once per
-shape, so its cached row is what that one build costs, not a per-layer price.
+either column). ``radial`` is static: an integration builds and plans it once per shape, so its cached row is what
+that one build costs, not a per-layer price.
 """
 
 from __future__ import annotations
