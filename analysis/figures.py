@@ -21,9 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from matplotlib.collections import LineCollection
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, Locator, LogLocator, MaxNLocator
+from matplotlib.transforms import Bbox
 
 from wavealign import hardware as hardware_registry
 from wavealign import masks, metrics, reorderers, variants
@@ -33,6 +35,7 @@ from wavealign.analysis.plotting import (
     NOTE_COLOR,
     SIMULATED_HATCH,
     STAGE_LABELS,
+    VERDICT_MARK_GID,
     badge_simulated,
     bar_style,
     done_cells,
@@ -51,10 +54,12 @@ from wavealign.analysis.plotting import (
     panel_grid,
     relative_to_original,
     variant_color,
+    verdict_key,
+    whisker_tops,
 )
 from wavealign.analysis.rebuild import RebuiltHead, rebuild_head
 from wavealign.analysis.tables import NET, one_or_joined, order_label, shown, table2, tolerance, with_speedups
-from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, ORIGINAL_VARIANT, order_name
+from wavealign.records import CPU, DEFAULT_REORDERER, NO_REORDERER, ORIGINAL_VARIANT, order_name
 
 ORIGINAL = ORIGINAL_VARIANT
 DENSE = "dense"
@@ -206,7 +211,7 @@ def draw_speedup_vs_bound(rows: pd.DataFrame) -> Figure:
                     label=label(f"{series} actual", bool(sim)))
             draw_intervals(ax, line["seq_k"], line["speedup"], line["speedup_ci_low"], line["speedup_ci_high"],
                            color=color)
-            mark_verdicts(ax, line["seq_k"], line["speedup"], line["verdict"])
+            mark_verdicts(ax, line["seq_k"], whisker_tops(line["speedup"], line["speedup_ci_high"]), line["verdict"])
             if sim:
                 badge_simulated(ax)
         _log_scale(ax, "y")
@@ -215,8 +220,7 @@ def draw_speedup_vs_bound(rows: pd.DataFrame) -> Figure:
         ax.legend(fontsize=7)
     fig.suptitle(FIG2_TITLE)
     fig.tight_layout()
-    if rows.attrs.get(FOOTNOTE):
-        _footnote(fig, rows.attrs[FOOTNOTE])
+    _footnote(fig, rows.attrs.get(FOOTNOTE))
     return fig
 
 
@@ -362,14 +366,32 @@ def _ordered_labels(panel: pd.DataFrame) -> list[str]:
 
 
 LATENCY_TITLE = "Kernel latency with reorder overhead stacked (Fig. 9 / 10)"
-LATENCY_AXIS = "kernel ms (whiskers: reps' IQR)"
+LATENCY_AXIS = "kernel ms (median, 95 % CI)"
+
+
+def median_interval(values: list[float], level: float = metrics.LEVEL) -> tuple[float, float, float]:
+    """The median of ``values`` and its distribution-free interval at ``level``: the order statistics x_(k) and
+    x_(n+1-k) of the largest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2, so the whisker of a latency bar is
+    a 95 % interval as every speedup's is (NaN bounds with too few values for one: fewer than 6 at 95 %)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    median = float(np.median(ordered))
+    tail, k = 0.0, 0
+    while k < n and tail + math.comb(n, k) / 2**n <= (1 - level) / 2:
+        tail += math.comb(n, k) / 2**n
+        k += 1
+    if k == 0:
+        return median, math.nan, math.nan
+    return median, ordered[k - 1], ordered[n - k]
 
 
 def kernel_latency_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Fig. 9/10's rows: one per bar, per hardware/backend/source/workload (a panel row), method (a panel), launch
-    order's label and length: the cells' median kernel ms with the interquartile range of their reps (NaN where none
-    were recorded: a prediction), their median reorder ms, and the speedup over the original with its interval and
-    verdict (``tables.shown``: the summary's rule)."""
+    order's label and length: the median kernel ms of the cells' reps with its 95 % interval (``median_interval``;
+    without reps, a prediction, the cells' median and no interval), their median reorder ms, and the speedup over the
+    original with its interval and verdict (``tables.shown``: the summary's rule)."""
     need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "kernel_ms_median")
     if missing := missing_columns(frame, need):
         return _note_rows(missing_note(missing))
@@ -386,18 +408,19 @@ def kernel_latency_rows(frame: pd.DataFrame) -> pd.DataFrame:
         for name in _ordered_labels(panel):
             for seq_k, part in panel[panel["_label"] == name].groupby("seq_k"):
                 reps = [t for value in part["kernel_ms_reps"] for t in _reps(value)]
-                q1, q3 = np.quantile(reps, [0.25, 0.75]) if reps else (math.nan, math.nan)
+                median, low, high = median_interval(reps) if reps else \
+                    (part["kernel_ms_median"].median(), math.nan, math.nan)
                 rows.append({"label": name, "seq_k": seq_k, **_identity(part),
-                             "kernel_ms": part["kernel_ms_median"].median(), "kernel_ms_q1": q1,
-                             "kernel_ms_q3": q3, "reorder_ms": part["reorder_ms"].median(),
+                             "kernel_ms": median, "kernel_ms_ci_low": low,
+                             "kernel_ms_ci_high": high, "reorder_ms": part["reorder_ms"].median(),
                              **_speedup(shown(part), OVER_ORIGINAL)})
     return pd.DataFrame(rows)
 
 
 def draw_kernel_latency(rows: pd.DataFrame) -> Figure:
-    """Fig. 9/10 from its rows: per panel, a bar per launch order and length with its reps' IQR as whiskers, the
-    reorder overhead stacked on top, a same or ambiguous speedup over the original marked above its bar, simulated
-    bars hatched."""
+    """Fig. 9/10 from its rows: per panel, a bar per launch order and length with its 95 % interval as whiskers, the
+    reorder overhead stacked on top, a same or ambiguous speedup over the original marked above its bar and whisker,
+    simulated bars hatched."""
     if (noted := _noted(rows, LATENCY_TITLE)) is not None:
         return noted
     keys = ["hardware", "backend", "simulated", "workload"]
@@ -420,12 +443,13 @@ def draw_kernel_latency(rows: pd.DataFrame) -> Figure:
                 sim = bool(simulated)
                 color = variant_color(name)
                 ax.bar(xs, bars["kernel_ms"], width, color=color, label=label(name, sim), **bar_style(sim))
-                draw_intervals(ax, xs, bars["kernel_ms"], bars["kernel_ms_q1"], bars["kernel_ms_q3"])
+                draw_intervals(ax, xs, bars["kernel_ms"], bars["kernel_ms_ci_low"], bars["kernel_ms_ci_high"])
                 overhead = bars["reorder_ms"].fillna(0.0)
                 if (overhead > 0).any():
                     ax.bar(xs, overhead, width, bottom=bars["kernel_ms"], facecolor="white", edgecolor=color,
                            hatch="..", label=f"{name}: reorder overhead")
-                mark_verdicts(ax, xs, bars["kernel_ms"] + overhead, bars["verdict"], upright=True)
+                tops = np.fmax(bars["kernel_ms"] + overhead, whisker_tops(bars["kernel_ms"], bars["kernel_ms_ci_high"]))
+                mark_verdicts(ax, xs, tops, bars["verdict"])
                 if sim:
                     badge_simulated(ax)
             _seq_ticks(ax, seqs)
@@ -434,12 +458,13 @@ def draw_kernel_latency(rows: pd.DataFrame) -> Figure:
     fig.suptitle(LATENCY_TITLE)
     fig.tight_layout()
     _legends_clear_of_bars(fig)
+    _footnote(fig)
     return fig
 
 
 def kernel_latency(frame: pd.DataFrame) -> Figure:
     """Fig. 9/10: kernel latency per variant (original vs WaveAlign, and head-order variants where the backend
-    parameters differ), with the reps' interquartile range and the reorder overhead stacked on top, against sequence
+    parameters differ), with its median's 95 % interval and the reorder overhead stacked on top, against sequence
     length, per hardware/backend/workload (rows) and the methods each row has (columns); a same or ambiguous speedup
     over the original is marked above its bar."""
     return draw_kernel_latency(kernel_latency_rows(frame))
@@ -506,6 +531,7 @@ def draw_reorderers(rows: pd.DataFrame) -> Figure:
         ax.set_xlabel("x original (95 % CI)", fontsize=8)
     fig.suptitle(REORDERERS_TITLE)
     fig.tight_layout()
+    _footnote(fig)
     return fig
 
 
@@ -524,10 +550,16 @@ def _technique_color(order: str) -> str:
     return colors.get(technique) or variant_color(technique)
 
 
-def _footnote(fig: Figure, text: str) -> None:
-    """Say once, under the figure, which panels were left out and why (instead of drawing them empty)."""
-    fig.subplots_adjust(bottom=max(fig.subplotpars.bottom, 0.12))
-    fig.text(0.5, 0.01, text, ha="center", fontsize=8, color=NOTE_COLOR, wrap=True)
+def _footnote(fig: Figure, text: str | None = None) -> None:
+    """Say once, under the figure (after its layout), what its verdict marks mean where it has any
+    (``plotting.verdict_key``) and ``text``: which panels were left out and why (instead of drawing them empty)."""
+    lines = [line for line in (verdict_key(fig), text) if line]
+    if not lines:
+        return
+    width_in, height_in = fig.get_size_inches()
+    rows = sum(math.ceil(len(line) * 0.068 / (0.9 * width_in)) for line in lines)  # 8 pt: about 0.068 in a glyph
+    fig.subplots_adjust(bottom=fig.subplotpars.bottom + (0.05 + 0.15 * rows) / height_in)
+    fig.text(0.5, 0.005, "\n".join(lines), ha="center", va="bottom", fontsize=8, color=NOTE_COLOR, wrap=True)
 
 
 def _legend_in_corner(ax, fontsize: int) -> None:
@@ -536,31 +568,56 @@ def _legend_in_corner(ax, fontsize: int) -> None:
 
 
 def _legends_clear_of_bars(fig: Figure) -> None:
-    """After layout: raise each panel's y range (a quarter at a time) until no bar lies under its legend."""
+    """After layout: raise each panel's y range (a quarter at a time) until no bar, whisker or verdict mark lies
+    under its legend or above its top."""
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:
         legend = ax.get_legend()
-        bars = [patch for patch in ax.patches if patch.get_height() > 0]
+        drawn = [*(patch for patch in ax.patches if patch.get_height() > 0),
+                 *(text for text in ax.texts if text.get_gid() == VERDICT_MARK_GID)]
         for _ in range(12):
-            if legend is None or not any(legend.get_window_extent(renderer).overlaps(bar.get_window_extent(renderer))
-                                         for bar in bars):
+            frame = ax.get_window_extent(renderer)
+            extents = [item.get_window_extent(renderer) for item in drawn] + _whisker_extents(ax)
+            if not any(extent.y1 > frame.y1 for extent in extents) and (
+                    legend is None or not any(legend.get_window_extent(renderer).overlaps(e) for e in extents)):
                 break
             bottom, top = ax.get_ylim()
             ax.set_ylim(bottom, top + 0.25 * (top - bottom))
 
 
+class _ReadableLogLocator(Locator):
+    """Ticks of a log axis: the decades where it spans more than one (``LogLocator``), else about five round
+    numbers across what it shows (0.9, 0.95, 1, 1.05): a narrow range, such as speedups near 1, has no decade or
+    minor log tick above 1 to label."""
+
+    def __call__(self) -> list[float]:
+        low, high = sorted(self.axis.get_view_interval())
+        if low > 0 and high / low <= 10:
+            return [t for t in MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(low, high)
+                    if low <= t <= high]
+        return list(LogLocator().tick_values(low, high))
+
+
+def _whisker_extents(ax) -> list[Bbox]:
+    """Each error bar's whisker (``draw_intervals``' line segments) in display coordinates, as a box: a line
+    collection has no window extent of its own to ask for."""
+    boxes = []
+    for collection in ax.collections:
+        if isinstance(collection, LineCollection):
+            boxes += [Bbox.from_extents(*ax.transData.transform(np.asarray(segment)).min(0),
+                                        *ax.transData.transform(np.asarray(segment)).max(0))
+                      for segment in collection.get_segments() if len(segment)]
+    return boxes
+
+
 def _log_scale(ax, axis: str) -> None:
-    """A log axis whose tick labels read as plain numbers (0.6, 1, 20), not 6x10^-1; between decades only when
-    the axis spans at most one."""
+    """A log axis whose ticks read as plain numbers (0.6, 1, 20), not 6x10^-1, with labelled ticks across a
+    narrow range too (``_ReadableLogLocator``)."""
     getattr(ax, f"set_{axis}scale")("log")
     target = getattr(ax, f"{axis}axis")
-
-    def minor(value: float, _: int) -> str:
-        low, high = sorted(target.get_view_interval())
-        return f"{value:g}" if low > 0 and high / low <= 10 else ""  # wider: the decades alone stay readable
-
+    target.set_major_locator(_ReadableLogLocator())
     target.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    target.set_minor_formatter(FuncFormatter(minor))
+    target.set_minor_formatter(FuncFormatter(lambda value, _: ""))
 
 
 def _mean(values: pd.Series) -> float:
@@ -647,8 +704,7 @@ def _draw_cache_panels(rows: pd.DataFrame, title: str, stages: list[str]) -> Fig
     fig.suptitle(title)
     fig.tight_layout()
     _legends_clear_of_bars(fig)
-    if rows.attrs.get(FOOTNOTE):
-        _footnote(fig, rows.attrs[FOOTNOTE])
+    _footnote(fig, rows.attrs.get(FOOTNOTE))
     return fig
 
 
@@ -666,7 +722,7 @@ def _bars_by_method(ax, bars: pd.DataFrame, stages: list[str], ylabel: str) -> N
         ax.bar(xs, slot["value"], width, color=variant_color(stage),
                label=label(STAGE_LABELS.get(stage, stage), bool(sim)), **bar_style(bool(sim)))
         draw_intervals(ax, xs, slot["value"], slot["speedup_ci_low"], slot["speedup_ci_high"])
-        mark_verdicts(ax, xs, slot["speedup_ci_high"].fillna(slot["value"]), slot["verdict"], upright=True)
+        mark_verdicts(ax, xs, whisker_tops(slot["value"], slot["speedup_ci_high"]), slot["verdict"])
         if sim:
             badge_simulated(ax)
     ax.set_xticks(range(len(methods)))
@@ -721,7 +777,9 @@ def adaptive_skip_rows(frame: pd.DataFrame) -> pd.DataFrame:
     (``ADAPTIVE``): its latency (reorder + kernel) over the original's, 1 / its net speedup (the record's, by
     ``tables.shown``; from its total over the original's in rows from before speedups were recorded) with the
     interval 1/high..1/low and the speedup's verdict, its length and density, whether the policy skipped (or would
-    have), and the skip profiles that decided for its GPU."""
+    have), and the skip profiles that decided for its GPU. A ``cpu`` cell that always reordered gets no "would skip":
+    the profiles are fitted to GPUs' kernels (a cpu cell's is its ``cpu_profile`` GPU's), and their rule says
+    nothing about a CPU's timings; a cpu cell under the policy shows what it did."""
     need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
             "total_ms")
     if missing := missing_columns(frame, need):
@@ -738,14 +796,14 @@ def adaptive_skip_rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for hw in sorted(set(always["hardware"]) | set(adaptive["hardware"])):
         hw_always, hw_adaptive = always[always["hardware"] == hw], adaptive[adaptive["hardware"] == hw]
-        decided = sorted({str(p) for p in pd.concat([hw_always, hw_adaptive]).get(
+        decided = sorted({str(p) for p in pd.concat([hw_always, hw_adaptive] if hw != CPU else [hw_adaptive]).get(
             "profile_hardware", pd.Series(dtype=object)).dropna()})
         if len(hw_adaptive):  # the policy's own cells: skipped where it did not reorder
             applied = hw_adaptive["reorder_applied"].fillna(False).astype(bool) \
                 if "reorder_applied" in hw_adaptive else pd.Series(True, index=hw_adaptive.index)
             skipped = {ALWAYS: pd.Series(False, index=hw_always.index), ADAPTIVE: ~applied}
         else:  # none: where the policy would have skipped the always-reordered cells, if it was asked
-            asked = "skip_reorder" in hw_always and hw_always["skip_reorder"].notna().any()
+            asked = hw != CPU and "skip_reorder" in hw_always and hw_always["skip_reorder"].notna().any()
             would = hw_always["skip_reorder"].fillna(True).astype(bool) == False if asked \
                 else pd.Series(False, index=hw_always.index)  # noqa: E712
             skipped = {ALWAYS: would, ADAPTIVE: pd.Series(dtype=bool)}
@@ -775,13 +833,14 @@ def draw_adaptive_skip(rows: pd.DataFrame) -> Figure:
         decided = points["skip_profiles"].iloc[0]
         for ax, (x, xlabel) in zip(axes_row, (("seq_k", "sequence length (K tokens)"), ("density", "density")),
                                    strict=True):
-            profile = f" (skip profile: {decided})" if decided else ""
+            profile = f" (skip profile: {decided})" if decided else " (no skip profile: they are fitted to GPUs)" \
+                if hw == CPU else ""
             ax.set_title(f"{hw}{profile}: against {xlabel.split(' (')[0]}", fontsize=9)
             for sim, part in always.groupby("simulated"):
                 ax.scatter(part[x], part["latency"], marker="o", facecolors="none" if sim else "tab:blue",
                            edgecolors="tab:blue", s=22, label=label(ALWAYS, bool(sim)))
             draw_intervals(ax, points[x], points["latency"], points["latency_low"], points["latency_high"])
-            mark_verdicts(ax, points[x], points["latency"], points["verdict"])
+            mark_verdicts(ax, points[x], whisker_tops(points["latency"], points["latency_high"]), points["verdict"])
             if len(adaptive):
                 ax.scatter(adaptive[x], adaptive["latency"], marker="s", facecolors="none", edgecolors="tab:green",
                            s=30, label=label(ADAPTIVE, bool(adaptive["simulated"].astype(bool).any())))
@@ -799,6 +858,7 @@ def draw_adaptive_skip(rows: pd.DataFrame) -> Figure:
             ax.legend(fontsize=7)
     fig.suptitle(SKIP_TITLE)
     fig.tight_layout()
+    _footnote(fig)
     return fig
 
 

@@ -15,10 +15,12 @@ from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
+from wavealign.analysis.run_root import DEFAULT_RUN_ROOT as DEFAULT_RUN_ROOT  # where a run root lives, read light
+from wavealign.analysis.run_root import is_run_root as is_run_root
+from wavealign.analysis.run_root import run_root_state as run_root_state
 from wavealign.orchestrator import compat, dataset
 from wavealign.records import Cell
 
-DEFAULT_RUN_ROOT = Path("wavealign-runs")
 UNPLACED = "unschedulable"  # the status of a cell no node could take (``dataset.STATUSES``)
 SWEEP_KIND_TAG = "wavealign.kind"
 SWEEP_ID_TAG = "wavealign.sweep_id"
@@ -75,23 +77,6 @@ def is_unplaced(frame: pd.DataFrame) -> pd.Series:
     if "status" not in frame.columns:
         return pd.Series(False, index=frame.index)
     return frame["status"] == UNPLACED
-
-
-def run_root_state(path: str | Path) -> str:
-    """Why ``path`` is not a run root, in words that name its real state."""
-    path = Path(path)
-    if not path.exists():
-        return "is no such folder"
-    if not path.is_dir():
-        return "is a file, not a folder"
-    return (f"has no results yet (no results/, mlflow.db or sweeps/ in it); a sweep writes them: "
-            f"wavealign sweep run_root={path}")
-
-
-def is_run_root(path: str | Path) -> bool:
-    """A folder a sweep wrote to: it holds ``results/``, ``mlflow.db`` or ``sweeps/``."""
-    path = Path(path)
-    return path.is_dir() and any((path / name).exists() for name in ("results", "mlflow.db", "sweeps"))
 
 
 def _store_next_to(run_root: Path) -> str | None:

@@ -144,18 +144,34 @@ def draw_intervals(ax: Axes, positions: Iterable[float], points: Iterable[float]
         ax.errorbar(positions[has], points[has], yerr=reach, **style)
 
 
-def mark_verdicts(ax: Axes, positions: Iterable[float], points: Iterable[float], verdicts: Iterable[object],
-                  horizontal: bool = False, upright: bool = False) -> None:
-    """Label each same or ambiguous point with its mark and verdict ("? ambiguous"), beside the point (after it on a
-    ``horizontal`` axis); ``upright``: written upwards from the top of a vertical bar, so that neighbouring bars'
-    labels do not run into each other."""
-    place = ({"xytext": (4, 0), "va": "center"} if horizontal else
-             {"xytext": (0, 3), "va": "bottom", "ha": "center", "rotation": 90} if upright else
-             {"xytext": (3, 3), "va": "bottom"})
-    for position, point, verdict in zip(positions, points, verdicts, strict=True):
-        if (mark := verdict_mark(verdict)) and np.isfinite(point):
-            xy = (point, position) if horizontal else (position, point)
-            ax.annotate(f"{mark} {verdict}", xy, textcoords="offset points", fontsize=6, color=NOTE_COLOR, **place)
+VERDICT_MARK_GID = "verdict-mark"  # the gid of a drawn mark, so the figure's key is drawn only where one is
+VERDICT_KEY = "? ambiguous: the speedup's 95 % interval crosses an edge of the band that reads same; ~ same: within it"
+
+
+def mark_verdicts(ax: Axes, positions: Iterable[float], tops: Iterable[float], verdicts: Iterable[object],
+                  horizontal: bool = False) -> None:
+    """Mark each same (``~``) or ambiguous (``?``) point just beyond ``tops``, where its drawn whisker ends (above it;
+    right of it on a ``horizontal`` axis), so the mark never sits on the whisker; the words are said once under the
+    figure (``verdict_key``), not beside every point, where they ran into each other and the whiskers."""
+    place = {"xytext": (4, 0), "va": "center", "ha": "left"} if horizontal else \
+        {"xytext": (0, 2), "va": "bottom", "ha": "center"}
+    for position, top, verdict in zip(positions, tops, verdicts, strict=True):
+        if (mark := verdict_mark(verdict)) and np.isfinite(top):
+            xy = (top, position) if horizontal else (position, top)
+            ax.annotate(mark, xy, textcoords="offset points", fontsize=11, fontweight="bold", color=NOTE_COLOR,
+                        gid=VERDICT_MARK_GID, annotation_clip=False, **place)
+
+
+def verdict_key(fig: Figure) -> str | None:
+    """What the marks mean (``VERDICT_KEY``) where the figure draws any, else None."""
+    marked = any(text.get_gid() == VERDICT_MARK_GID for ax in fig.axes for text in ax.texts)
+    return VERDICT_KEY if marked else None
+
+
+def whisker_tops(points: Iterable[float], highs: Iterable[float]) -> np.ndarray:
+    """Where each point's drawn whisker ends: its interval's high end, or the point where it has none."""
+    points, highs = (np.asarray(list(v), dtype=float) for v in (points, highs))
+    return np.where(np.isfinite(highs), np.fmax(points, highs), points)
 
 
 def badge_simulated(ax: Axes) -> None:

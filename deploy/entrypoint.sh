@@ -6,6 +6,11 @@
 #                                        --labels accelerator-type=H100
 #   wavealign ARGS...                    the CLI, e.g. `wavealign sweep sweep=paper_h100 ray.address=auto`
 #   anything else                        run as given (bash, python, ...), as `ray up` and KubeRay expect
+# In a container of its own network (KubeRay pods, Docker's default bridge) Ray's default ports are free. On a host
+# network another Ray shares (`docker run --network host`), give the README's shared-host port options after the
+# role: a later option wins over the one above, e.g.
+#   head --port=6380 --dashboard-port=8266 --ray-client-server-port=10011 --dashboard-agent-listen-port=52366
+#   worker HEAD:6380 --dashboard-agent-listen-port=52367
 # With no argument the image's CMD (`wavealign --help`) runs.
 set -euo pipefail
 

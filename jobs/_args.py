@@ -13,8 +13,11 @@ parser's error about the characters.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import difflib
+import errno
+import os
 import shlex
 import tempfile
 from collections.abc import Callable, Sequence
@@ -227,6 +230,32 @@ def _check_writable(flag: str, folder: Path, expected: str) -> None:
     except OSError as exc:
         raise UsageError(f"{flag} {str(folder)!r}: cannot make it or write a file in it ({exc.strerror or exc}); "
                          f"expected {expected}") from None
+
+
+def makeable_folder(argument: str, value: str) -> Path:
+    """``value`` (given as ``argument``, e.g. ``run_root=DIR``) as a folder this process could make and write a file
+    in, tried without leaving anything behind: the missing folders made, a file made and removed in the last, and
+    the folders made removed again. A path no folder can be made at (a file on the way, ``/proc``, a read-only or
+    foreign folder) is a ``UsageError`` naming the argument, before the command imports what its work needs."""
+    folder = Path(value).absolute()
+    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)]
+    made: list[Path] = []
+    try:
+        if os.path.lexists(folder) and not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file of that name is in the way")
+        for path in reversed(missing):
+            path.mkdir()
+            made.append(path)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{argument}: cannot make the folder {folder} or write a file in it "
+                         f"({exc.strerror or exc}); expected a folder this user can make and write") from None
+    finally:
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+    return folder
 
 
 def check_at_least(parser: argparse.ArgumentParser, flag: str, value: int, least: int) -> None:

@@ -43,7 +43,7 @@ def head_masks(wl: workloads.Workload, heads: list[int] | None, methods: list[st
             start = time.perf_counter()
             try:
                 mask = masks.build_for_heads(method, q, k, v, block_size, model=wl.model, layer=layer,
-                                             heads=[spec.head], **overrides.get(method, {}))
+                                             heads=[spec.head], **overrides.get(method, {})).mask
             except (RuntimeError, ValueError) as err:
                 raise RuntimeError(f"{method} failed on head {spec.head} ({spec.head_type}) of {wl.model} at "
                                    f"{wl.seq_len} tokens on {device}: {err}") from err

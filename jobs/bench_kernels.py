@@ -20,7 +20,7 @@ import sys
 from rich.console import Console
 
 from wavealign.jobs._args import Parser
-from wavealign.jobs.sweep import refusals
+from wavealign.jobs.sweep import check_before_loading, refusals
 
 EXTRAS = ("sweep",)
 COMMAND = "wavealign bench-kernels"  # how its stderr lines begin
@@ -31,6 +31,7 @@ def main(argv: list[str]) -> int:
     from wavealign.orchestrator.config_compose import override_keys
 
     overrides = Parser("bench-kernels", __doc__, config_paths=override_keys).parse_args(argv).overrides
+    check_before_loading(["sweep=kernels", *overrides])
     from wavealign.orchestrator import config
 
     cfg = config.load(["sweep=kernels", *overrides])

@@ -10,9 +10,9 @@ the method's torch reference (blocks that differ) and against itself on every bu
 mask for the same Q/K). Ratios within one run, on one GPU.
 
 The video methods read the workload's latent (T, H, W). ``vsa``'s build includes its cube order and the gathers of
-Q/K/V into it, and its attention is timed on its cube-order mask (the kernel's time depends on the mask alone; the
-output's scatter back is not in either column). ``radial`` is static: an integration builds and plans it once per
-shape, so its cached row is what that one build costs, not a per-layer price.
+Q/K/V into it, and its attention is timed on its cube-order mask and Q/K/V (the output's scatter back is not in
+either column). ``radial`` is static: an integration builds and plans it once per shape, so its cached row is what
+that one build costs, not a per-layer price.
 """
 
 from __future__ import annotations
@@ -87,25 +87,26 @@ def measure(method: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, f
     identity = masks.identity_params(method, model="wan2.1-14b", layer=layer, heads=list(range(heads)),
                                      latent=latent)
 
-    def build() -> torch.Tensor:
+    def build() -> masks.OrderedBuild:
         return masks.build_for_heads(method, q, k, v, block_size, model="wan2.1-14b", layer=layer,
                                      heads=list(range(heads)), latent=latent, **store)
 
-    first, first_ms = _synced_ms(build, q.device)
+    built, first_ms = _synced_ms(build, q.device)
+    first = built.mask
     cached_ms, same = [], True
     for _ in range(builds):
-        mask, ms = _synced_ms(build, q.device)
+        again, ms = _synced_ms(build, q.device)
         cached_ms.append(ms)
-        same = same and torch.equal(mask, first)
-        del mask
+        same = same and torch.equal(again.mask, first)
+        del again
     differing = -1
     if check:
-        reference = masks.get(method).build_reference(q, k, v, block_size, **identity, **store)
+        reference = masks.build_ordered(method, q, k, v, block_size, reference=True, **identity, **store).mask
         differing = int((reference != first).sum())
         del reference
     flat = first.reshape(heads, *first.shape[-2:])
     launch = kernels.get(backend).plan(flat, None, LaunchShape.of(q, k, block_size, v=v))
-    attention = timing.time_cuda(lambda: launch.run(q, k, v), reps=reps, warmup=1)
+    attention = timing.time_cuda(lambda: launch.run(built.q, built.k, built.v), reps=reps, warmup=1)
     cached = timing.summarize(cached_ms)
     return MaskBuildTiming(
         method=method, frames=frames, tokens=q.shape[2], heads=heads, density=float(flat.float().mean()),

@@ -44,14 +44,16 @@ def main(argv: list[str]) -> int:
         check_tracking_uri("--tracking-uri ", args.tracking_uri)
     if args.out is not None:
         output_folder("--out", args.out)
-    from wavealign import analysis
-    from wavealign.analysis.figures import mask_pictures
-    from wavealign.analysis.load import DEFAULT_RUN_ROOT, is_run_root, is_unplaced, run_root_state
-    from wavealign.analysis.report import log_to_sweep_runs
+    from wavealign.analysis.run_root import DEFAULT_RUN_ROOT, is_run_root, run_root_state
 
     runs = args.experiment or args.run_root or DEFAULT_RUN_ROOT
-    if args.run_root is not None and not is_run_root(args.run_root):
+    if args.run_root is not None and not is_run_root(args.run_root):  # before pandas, matplotlib and torch load
         raise UsageError(f"--run-root {args.run_root} {run_root_state(args.run_root)}")
+    from wavealign import analysis
+    from wavealign.analysis.figures import mask_pictures
+    from wavealign.analysis.load import is_unplaced
+    from wavealign.analysis.report import log_to_sweep_runs
+
     frame = analysis.load(runs, tracking_uri=args.tracking_uri)
     unknown = sorted(set(args.mask_cell) - set(frame["cell_id"]))
     if unknown:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from wavealign.jobs._args import Parser, UsageError
+from wavealign.jobs._args import Parser, UsageError, makeable_folder
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -78,8 +78,33 @@ def main(argv: list[str]) -> int:
             return stop.exit_code() or 130
 
 
+def check_before_loading(overrides: list[str], show_cfg: bool = False) -> None:
+    """What a sweep's command line is refused for before the library (torch), MLflow or Ray is imported, in well
+    under a second: each override against the schema and the config groups (``config_compose.check_override``: a
+    key, a value of the wrong type, a preset with no YAML), and, for a sweep that runs (no ``--cfg job``, no
+    ``dry_run=true``), its run root (the last ``run_root=`` given, else the schema's default) shown to be a folder it
+    can make and write. ``config.load`` checks the rest (the registries' names, rules across fields) once the library
+    is imported."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from wavealign.orchestrator.config_compose import check_override
+    from wavealign.orchestrator.config_schema import SweepConfig
+
+    fields = SweepConfig.__dataclass_fields__
+    given = {"run_root": fields["run_root"].default, "dry_run": fields["dry_run"].default}
+    for override in overrides:
+        check_override(override)
+        parsed = OverridesParser.create().parse_overrides([override])[0]
+        if parsed.key_or_group in given and not parsed.is_delete():
+            given[parsed.key_or_group] = parsed.value()
+    run_root = given["run_root"]
+    if not show_cfg and given["dry_run"] is not True and isinstance(run_root, str) and run_root.strip():
+        makeable_folder(f"run_root={run_root}", run_root)  # an empty one is config_validate's to refuse
+
+
 def _main(argv: list[str]) -> int:
     overrides, show_cfg = _options(argv)
+    check_before_loading(overrides, show_cfg)
     from wavealign.orchestrator import config
 
     cfg = config.load(overrides)

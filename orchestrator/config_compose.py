@@ -104,7 +104,11 @@ def check_override(override: str, conf_dir: Path = CONF_DIR) -> None:
         value = override.partition("=")[2]
         raise ConfigError(f"{key}={value}: a list is written in brackets, {key}=[{value}] (each value is a cell of "
                           f"this one sweep; to give one text with commas, quote it: {key}='{value}')")
-    if (Path(conf_dir) / key).is_dir():  # a config group (sweep=): composition finds its entry
+    if (group := Path(conf_dir) / key).is_dir():  # a config group (sweep=): one of its YAMLs, before the library loads
+        name = parsed.value()
+        if isinstance(name, str) and not parsed.is_delete() and not (group / f"{name}.yaml").is_file():
+            raise ConfigError(f"{key}={name} has no conf/{key}/{name}.yaml; expected one of "
+                              f"{sorted(p.stem for p in group.glob('*.yaml'))}")
         return
     found = schema_field(key)
     if parsed.is_delete():

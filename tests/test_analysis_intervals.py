@@ -9,7 +9,7 @@ import pytest
 from matplotlib.collections import LineCollection
 
 from wavealign import metrics
-from wavealign.analysis import figures, report, tables
+from wavealign.analysis import figures, plotting, report, tables
 
 
 def _row(hardware: str, stages: str, reorderer: str, kernel_ms: float, reorder_ms: float, simulated: bool,
@@ -64,7 +64,9 @@ def test_table2_figure_draws_intervals_marks_an_ambiguous_bar_and_hatches_simula
     assert "simulated" not in measured.get_title() and "simulated" in simulated.get_title()
     assert len(_error_segments(measured)) == 4  # net and kernel interval of both reordered orders
     assert _error_segments(simulated) == []  # a prediction has no spread to draw
-    assert [t.get_text() for t in measured.texts] == ["? ambiguous"]  # random's bar, not WaveAlign's
+    (mark,) = measured.texts  # random's bar, not WaveAlign's: its mark, right of where its whisker ends
+    assert mark.get_text() == "?" and mark.xy[0] == pytest.approx(1.03)
+    assert plotting.VERDICT_KEY in [t.get_text() for t in fig.texts][-1]  # what "?" means, said once under it
     assert all(p.get_hatch() for p in simulated.patches) and not any(p.get_hatch() for p in measured.patches)
     random_bar = measured.patches[[t.get_text() for t in measured.get_yticklabels()].index("Random+S2")]
     low, high = sorted(seg[:, 0].tolist() for seg in _error_segments(measured) if seg[0, 1] == random_bar.get_y()
@@ -79,7 +81,55 @@ def test_adaptive_skip_draws_the_net_speedups_interval_as_latency_over_the_origi
     spans = [y for span in sorted(sorted(seg[:, 1].tolist()) for seg in segments) for y in span]
     expected = sorted([[1 / 1.03, 1 / 0.94], [1 / 1.26, 1 / 1.15]] * 2)  # two panels (length, density) of the CPU
     assert spans == pytest.approx([y for span in expected for y in span])
-    assert "? ambiguous" in [t.get_text() for ax in fig.axes for t in ax.texts]
+    marks = [t for ax in fig.axes for t in ax.texts if t.get_text() == "?"]
+    assert len(marks) == 2 and all(t.xy[1] == pytest.approx(1 / 0.94) for t in marks)  # above the whisker's top
+    plt.close(fig)
+
+
+def test_a_latency_bar_s_whiskers_are_its_median_s_95_percent_interval_as_every_speedup_s_are():
+    """Ten reps: the 2nd and 9th smallest bound the median at 95 % (P(Binomial(10, 1/2) < 2) = 11/1024 <= 2.5 %,
+    P(< 3) = 56/1024 > 2.5 %); five reps are too few for a 95 % interval (2/32 > 5 %), so none is drawn."""
+    reps = [10.0, 3.0, 7.0, 1.0, 9.0, 2.0, 8.0, 4.0, 6.0, 5.0]
+    assert figures.median_interval(reps) == (5.5, 2.0, 9.0)
+    median, low, high = figures.median_interval([3.0, 1.0, 2.0, 5.0, 4.0])
+    assert median == 3.0 and math.isnan(low) and math.isnan(high)
+    row = _row("cpu", "none", "identity", 5.5, 0.0, False, (1.0, math.nan, math.nan), (1.0, math.nan, math.nan))
+    rows = figures.kernel_latency_rows(pd.DataFrame([{**row, "variant": "original", "kernel_ms_reps": reps}]))
+    assert rows[["kernel_ms", "kernel_ms_ci_low", "kernel_ms_ci_high"]].values.tolist() == [[5.5, 2.0, 9.0]]
+    assert "95 % CI" in figures.LATENCY_AXIS
+
+
+def _skip_frame() -> pd.DataFrame:
+    """A CPU group and a simulated H100 group, each an original and an always-reordered cell the h100 profile would
+    have skipped (``skip_reorder`` False), the CPU's under its ``cpu_profile``, h100."""
+    one = (1.0, math.nan, math.nan)
+    cells = []
+    for hardware, simulated, net in (("cpu", False, (1.02, 0.95, 1.09)), ("h100", True, (0.97, 0, 0))):
+        for stages, speedup in (("none", one), ("both", net)):
+            cell = _row(hardware, stages, "wavealign", 10.0, 0.1, simulated, speedup, speedup)
+            cells.append({**cell, "profile_hardware": "h100", "skip_reorder": stages == "none"})
+    return pd.DataFrame(cells)
+
+
+def test_fig13_applies_no_gpu_skip_profile_to_cpu_points():
+    rows = figures.adaptive_skip_rows(_skip_frame()).set_index("hardware")
+    assert not rows.loc["cpu", "skipped"] and rows.loc["cpu", "skip_profiles"] == ""
+    assert rows.loc["h100", "skipped"] and rows.loc["h100", "skip_profiles"] == "h100"
+    fig = figures.draw_adaptive_skip(rows.reset_index())
+    titles = [ax.get_title() for ax in fig.axes]
+    assert any(t.startswith("cpu (no skip profile") for t in titles)
+    assert any(t.startswith("h100 (skip profile: h100)") for t in titles)
+    plt.close(fig)
+
+
+def test_a_log_axis_across_a_narrow_range_labels_ticks_above_1_too():
+    fig = figures.draw_adaptive_skip(figures.adaptive_skip_rows(_skip_frame()))
+    fig.canvas.draw()
+    cpu = next(ax for ax in fig.axes if ax.get_title().startswith("cpu"))
+    labelled = [float(t.get_text()) for t in cpu.get_yticklabels() if t.get_text()]
+    low, high = cpu.get_ylim()
+    assert any(value > 1 for value in labelled) and any(value < 1 for value in labelled), labelled
+    assert all(low <= value <= high for value in labelled)
     plt.close(fig)
 
 

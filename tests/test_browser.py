@@ -65,9 +65,13 @@ def test_the_report_page_shows_every_figure_loaded(smoke, browser):
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.goto((root / "report" / "report.html").resolve().as_uri())
     widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
-    assert len(widths) == len(FIGURES) and min(widths) > 0
+    # every figure is drawn and loaded, or named once among those left out (the smoke sweep has no dense cell for
+    # Fig. 2's bound)
+    left_out = page.eval_on_selector_all("#left-out + ul li", "lis => lis.map(li => li.textContent)")
+    assert len(widths) + len(left_out) == len(FIGURES) and len(widths) >= len(FIGURES) - 1 and min(widths) > 0
     headings = page.eval_on_selector_all("h2", "hs => hs.map(h => h.textContent)")
     assert "Kernel latency with reorder overhead stacked (Fig. 9 / 10)" in headings
+    assert "Adaptive skip: latency with and without the skip (Fig. 13)" in headings
     screenshot(page, "report.png")
 
 

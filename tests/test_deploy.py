@@ -184,6 +184,31 @@ def test_entrypoint_worker_without_an_address_is_refused_naming_it():
     assert run.returncode == 2 and "HEAD:PORT" in run.stderr
 
 
+def _entrypoint_ray_start(role: str) -> list[str]:
+    """The words after `ray start` in the entrypoint's ``role`` branch, its "$@" left as that."""
+    script = (ROOT / "deploy" / "entrypoint.sh").read_text()
+    branch = script.split(f"\n  {role})\n", 1)[1].split(";;", 1)[0]
+    (line,) = [ln.strip() for ln in branch.splitlines() if ln.strip().startswith("exec ray start")]
+    return shlex.split(line)[3:]
+
+
+@pytest.mark.parametrize(("role", "which"), [("head", 0), ("worker", 1)])
+def test_the_readme_s_shared_host_ports_given_to_the_entrypoint_reach_ray_start(role, which):
+    """Options after the role win over the entrypoint's own (Ray's CLI takes an option's last value), as the
+    installed Ray's own command line parses them."""
+    from ray.scripts.scripts import start
+
+    readme = readme_commands.shared_host_ray_start()[which]
+    given = [w for w in readme if not w.startswith(("--head", "--address"))]
+    words = _entrypoint_ray_start(role)
+    words = [w.replace("${address}", "127.0.0.1:6380") for w in words]
+    args = [a for w in words for a in (given if w == "$@" else [w])]
+    params = start.make_context("start", args).params
+    for option in given:
+        flag, _, value = option.partition("=")
+        assert params[flag.lstrip("-").replace("-", "_")] == int(value), option
+
+
 # ---- KubeRay ----
 
 def _containers(pod_template: dict) -> list[dict]:

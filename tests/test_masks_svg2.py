@@ -169,7 +169,7 @@ def test_svg2_builds_the_rule_on_its_token_order_and_draws_the_same_mask_for_the
     want = svg2.block_mask(svg2.keep_clusters(qc, kc, kv_sizes, 0.9, 0.1), *labels, 16)
     assert torch.equal(built.mask[0], want)
     assert built.mask.shape == (1, 2, 13, 13) and 0 < built.mask.float().mean() < 1
-    assert torch.equal(masks.build("svg2", q, k, v, 16, **SMALL), built.mask)
+    assert torch.equal(masks.build_ordered("svg2", q, k, v, 16, **SMALL).mask, built.mask)
     other = method.build_ordered(q, k, v, 16, **SMALL, seed=1).order
     assert not torch.equal(other.q_perm, built.order.q_perm)
 
@@ -202,7 +202,7 @@ def test_defaults_are_upstreams_wan_720p_settings():
 def test_bad_params_are_refused_by_name(param, bad):
     q, k, v = _qkv(1, 40)
     with pytest.raises(ValueError, match=param):
-        masks.build("svg2", q, k, v, 16, **{param: bad})
+        masks.build_ordered("svg2", q, k, v, 16, **{param: bad})
 
 
 CHILD = r"""
@@ -262,7 +262,7 @@ def test_gpu_nearest_centroid_kernel_matches_the_torch_code_on_bf16_tokens(qkv_b
 
 @pytest.mark.gpu
 def test_gpu_svg2_builds_the_same_mask_on_every_run(qkv_bf16):
-    first, second = (masks.build("svg2", *qkv_bf16, 128) for _ in range(2))
+    first, second = (masks.build_ordered("svg2", *qkv_bf16, 128).mask for _ in range(2))
     assert torch.equal(first, second)
 
 
@@ -270,8 +270,8 @@ def test_gpu_svg2_builds_the_same_mask_on_every_run(qkv_bf16):
 def test_gpu_svg2_mask_matches_the_cpu_build_on_the_same_bf16_tokens(qkv_bf16):
     """The CPU runs the torch code on the same bf16 values; label flips at near-ties may move a few centroids, so
     the masks agree up to a small fraction of blocks (documented tolerance: 1 %), their densities within 0.005."""
-    on_gpu = masks.build("svg2", *qkv_bf16, 128).cpu()
-    on_cpu = masks.build("svg2", *(t.cpu() for t in qkv_bf16), 128)
+    on_gpu = masks.build_ordered("svg2", *qkv_bf16, 128).mask.cpu()
+    on_cpu = masks.build_ordered("svg2", *(t.cpu() for t in qkv_bf16), 128).mask
     differing = float((on_gpu != on_cpu).float().mean())
     print(f"svg2 GPU vs CPU: {differing:.5f} of blocks differ; densities {on_gpu.float().mean():.4f} / "
           f"{on_cpu.float().mean():.4f}")
@@ -283,6 +283,6 @@ def test_gpu_svg2_mask_matches_the_cpu_build_on_the_same_bf16_tokens(qkv_bf16):
 def test_gpu_svg2_fits_a_wan_14b_layer_of_363600_tokens_and_40_heads():
     q, k, v = (torch.randn(1, 40, 363_600, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     torch.cuda.reset_peak_memory_stats()
-    mask = masks.build("svg2", q, k, v, 128)
+    mask = masks.build_ordered("svg2", q, k, v, 128).mask
     assert mask.shape == (1, 40, 2841, 2841)
     print(f"svg2 at 363,600 x 40: peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")

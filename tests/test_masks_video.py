@@ -4,12 +4,13 @@ the latent video shape a method reads (``latent=(T, H, W)``), Radial Attention's
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
 import torch
 
-from wavealign import masks, workloads
+from wavealign import kernels, masks, workloads
 from wavealign.integrations.attention import BlockSparseAttention
 from wavealign.masks._common import pool_blocks
 
@@ -95,9 +96,72 @@ def test_a_token_ordered_method_builds_its_mask_on_q_k_v_gathered_into_its_order
     built = method.build_ordered(q, k, v, block_size=16)
     assert torch.equal(built.q, q.flip(2)) and torch.equal(built.k, k.flip(2)) and torch.equal(built.v, v.flip(2))
     assert torch.equal(built.mask, _pooled_sign_mask(q.flip(2), k.flip(2), v, block_size=16))
-    assert torch.equal(method(q, k, v, block_size=16), built.mask)
     # the ragged first block of the reversed order differs from the original order's ragged last block
     assert not torch.equal(built.mask, _pooled_sign_mask(q, k, v, block_size=16))
+
+
+@pytest.mark.parametrize("name", ["vsa", "svg2"])
+def test_a_method_with_its_own_token_order_refuses_to_hand_out_a_bare_mask(name):
+    """A bare mask in the method's order would run another attention on q, k, v in the original one."""
+    q, k, v = _qkv(1, 1, 64)
+    params = {"latent": (1, 8, 8), "cube": (1, 4, 4)} if name == "vsa" else {"q_clusters": 2, "kv_clusters": 2}
+    for bare in (lambda: masks.build(name, q, k, v, 16, **params),
+                 lambda: masks.get(name)(q, k, v, 16, **params),
+                 lambda: masks.get(name).build_reference(q, k, v, 16, **params)):
+        with pytest.raises(ValueError, match=rf"method '{name}' builds its mask in a token order of its own.*"
+                                             rf"masks\.build_ordered\('{name}'"):
+            bare()
+
+
+def test_a_toy_token_ordered_method_refuses_a_bare_mask_too():
+    method = masks.MaskMethod("toy-reversed", _pooled_sign_mask, MappingProxyType({}), "toy",
+                              token_order=_reverse_order)
+    with pytest.raises(ValueError, match="build_ordered"):
+        method(*_qkv(1, 1, 50), block_size=16)
+
+
+def _attention_under_the_mask_mapped_back(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                          built: masks.OrderedBuild, block: int) -> torch.Tensor:
+    """Dense attention over q, k, v (1, H, N, D) in the original order, each token pair allowed where the build's
+    mask keeps the block pair the two tokens land in, in the build's order."""
+    n = q.shape[2]
+    identity = torch.arange(n).expand(1, q.shape[1], n)
+    q_perm = identity if built.order is None else built.order.q_perm
+    kv_perm = identity if built.order is None else built.order.kv_perm
+    heads = []
+    for h in range(q.shape[1]):
+        q_block, kv_block = torch.empty(n, dtype=torch.long), torch.empty(n, dtype=torch.long)
+        q_block[q_perm[0, h]] = torch.arange(n) // block  # each original token's block in the build's order
+        kv_block[kv_perm[0, h]] = torch.arange(n) // block
+        allowed = built.mask[0, h][q_block][:, kv_block]
+        scores = (q[0, h] @ k[0, h].T) / q.shape[-1] ** 0.5
+        heads.append(torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1) @ v[0, h])
+    return torch.stack(heads)[None]
+
+
+@pytest.mark.parametrize("name", ["vsa", "svg2", "radial"])
+def test_an_ordered_build_restores_the_attention_of_q_k_v_in_their_original_order(name):
+    """Attention on the build's q, k, v and mask, restored, is attention over the original tokens under the
+    method's mask mapped back onto them."""
+    latent, block = (3, 4, 8), 16  # 96 tokens, 6 blocks
+    q, k, v = _qkv(1, 2, 96, d=16, seed=7)
+    params = {"vsa": {"latent": latent, "cube": (1, 4, 4)}, "radial": {"latent": latent},
+              "svg2": {"q_clusters": 4, "kv_clusters": 4, "iters": 2}}[name]
+    built = masks.build_ordered(name, q, k, v, block, **params)
+    out = built.restore(kernels.get("reference")(built.q, built.k, built.v, built.mask, block_size=block))
+    assert torch.allclose(out, _attention_under_the_mask_mapped_back(q, k, v, built, block), atol=1e-5)
+    assert (built.order is None) == (name == "radial")
+
+
+def test_the_readmes_video_family_example_runs_as_written_and_restores_the_original_order():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    section = readme.split("## Use the reorder in your own pipeline", 1)[1].split("### In diffusers", 1)[0]
+    snippet = "import torch\n" + section.split("```python", 2)[2].split("```", 1)[0]
+    scope: dict = {}
+    exec(snippet, scope)  # the README's own code, as a user pastes it
+    q, k, v, built = (scope[name] for name in ("q", "k", "v", "built"))
+    assert built.order is not None and scope["radial"].shape == built.mask.shape
+    assert torch.allclose(scope["out"], _attention_under_the_mask_mapped_back(q, k, v, built, 128), atol=1e-5)
 
 
 def test_an_ordinary_method_builds_in_the_original_order():
@@ -216,7 +280,8 @@ def test_radial_refuses_a_latent_of_another_length():
 def test_radial_gets_its_latent_from_the_workload_like_the_identity_params():
     q, k, v = _qkv(1, 2, 105)
     built = masks.build_for_heads("radial", q, k, v, 16, model=None, layer=0, heads=[0, 1], latent=(5, 3, 7))
-    assert torch.equal(built, masks.build("radial", q, k, v, block_size=16, latent=(5, 3, 7)))
+    assert built.order is None and built.q is q
+    assert torch.equal(built.mask, masks.build("radial", q, k, v, block_size=16, latent=(5, 3, 7)))
     assert masks.identity_params("radial", model="m", layer=3, heads=[0], latent=(5, 3, 7)) == {"latent": (5, 3, 7)}
     assert masks.identity_params("xattention", model="m", layer=3, heads=[0], latent=(5, 3, 7)) == {}
 
@@ -263,7 +328,8 @@ def test_vsa_mask_follows_its_rule_in_its_cube_order(latent, cube, block_size, s
     built = masks.get("vsa").build_ordered(q, k, v, block_size, latent=latent, cube=cube, sparsity=sparsity)
     assert torch.equal(built.order.q_perm[1, 1], perm) and torch.equal(built.order.kv_perm[0, 1], perm)
     assert torch.equal(built.mask, expected)
-    assert torch.equal(masks.build("vsa", q, k, v, block_size, latent=latent, cube=cube, sparsity=sparsity), expected)
+    assert torch.equal(masks.build_ordered("vsa", q, k, v, block_size, latent=latent, cube=cube,
+                                           sparsity=sparsity).mask, expected)
 
 
 def test_vsa_labels_name_each_positions_tile_in_raster_tile_order():
@@ -278,7 +344,7 @@ def test_vsa_labels_name_each_positions_tile_in_raster_tile_order():
 
 def test_vsa_keeps_k_blocks_per_row_ceil_of_one_minus_sparsity():
     q, k, v = _qkv(1, 3, 5 * 6 * 7, seed=4)
-    mask = masks.build("vsa", q, k, v, 16, latent=(5, 6, 7), cube=(2, 2, 4), sparsity=0.8)  # 14 blocks
+    mask = masks.build_ordered("vsa", q, k, v, 16, latent=(5, 6, 7), cube=(2, 2, 4), sparsity=0.8).mask  # 14 blocks
     assert (mask.sum(-1) == 3).all()  # ceil(0.2 * 14)
 
 
@@ -293,13 +359,13 @@ def test_vsa_top_k_takes_tied_scores_in_index_order():
 def test_vsa_without_a_latent_says_it_needs_one():
     q, k, v = _qkv(1, 1, 64)
     with pytest.raises(ValueError, match=r"method 'vsa' needs latent=\(T, H, W\)"):
-        masks.build("vsa", q, k, v, 16, cube=(1, 4, 4))
+        masks.build_ordered("vsa", q, k, v, 16, cube=(1, 4, 4))
 
 
 def test_vsa_refuses_a_cube_that_is_not_one_block():
     q, k, v = _qkv(1, 1, 64)
     with pytest.raises(ValueError, match="cube must hold one block"):
-        masks.build("vsa", q, k, v, 16, latent=(1, 8, 8), cube=(2, 2, 2))
+        masks.build_ordered("vsa", q, k, v, 16, latent=(1, 8, 8), cube=(2, 2, 2))
 
 
 # --- in the integrations -------------------------------------------------------------------------------------------
@@ -438,6 +504,24 @@ def test_bench_e2e_refuses_a_saved_mask_for_a_static_method(tmp_path):
 
 # --- on the GPU ----------------------------------------------------------------------------------------------------
 
+def test_a_sweep_cell_of_a_token_ordered_method_times_its_mask_on_q_k_v_in_that_order():
+    """The sweep's inputs pair the mask with Q/K/V gathered into the method's order, so a timed cell runs the
+    method's own attention, not its mask over the tokens in another order."""
+    from wavealign import inputs
+    from wavealign.records import InputSpec
+
+    wl = workloads.preset("wan2.1-1.3b", 5, "480p")  # latent (2, 30, 52): 3,120 tokens
+    spec = InputSpec(workload="tiny", method="vsa", seq_len_tokens=wl.seq_len, num_heads=1, head_dim=wl.head_dim,
+                     model=wl.model, resolution="480p", frames=5, heads=[3], generator=workloads.DEFAULT_GENERATOR)
+    cpu = torch.device("cpu")
+    mask, qkv = inputs.build(inputs.InputRequest(spec, 128, cpu, with_qkv=True))
+    q, k, v = inputs._workload_qkv(spec, cpu)
+    built = masks.build_ordered("vsa", q, k, v, 128, latent=wl.latent)
+    assert torch.equal(mask, built.mask[0])
+    assert all(torch.equal(got, want) for got, want in zip(qkv, (built.q, built.k, built.v), strict=True))
+    assert not torch.equal(qkv[0], q)
+
+
 WAN14B_401 = (101, 45, 80)  # Wan2.1-14B 720p, 401 frames: 363,600 tokens, 2,841 blocks of 128
 
 
@@ -449,12 +533,12 @@ def test_vsa_builds_a_live_layer_of_363600_tokens_by_40_heads_on_the_gpu():
                for _ in range(3))
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    mask = masks.build("vsa", q, k, v, 128, latent=WAN14B_401)
+    mask = masks.build_ordered("vsa", q, k, v, 128, latent=WAN14B_401).mask
     extra_gib = (torch.cuda.max_memory_allocated() - before) / 2**30
     assert mask.shape == (1, 40, 2841, 2841)
     assert (mask.sum(-1) == math.ceil(0.1 * 2841)).all()
     assert extra_gib < 16  # Q/K/V gathered into the cube order (8.3 GiB) and ~1 GiB of scores at a time
-    few = masks.build("vsa", q[:, 5:7], k[:, 5:7], v[:, 5:7], 128, latent=WAN14B_401)
+    few = masks.build_ordered("vsa", q[:, 5:7], k[:, 5:7], v[:, 5:7], 128, latent=WAN14B_401).mask
     assert torch.equal(few, mask[:, 5:7])
 
 

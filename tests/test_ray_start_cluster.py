@@ -82,18 +82,30 @@ class RayStartCluster:
     def _ray_start(self, name: str, *args: str) -> subprocess.Popen:
         log = (self.temp_dir / f"{name}.log").open("w")
         proc = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats",
-                                 "--node-ip-address", "127.0.0.1", "--dashboard-agent-listen-port", str(free_port()),
-                                 *args], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                 "--node-ip-address", "127.0.0.1", *args], env=self.env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         self.nodes_started[name] = proc
         return proc
 
+    def _readme_options(self, words: list[str]) -> list[str]:
+        """The README's shared-host options for a node, as this machine must take them (it is shared: CI runners,
+        other engineers' Ray): the head's port and dashboard port this cluster's, every other port a free one."""
+        chosen = {"--port": self.port, "--dashboard-port": self.dashboard_port, "--address": self.address}
+        options = []
+        for word in words:
+            flag, _, _ = word.partition("=")
+            if flag != "--head":
+                options.append(f"{flag}={chosen.get(flag) or free_port()}")
+        return options
+
     def start_head(self) -> None:
-        self._ray_start("head", "--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
-                        "--temp-dir", str(self.temp_dir), "--dashboard-host", "127.0.0.1",
-                        "--dashboard-port", str(self.dashboard_port), "--ray-client-server-port", str(free_port()))
+        head, _ = readme_commands.shared_host_ray_start()
+        self._ray_start("head", "--head", *self._readme_options(head), "--num-cpus", "1", "--num-gpus", "0",
+                        "--temp-dir", str(self.temp_dir), "--dashboard-host", "127.0.0.1")
 
     def add_node(self, accelerator: str) -> None:
-        self._ray_start(accelerator, "--address", self.address, "--num-cpus", "1", "--num-gpus", "1",
+        _, worker = readme_commands.shared_host_ray_start()
+        self._ray_start(accelerator, *self._readme_options(worker), "--num-cpus", "1", "--num-gpus", "1",
                         "--labels", f"accelerator-type={accelerator}")
 
     def nodes(self) -> list[dict]:
@@ -175,6 +187,24 @@ def assert_each_cell_ran_on_a_node_of_its_type(rows: list[dict], cluster: RaySta
     labels = cluster.labels_by_node_id()
     placed = {(r["hardware"], labels[r["ray_node_id"]]) for r in rows}
     assert placed == {(hw, hardware.get(hw).ray_accelerator_type) for hw in ("h100", "a40")}, placed
+
+
+# ---- the README's ports for a shared host
+
+def test_the_readme_s_shared_host_commands_move_every_port_ray_start_takes_by_default():
+    """Every port `ray start` binds at a fixed default (as the installed Ray declares its options; the worker port
+    range excepted, whose ports Ray picks free) is set in the README's shared-host head command, and the node-level
+    one, the dashboard agent's, in its worker command too; the cluster of this module starts from those lines."""
+    from ray.scripts.scripts import start
+
+    fixed = {p.opts[0] for p in start.params if "port" in p.name and isinstance(p.default, int) and p.default > 0
+             and p.name not in ("min_worker_port", "max_worker_port")}
+    # a head's GCS and Ray Client server take 6379 and 10001 where the head starts, not as their options' defaults
+    head_only = {"--port", "--ray-client-server-port", "--dashboard-port"}
+    head, worker = (set(w.partition("=")[0] for w in words) for words in readme_commands.shared_host_ray_start())
+    assert fixed >= {"--dashboard-port", "--dashboard-agent-listen-port"}, fixed  # the installed Ray's, as read
+    assert fixed | {"--port", "--ray-client-server-port"} <= head
+    assert fixed - head_only <= worker and "--address" in worker
 
 
 # ---- wavealign sweep ray.address=127.0.0.1:PORT

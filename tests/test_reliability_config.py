@@ -189,7 +189,7 @@ def test_every_checked_method_parameter_is_checked_by_the_config_as_by_the_build
             config.load([*CPU_GRID, f"grid.method=[{method}]", f"+grid.method_params.{method}.{param}='{bad}'"])
         if masks.get(method).build is not None:  # the file method only reads a saved mask for a shape
             with pytest.raises(ValueError, match=f"{param} must"):
-                masks.build(method, q, q, q, block_size=16, **{param: bad})
+                masks.build_ordered(method, q, q, q, block_size=16, **{param: bad})
 
 
 # row 8: grids too large to enumerate

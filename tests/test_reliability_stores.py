@@ -321,7 +321,8 @@ def test_a_copied_run_root_s_report_is_logged_into_the_copy_not_the_original(tmp
 # --- storage that refuses writes ---
 
 @pytest.mark.parametrize("command", [["sweep", "~sweep"], ["bench-kernels", "~extra_grids.dense"]])
-@pytest.mark.parametrize("obstacle", ["results is a file", ".lock is a folder", "run_root under /proc"])
+# (a run root no folder can be made at is refused before the config loads, exit 2: tests/test_newcomer_round3.py)
+@pytest.mark.parametrize("obstacle", ["results is a file", ".lock is a folder"])
 def test_a_run_root_that_cannot_be_written_is_one_line_before_any_work(tmp_path, obstacle, command, capsys):
     root = tmp_path / "runs"
     if obstacle == "results is a file":
@@ -331,9 +332,6 @@ def test_a_run_root_that_cannot_be_written_is_one_line_before_any_work(tmp_path,
     elif obstacle == ".lock is a folder":
         (root / ".lock").mkdir(parents=True)
         expected = f"cannot open the lock file {root / '.lock'}"
-    else:
-        root = Path("/proc/wavealign-runs")
-        expected = f"cannot make the folder {root}"
     code = cli.main([*command, "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
                      "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]",
                      "progress=false", "mlflow.enabled=false", f"run_root={root}"])

@@ -61,9 +61,10 @@ def build(request: InputRequest) -> tuple[torch.Tensor, QKV | None]:
             raise ValueError(f"method {spec.method!r} builds its mask from a model's Q/K; workload {spec.workload!r} "
                              "is a bare shape")
         q, k, v = _workload_qkv(spec, device)
-        # a token-ordered method's mask lives in its own token order: the kernel's time depends on the mask alone
-        mask = masks.build_for_heads(spec.method, q, k, v, block_size, **identity, **spec.method_params)
-        qkv = (q, k, v) if request.with_qkv else None
+        # a token-ordered method's mask lives in its own token order (VSA, SVG2): Q/K/V in that order with it
+        built = masks.build_for_heads(spec.method, q, k, v, block_size, **identity, **spec.method_params)
+        mask = built.mask
+        qkv = (built.q, built.k, built.v) if request.with_qkv else None
     else:
         blocks = math.ceil(spec.seq_len_tokens / block_size)
         mask = method.for_shape(spec.num_heads, blocks, blocks, device=device, block_size=block_size,

@@ -196,7 +196,7 @@ class BlockSparseAttention:
         tuned = 0 if self.tuned_configs is None else self.tuned_configs.tuned - tuned_before
         self._record(layer, q, plan, mask_ms=mask_ms, tuned=tuned, reused=False)
         # a method's own token order: the output back in the original one (bitwise copies)
-        return out if built.order is None else built.order.scatter(out)
+        return built.restore(out)
 
     def _record(self, layer: int, q: torch.Tensor, plan: _Plan, *, mask_ms: float, tuned: int, reused: bool) -> None:
         decision = plan.prepared.decision

@@ -24,10 +24,13 @@ A method that reads token positions in the latent video (Radial's frame bands, V
 
 A method that permutes the tokens before it builds its blocks (VSA's cubes, SVG2's clusters) registers
 ``token_order(q, k, *, block_size, **params) -> TokenOrder``; its ``build`` then takes q, k, v already in that
-order and returns the mask of the permuted sequence. Called on original-order q, k, v, every entry point here
-(``build``, ``build_for_heads``, ``MaskMethod.__call__``) computes the order, gathers, and builds: the mask in the
-method's token order (the kernel's time depends on the mask alone). ``MaskMethod.build_ordered`` also returns the
-order and the gathered q, k, v, which an integration runs the attention on and scatters back.
+order and returns the mask of the permuted sequence. That mask does not pair with q, k, v in the original order, so
+the entry points that return a bare mask (``build``, ``MaskMethod.__call__``, ``build_reference``) refuse such a
+method, naming ``build_ordered``; ``build_ordered`` (any method) and ``build_for_heads`` return an ``OrderedBuild``:
+the mask, q, k, v gathered into the order it lives in, and ``restore`` for the attention's output:
+
+    built = build_ordered("vsa", q, k, v, block_size=128, latent=(T, H, W))
+    out = built.restore(attention(built.q, built.k, built.v, built.mask))   # rows back in the original order
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ class OrderedBuild:
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
+
+    def restore(self, out: torch.Tensor) -> torch.Tensor:
+        """``out`` (B, H, N, D), the attention of ``q`` over ``k``, ``v`` under ``mask``, with its rows back in the
+        original token order (bitwise copies; ``out`` itself when there is no order of the method's own)."""
+        return out if self.order is None else self.order.scatter(out)
 
 
 @dataclass(frozen=True)
@@ -115,14 +123,27 @@ class MaskMethod:
         q, k, v = order.gather(q, "q"), order.gather(k, "kv"), order.gather(v, "kv")
         return OrderedBuild(build(q, k, v, block_size=block_size, token_order=order, **resolved), order, q, k, v)
 
+    def _refuse_bare_mask(self) -> None:
+        """A ValueError for a method whose mask lives in its own token order: a bare mask would pair with q, k, v
+        in the original order and so silently run another attention."""
+        if self.token_order is not None:
+            raise ValueError(f"method {self.name!r} builds its mask in a token order of its own, so a bare mask "
+                             "does not pair with q, k, v as given; expected masks.build_ordered("
+                             f"{self.name!r}, q, k, v, ...): the mask with q, k, v gathered into that order, and "
+                             "restore(out) for the output")
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
                  **params: Any) -> torch.Tensor:
+        """The mask of q, k, v in their own order; a method with a token order of its own refuses (above)."""
+        self._refuse_bare_mask()
         return self.build_ordered(q, k, v, block_size, **params).mask
 
     def build_reference(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
                         **params: Any) -> torch.Tensor:
         """The mask by the method's plain torch code on any device (``build`` itself for a method without
-        kernels): what the GPU kernels' masks are compared with."""
+        kernels): what the GPU kernels' masks are compared with; a method with a token order of its own refuses
+        (``build_ordered(..., reference=True)``)."""
+        self._refuse_bare_mask()
         return self.build_ordered(q, k, v, block_size, reference=True, **params).mask
 
     def for_shape(self, heads: int, q_blocks: int, kv_blocks: int, device: torch.device | str = "cpu", *,
@@ -195,8 +216,16 @@ def available() -> list[str]:
 
 def build(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128,
           **params: Any) -> torch.Tensor:
-    """The bool block mask (B, H, MB, NB) of method ``name`` on q, k, v (B, H, N, D)."""
+    """The bool block mask (B, H, MB, NB) of method ``name`` on q, k, v (B, H, N, D), in their order; a ValueError
+    for a method that builds in a token order of its own (VSA, SVG2: ``build_ordered``)."""
     return get(name)(q, k, v, block_size=block_size, **params)
+
+
+def build_ordered(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *,
+                  reference: bool = False, **params: Any) -> OrderedBuild:
+    """Method ``name``'s mask on q, k, v (B, H, N, D, original order), with q, k, v in the order the mask lives in
+    and ``restore`` for the output: every method, whether it has a token order of its own or not."""
+    return get(name).build_ordered(q, k, v, block_size, reference=reference, **params)
 
 
 # the workload identity a method declares among its params (per-head tuned configs, token positions), filled from
@@ -216,8 +245,8 @@ def identity_params(name: str, *, model: str | None, layer: int, heads: list[int
 
 def build_for_heads(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 128, *,
                     model: str | None, layer: int, heads: list[int], latent: tuple[int, int, int] | None = None,
-                    **params: Any) -> torch.Tensor:
-    """``build`` on heads ``heads`` of ``layer`` of ``model`` (a video of ``latent`` (T, H, W) tokens): the
+                    **params: Any) -> OrderedBuild:
+    """``build_ordered`` on heads ``heads`` of ``layer`` of ``model`` (a video of ``latent`` (T, H, W) tokens): the
     identity goes to methods that declare it (``identity_params``); ``params`` override the method's defaults."""
     identity = identity_params(name, model=model, layer=layer, heads=heads, latent=latent)
-    return build(name, q, k, v, block_size, **{**identity, **params})
+    return build_ordered(name, q, k, v, block_size, **{**identity, **params})

@@ -56,7 +56,7 @@ def main(method: str, argv: list[str] | None = None) -> int:
     ((spec, q, k, v),) = workloads.iter_heads(wl, [args.head], layer=args.layer, seed=args.seed,
                                               config=workloads.generator(args.generator))
     mask = masks.build_for_heads(method, q, k, v, args.block_size, model=args.model, layer=args.layer,
-                                 heads=[args.head], latent=wl.latent)[0, 0]
+                                 heads=[args.head], latent=wl.latent).mask[0, 0]
     title = f"{method}: {args.model} {args.frames}f {args.resolution}, layer {args.layer} head {args.head} " \
             f"({spec.head_type})"
     print(save_mask_png(mask, args.out, title, zoom_blocks=min(mask.shape[0], 128)))
