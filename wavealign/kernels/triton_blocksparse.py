@@ -419,9 +419,6 @@ def _descriptors(q, k, v, out, cfg: KernelConfig):
 
 # the streaming kernel's speed as the simulator models it (round figures, not fitted: ExecutionFacts)
 EXECUTION = ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9)
-# resident CTAs per SM (ncu launch__occupancy_limit_* on the H200: 228 regs x 256 threads -> 1 CTA/SM,
-# benchmarks/results/kernels-h200/TUNING.md; 2 on the A40's 64x64 tiles, the paper's Sec. V)
-CTAS_PER_SM = {"h100": 1, "h200": 1, "a100": 1, "b200": 1, "a40": 2}
 # the KernelConfig fields a sweep tunes (None keeps the tuned value for the head dim: TUNING.md)
 TUNED_OPTIONS = ("block_m", "block_n", "num_warps", "num_stages", "use_tma")
 
@@ -430,11 +427,13 @@ def is_available() -> bool:
     return triton is not None and torch.cuda.is_available()
 
 
-register(Backend(
+BACKEND = register(Backend(
     name="triton",
     plan=plan,
     description="WaveAlign's own block-sparse FlashAttention-2 forward in Triton; row order read in-kernel",
-    ctas_per_sm=CTAS_PER_SM,
+    # ncu launch__occupancy_limit_* on the H200: 228 regs x 256 threads -> 1 CTA/SM
+    # (benchmarks/results/kernels-h200/TUNING.md); 2 on the A40's 64x64 tiles (the paper's Sec. V)
+    ctas_per_sm={"h100": 1, "h200": 1, "a100": 1, "b200": 1, "a40": 2},
     execution=EXECUTION,
     ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=is_available,

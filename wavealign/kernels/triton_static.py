@@ -28,7 +28,7 @@ OPTIONS = ("grid",)
 
 def programs(shape: LaunchShape, grid: int | None) -> int:
     """The persistent grid of a launch of ``shape``: ``grid`` when given, else its planned wave (``wave_size``), else
-    the wave of the GPU it runs on (SMs x ``streaming.CTAS_PER_SM``)."""
+    the wave of the GPU it runs on (SMs x the streaming kernel's CTAs per SM there)."""
     if grid is not None:
         return check_int("grid", grid, lo=1)
     if shape.wave_size is not None:
@@ -36,7 +36,7 @@ def programs(shape: LaunchShape, grid: int | None) -> int:
     if shape.device.type == "cuda":
         known = hardware_registry.detect(shape.device.index)
         sms = torch.cuda.get_device_properties(shape.device).multi_processor_count
-        return sms * (1 if known is None else streaming.CTAS_PER_SM.get(known.name, 1))
+        return sms * (1 if known is None else streaming.BACKEND.ctas_per_sm.get(known.name, 1))
     raise ValueError("backend 'triton-static' needs grid= (persistent programs) or a LaunchShape with wave_size "
                      f"on a {shape.device.type} device")
 
@@ -63,7 +63,7 @@ register(Backend(
     name="triton-static",
     plan=plan,
     description="WaveAlign's Triton block-sparse forward on a static persistent scheduler (FA4 SM100's stride)",
-    ctas_per_sm=streaming.CTAS_PER_SM,
+    ctas_per_sm=streaming.BACKEND.ctas_per_sm,  # the same tile: the same occupancy
     execution=dataclasses.replace(streaming.EXECUTION, scheduler="static-persistent"),
     ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=streaming.is_available,
