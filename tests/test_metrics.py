@@ -142,3 +142,35 @@ def test_cells_without_a_point_are_left_out_and_none_left_means_no_verdict():
 def test_the_recorded_tolerance_is_the_first_finite_one_else_the_default():
     assert metrics.recorded_tolerance([None, NAN, 0.02, 0.05]) == 0.02
     assert metrics.recorded_tolerance([None]) == metrics.TOLERANCE
+
+
+def test_a_cell_s_verdict_is_ambiguous_where_its_reps_spread_past_the_limit_whatever_its_interval_says():
+    assert metrics.verdict(1.10, 1.20) == "faster"
+    assert metrics.verdict(1.10, 1.20, spreads_pct=(metrics.SPREAD_LIMIT_PCT + 1, 5.0)) == "ambiguous"
+    assert metrics.verdict(1.10, 1.20, spreads_pct=(metrics.SPREAD_LIMIT_PCT - 1, math.nan)) == "faster"
+    # a prediction has no reps: its point decides
+    assert metrics.verdict(math.nan, math.nan, point=1.2, spreads_pct=(99.0,)) == "faster" + metrics.PREDICTED
+
+
+def test_a_sweep_row_s_verdict_follows_the_spread_rule():
+    from wavealign.pipeline import _speedups
+    from wavealign.records import AttentionSpec, Cell, CellResult, InputSpec, LaunchGeometry, MeasurerSpec
+
+    def cell(variant: str) -> Cell:
+        return Cell(cell_id=variant, group_id="g", hardware="cpu",
+                    inputs=InputSpec(workload="w", method="random", seq_len_tokens=256, num_heads=1, head_dim=32),
+                    attention=AttentionSpec(variant=variant, stages="none" if variant == "original" else "both",
+                                            skip_mode="force", backend="reference",
+                                            geometry=LaunchGeometry("h100", 128, 132)),
+                    measurer=MeasurerSpec())
+
+    calm = [10.0, 10.1, 9.9, 10.0, 10.05, 9.95]
+    bursts = [10.0, 15.0, 10.1, 15.2, 9.9, 14.9]  # a busy host: both launches of a round slowed alike
+    for original, scale, expected in ((calm, 0.9, "faster"), (bursts, 0.9, "ambiguous")):
+        # the paired ratio is 1.11 in every round either way: a tight interval; only the spread tells them apart
+        results = [CellResult(cell_id=v, group_id="g", status="done", kernel_ms_median=float(np.median(r)),
+                              kernel_ms_reps=r, paired=True, reorder_ms=0.0)
+                   for v, r in (("original", original), ("wavealign", [t * scale for t in original]))]
+        _speedups([cell("original"), cell("wavealign")], results)
+        assert results[1].speedup_ci_low > 1.1
+        assert results[1].verdict == expected

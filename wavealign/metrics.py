@@ -229,9 +229,12 @@ def between_runs(ratio: Ratio, run_sds: Sequence[float], host_log: float = 0.0) 
     return Ratio(ratio.point, math.exp(centre - reach), math.exp(centre + reach), ratio.samples, ratio.outliers)
 
 
-def verdict(low: float, high: float, tolerance: float = TOLERANCE, point: float = math.nan) -> str:
+def verdict(low: float, high: float, tolerance: float = TOLERANCE, point: float = math.nan,
+            spreads_pct: Sequence[float] = ()) -> str:
     """The verdict on a speedup from its interval (``VERDICT_RULE``); without one (NaN) the ``point`` decides, as
-    a prediction (``PREDICTED`` appended), and with neither it is ``NO_VERDICT``."""
+    a prediction (``PREDICTED`` appended), and with neither it is ``NO_VERDICT``. ``spreads_pct``: the reps'
+    spreads (``spread_pct``) behind a measured interval; one beyond ``SPREAD_LIMIT_PCT`` makes it ambiguous
+    (``SPREAD_RULE``)."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance}")
     if math.isnan(low) or math.isnan(high):
@@ -248,6 +251,8 @@ def verdict(low: float, high: float, tolerance: float = TOLERANCE, point: float 
     elif low >= 1 - tolerance and high <= 1 + tolerance:
         word = "same"
     else:
+        word = "ambiguous"
+    if not suffix and too_spread(*spreads_pct):
         word = "ambiguous"
     return word + suffix
 
@@ -292,10 +297,7 @@ def aggregate(points: Sequence[float], lows: Sequence[float], highs: Sequence[fl
         return Shown(point, math.nan, math.nan, verdict(math.nan, math.nan, tolerance, point), cells)
     if cells == 1:
         point, low, high = float(points[kept][0]), float(lows[kept][0]), float(highs[kept][0])
-    judged = verdict(low, high, tolerance)
-    if judged != NO_VERDICT and too_spread(*spreads_pct):
-        judged = "ambiguous"
-    return Shown(point, low, high, judged, cells)
+    return Shown(point, low, high, verdict(low, high, tolerance, spreads_pct=spreads_pct), cells)
 
 
 def interval_text(point: float, low: float, high: float) -> str:

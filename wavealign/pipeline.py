@@ -174,8 +174,11 @@ def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
         # a prediction is judged on its point; a measurement only on its interval (none from one rep)
         point, net_point = ((r.speedup_vs_original, r.net_speedup_vs_original) if r.simulated
                             else (math.nan, math.nan))
-        r.verdict = metrics.verdict(r.speedup_ci_low, r.speedup_ci_high, point=point)
-        r.net_verdict = metrics.verdict(r.net_speedup_ci_low, r.net_speedup_ci_high, point=net_point)
+        # reps spread beyond metrics.SPREAD_LIMIT_PCT (a loaded CPU) give no verdict, whatever the interval says
+        spreads = (metrics.spread_pct(baseline.kernel_ms_reps), metrics.spread_pct(r.kernel_ms_reps))
+        r.verdict = metrics.verdict(r.speedup_ci_low, r.speedup_ci_high, point=point, spreads_pct=spreads)
+        r.net_verdict = metrics.verdict(r.net_speedup_ci_low, r.net_speedup_ci_high, point=net_point,
+                                        spreads_pct=spreads)
 
 
 def _ranks(results: list[CellResult], choice) -> None:
