@@ -4,7 +4,9 @@ profiled), their masks rebuilt here on the CPU from the same ``InputSpec`` (seed
 order simulated with triton-static's execution facts. Writes one CSV row per cell: the predicted L2 hit, HBM read
 and kernel time, and the cell's identity to join with the measured rows.
 
-    python benchmarks/results/orders-h200/sim_static.py OUT.csv [KEY=VALUE ...]    # Hydra overrides of the sweep
+    python benchmarks/results/orders-h200/sim_static.py OUT.csv [--l2-partitions N] [KEY=VALUE ...]
+
+(the KEY=VALUE are Hydra overrides of the sweep; ``--l2-partitions`` replaces the GPU's L2 partition count).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from wavealign.attention import AttentionStep
 from wavealign.orchestrator import config, grid
 
 
-def main(out: str, overrides: list[str]) -> int:
+def main(out: str, overrides: list[str], l2_partitions: int | None = None) -> int:
     cfg = config.load(["sweep=orders_h200", *overrides])
     cells = [c for c in grid.expand(cfg).cells if c.measurer.measure == "ncu"]
     cache = inputs.InputCache()
@@ -36,7 +38,8 @@ def main(out: str, overrides: list[str]) -> int:
             step = AttentionStep.of(cell.attention, cell.inputs)
             order = None if cell.attention.stages == "none" else step.plan_order(mask, cell.attention.stages)
             r = sim.simulate(mask, order, hardware=cell.hardware, backend=cell.attention.backend,
-                             head_dim=cell.inputs.head_dim, wave_size=cell.attention.geometry.wave_size)
+                             head_dim=cell.inputs.head_dim, wave_size=cell.attention.geometry.wave_size,
+                             l2_partitions=l2_partitions)
             name = "original" if order is None else order.candidate
             writer.writerow([cell.inputs.method, cell.attention.variant, cell.attention.reorderer, name,
                              round(r.l2_hit_pct, 3), r.hbm_read_bytes, round(r.kernel_time_s * 1e3, 4),
@@ -48,4 +51,8 @@ def main(out: str, overrides: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2:]))
+    args = sys.argv[2:]
+    partitions = None
+    if args and args[0].startswith("--l2-partitions="):
+        partitions, args = int(args[0].split("=", 1)[1]), args[1:]
+    sys.exit(main(sys.argv[1], args, partitions))
