@@ -14,7 +14,7 @@ from sweeps import run_test_sweep
 from wavealign import kernels, launch_order, sim
 from wavealign.attention import AttentionStep
 from wavealign.blockmask import row_nnz
-from wavealign.launch_order import candidates, chooser, pairing, scheduled
+from wavealign.launch_order import candidates, chooser, pairing, stage2
 from wavealign.masks import synthetic
 
 pytest.importorskip("numba")
@@ -57,7 +57,7 @@ def test_round_buckets_start_each_head_where_the_scheduler_s_rounds_cut_it():
     nnz = torch.tensor([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]])
     order = torch.arange(5).expand(2, 5)
     # grid 3: head 0 is tiles 0-4 (rounds [0,1,2], [3,4]); head 1 tiles 5-9 (round 1 holds its slot 0, then [6,7,8])
-    out = scheduled.round_buckets(nnz, order, 3)
+    out = stage2.round_buckets(nnz, order, 3)
     assert out[0].tolist() == [2, 1, 0, 4, 3]
     assert out[1].tolist() == [0, 3, 2, 1, 4]
 

@@ -13,10 +13,11 @@ from wavealign.reorderers.wavealign import stage1
 BASELINES = ("hypergraph", "minhash", "lsh", "clustering")
 
 
-def test_the_registry_has_the_nine_reorderers_each_a_sweep_may_name(tmp_path):
+def test_the_registry_has_the_eleven_reorderers_each_a_sweep_may_name(tmp_path):
     from wavealign.orchestrator import config
 
-    assert reorderers.names() == sorted(["identity", "wavealign", *BASELINES, "random", "longest-first", "curve"])
+    assert reorderers.names() == sorted(["identity", "wavealign", *BASELINES, "random", "longest-first", "curve",
+                                         "rounds", "balanced"])
     cfg = config.load(["~sweep", f"grid.reorderer=[{','.join(reorderers.names())}]", f"run_root={tmp_path}"])
     assert list(cfg.grid.reorderer) == reorderers.names()
 

@@ -1,11 +1,11 @@
 """WaveAlign's row reordering: plan a per-head launch order of query blocks, apply it, undo it.
 
 A plan is a spatial step (a ``wavealign.reorderers`` entry: WaveAlign's Stage 1, paper Alg. 1, in
-``reorderers/wavealign``, or a Table II baseline), then Stage 2 (Alg. 2, here), which sorts each wave-sized
-bucket by descending NNZ, so a wave's short rows hand over to the next wave's long ones. Only the order
-changes: every backend computes the same blocks. Beside it: ``plan_graphs`` (a CUDA plan as one graph replay)
-and ``block_gather`` (whole query blocks moved into launch order and back, for backends that reorder from
-outside their kernel).
+``reorderers/wavealign``, or a Table II baseline), then Stage 2 (Alg. 2, ``launch_order.stage2``), which sorts each
+wave-sized bucket by descending NNZ, so a wave's short rows hand over to the next wave's long ones. Only the order
+changes: every backend computes the same blocks. Beside it: ``plan_graphs`` (a CUDA plan as one graph replay),
+``block_gather`` (whole query blocks moved into launch order and back, for backends that reorder from outside their
+kernel), and the order chooser (``choose``, ``rank``: ``launch_order.chooser`` over ``launch_order.candidates``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from wavealign import nvrtc, reorderers
 from wavealign.blockmask import MaskLike, as_dense, check_fits, check_int, check_seed, kv_pair, row_nnz
 from wavealign.launch_order import block_gather, plan_graphs
 from wavealign.launch_order.candidates import candidate_name
+from wavealign.launch_order.stage2 import temporal_order
 
 STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
@@ -173,21 +174,6 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
         order = order_of(rows)
     return RowOrder._of(order.reshape(*lead, mb), wave_size=wave_size, stages=stages, reorderer=reorderer,
                         candidate=candidate_name(stages, reorderer, params))
-
-
-def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int,
-                   first_tile: torch.Tensor | None = None) -> torch.Tensor:
-    """Stage 2 (Alg. 2): within consecutive ``wave_size`` buckets of ``order``, descending NNZ, stably. Buckets start
-    at each head's slot 0, or, given ``first_tile`` (one per leading row of ``order``: the queue index of its slot 0),
-    where the scheduler's global rounds of ``wave_size`` tiles cut it (``scheduled.round_buckets``)."""
-    mb = order.shape[-1]
-    nnz_in_order = torch.gather(nnz.long(), -1, order)
-    slots = torch.arange(mb, device=order.device)
-    bucket = slots // wave_size if first_tile is None else (first_tile.unsqueeze(-1) + slots) // wave_size
-    # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties; a row's NNZ is
-    # below 2^31, so the bucket's weight needs no look at the data (and no wait for the GPU)
-    key = (bucket << 31) - nnz_in_order
-    return torch.gather(order, -1, torch.sort(key, dim=-1, stable=True).indices)
 
 
 def _launch_order(order: Any) -> RowOrder:

@@ -8,7 +8,7 @@ net of its plan cost.
 Its candidates are ``launch_order.candidates``: the original (choosing it is the adaptive skip's "skip"), Stage 2
 alone, Stage 1 alone, WaveAlign, longest-first, the curve where the rows have a latent position, and, for a backend
 whose tiles run on a static persistent scheduler (``kernels.ExecutionFacts.scheduler``, which the backend declares),
-the round-aware and balanced Stage 2 (``launch_order.scheduled``). Each is planned, and its kernel time predicted by
+the round-aware and balanced Stage 2 (``launch_order.stage2``). Each is planned, and its kernel time predicted by
 the L2/HBM simulator (``wavealign.sim.predict``: the whole launch's schedule, the L2 replayed on ``sample_heads``
 heads) in the backend's execution facts on that GPU; its plan cost is predicted for that GPU
 (``skip.plan_cost.candidate_plan_ms``), so the choice is deterministic for a mask and a seed. A GPU's skip profile

@@ -1,4 +1,4 @@
-"""``balanced``: a balanced Stage 2 for a static persistent scheduler (``launch_order.scheduled.balanced``).
+"""``balanced``: a balanced Stage 2 for a static persistent scheduler (``launch_order.stage2.balanced``).
 
 The ``base`` spatial order decides which rows share a round of the scheduler's ``G`` tiles (``identity``: the
 original order; ``wavealign``: Stage 1's grouping); within each round the longest row goes to the CTA that has taken
@@ -12,13 +12,13 @@ import torch
 
 from wavealign import reorderers
 from wavealign.blockmask import row_nnz
-from wavealign.launch_order import scheduled
+from wavealign.launch_order import stage2
 from wavealign.reorderers.rounds import base_order, check_base
 
 
 def group(mask: torch.Tensor, *, wave_size: int, seed: int, base: str) -> torch.Tensor:
     """``base``'s order, then each round's rows handed longest first to its least-loaded CTAs."""
-    return scheduled.balanced(row_nnz(mask), base_order(mask, base, wave_size, seed), wave_size)
+    return stage2.balanced(row_nnz(mask), base_order(mask, base, wave_size, seed), wave_size)
 
 
 reorderers.register(

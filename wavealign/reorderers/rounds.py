@@ -1,4 +1,4 @@
-"""``rounds``: Stage 2 bucketed by a static persistent scheduler's global rounds (``launch_order.scheduled``).
+"""``rounds``: Stage 2 bucketed by a static persistent scheduler's global rounds (``launch_order.stage2``).
 
 The whole launch order for a kernel whose CTA ``c`` runs tiles ``c, c + G, ...`` (``G`` = the wave): the ``base``
 spatial order (``identity``, the original; or another reorderer, e.g. ``wavealign`` for Stage 1), then, within each
@@ -14,7 +14,7 @@ import torch
 
 from wavealign import reorderers
 from wavealign.blockmask import row_nnz
-from wavealign.launch_order import scheduled
+from wavealign.launch_order import stage2
 
 # the orders a scheduler-aware Stage 2 may refine: any reorderer but the scheduler-aware ones themselves
 SCHEDULED = ("rounds", "balanced")
@@ -36,7 +36,7 @@ def base_order(mask: torch.Tensor, base: str, wave_size: int, seed: int) -> torc
 
 def group(mask: torch.Tensor, *, wave_size: int, seed: int, base: str) -> torch.Tensor:
     """``base``'s order, then descending NNZ within each round of ``wave_size`` tiles of the global queue."""
-    return scheduled.round_buckets(row_nnz(mask), base_order(mask, base, wave_size, seed), wave_size)
+    return stage2.round_buckets(row_nnz(mask), base_order(mask, base, wave_size, seed), wave_size)
 
 
 reorderers.register(

@@ -28,7 +28,7 @@ MS_PER_ENTRY = 3.81e-9  # on MEASURED_ON; scales with 1 / SM count
 # stages, an upper bound for one
 MODELLED_REORDERERS = ("wavealign", "identity")
 STAGE2_MS_PER_ENTRY = 0.35 / (40 * 2841 * 2841)  # Stage 2 alone, on MEASURED_ON
-# balanced Stage 2's host loop (launch_order.scheduled.balanced): 18.4 ms for 40 x 2841 rows on the project's 2-core
+# balanced Stage 2's host loop (launch_order.stage2.balanced): 18.4 ms for 40 x 2841 rows on the project's 2-core
 # CPU VM (2026-12-05), an upper bound for a GPU host's CPU
 BALANCE_MS_PER_ROW = 18.4 / (40 * 2841)
 

@@ -1,4 +1,8 @@
-"""Stage 2 for a static persistent tile scheduler: rows bucketed by the scheduler's global rounds, and balanced.
+"""Stage 2 (Alg. 2), and Stage 2 for a static persistent tile scheduler: rows bucketed by the scheduler's global
+rounds, and balanced. A leaf module: the reorderers that refine an order with it import it without the package.
+
+``temporal_order`` is Alg. 2 as the paper writes it: within consecutive wave-sized buckets of each head's order,
+descending NNZ.
 
 A static persistent kernel (FA4 4.0.0b36's ``StaticPersistentTileScheduler`` on SM100, ``flash_attn/cute/
 tile_scheduler.py``; the ``triton-static`` backend here) launches a grid of ``G`` CTAs, and CTA ``c`` runs tiles ``c,
@@ -29,12 +33,25 @@ def first_tiles(heads: int, q_blocks: int, device: torch.device | str = "cpu") -
     return torch.arange(heads, device=device, dtype=torch.long) * q_blocks
 
 
+def temporal_order(nnz: torch.Tensor, order: torch.Tensor, wave_size: int,
+                   first_tile: torch.Tensor | None = None) -> torch.Tensor:
+    """Stage 2 (Alg. 2): within consecutive ``wave_size`` buckets of ``order``, descending NNZ, stably. Buckets start
+    at each head's slot 0, or, given ``first_tile`` (one per leading row of ``order``: the queue index of its slot 0),
+    where the scheduler's global rounds of ``wave_size`` tiles cut it (``round_buckets``)."""
+    mb = order.shape[-1]
+    nnz_in_order = torch.gather(nnz.long(), -1, order)
+    slots = torch.arange(mb, device=order.device)
+    bucket = slots // wave_size if first_tile is None else (first_tile.unsqueeze(-1) + slots) // wave_size
+    # one stable sort on (bucket ascending, nnz descending) keeps the Stage-1 order among ties; a row's NNZ is
+    # below 2^31, so the bucket's weight needs no look at the data (and no wait for the GPU)
+    key = (bucket << 31) - nnz_in_order
+    return torch.gather(order, -1, torch.sort(key, dim=-1, stable=True).indices)
+
+
 def round_buckets(nnz: torch.Tensor, order: torch.Tensor, grid: int) -> torch.Tensor:
     """Stage 2 on the scheduler's rounds: within each round of ``grid`` consecutive tiles of the global queue, the
     rows of ``order`` (G', MB) by descending ``nnz`` (G', MB), stably. A head's slots are cut where the rounds cut
     them, so bucket ``b`` of head ``g`` is the slots whose tile ``g * MB + p`` falls in round ``b``."""
-    from wavealign.launch_order import temporal_order
-
     return temporal_order(nnz, order, grid, first_tile=first_tiles(order.shape[0], order.shape[-1], order.device))
 
 
