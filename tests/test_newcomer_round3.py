@@ -82,5 +82,5 @@ def test_the_early_check_takes_an_old_spelling_the_config_upgrades():
     from wavealign.orchestrator.config_schema import ConfigError
 
     check_before_loading(["grid.ncu=true"], show_cfg=True)  # compat: today's grid.measure=[ncu]
-    with pytest.raises(ConfigError, match="grid.ncu is a switch"):
+    with pytest.raises(ConfigError, match=r"grid\.ncu is a switch"):
         check_before_loading(["grid.ncu=no"], show_cfg=True)
