@@ -154,10 +154,25 @@ def main(argv: list[str] | None = None) -> int:
     try:  # around the handlers' block: a signal the moment they are installed is caught here too
         with stop.handling():
             return _run(sys.argv[1:] if argv is None else argv)
+    except Exception as exc:
+        # a library's clean-up that fails on the way out of the stopped phase replaces the stop's KeyboardInterrupt
+        # with its own error (Hydra's config reader: UnboundLocalError in a `finally`); the stop is still the cause
+        if not _stopped_during(exc):
+            raise
     except KeyboardInterrupt:
-        print(f"wavealign {(argv or sys.argv[1:] or [''])[0]}: stopped by {stop.requested or 'SIGINT'}",
-              file=sys.stderr)
-        return stop.exit_code() or 130
+        pass
+    print(f"wavealign {(argv or sys.argv[1:] or [''])[0]}: stopped by {stop.requested or 'SIGINT'}", file=sys.stderr)
+    return stop.exit_code() or 130
+
+
+def _stopped_during(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a stop signal's ``KeyboardInterrupt`` was being handled (its context)."""
+    seen = exc.__context__
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
 
 
 def _run(argv: list[str]) -> int:

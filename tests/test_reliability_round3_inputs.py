@@ -169,6 +169,25 @@ def test_sighup_and_sigquit_stop_a_starting_sweep_in_one_line_with_128_plus_thei
     assert "Traceback" not in out
 
 
+def test_a_stop_that_a_library_s_clean_up_turns_into_another_error_still_ends_in_one_line(monkeypatch, capsys):
+    # SIGQUIT landing in Hydra's config reader: its `finally: f.close()` raised UnboundLocalError over the stop
+    def phase(argv: list[str]) -> int:
+        stop.note("SIGQUIT")
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise UnboundLocalError("cannot access local variable 'f' where it is not associated with a value")
+
+    monkeypatch.setattr(cli, "_run", phase)
+    stop.reset()
+    try:
+        code = cli.main(["sweep"])
+    finally:
+        stop.reset()
+    assert code == 128 + signal.SIGQUIT
+    assert capsys.readouterr().err.strip().splitlines() == ["wavealign sweep: stopped by SIGQUIT"]
+
+
 def test_sighup_during_a_sweep_ends_it_as_any_interrupt_does(tmp_path):
     runs = tmp_path / "runs"
     proc = _sweep(runs)
