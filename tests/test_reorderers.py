@@ -18,7 +18,9 @@ def test_the_registry_has_the_eleven_reorderers_each_a_sweep_may_name(tmp_path):
 
     assert reorderers.names() == sorted(["identity", "wavealign", *BASELINES, "random", "longest-first", "curve",
                                          "rounds", "balanced"])
-    cfg = config.load(["~sweep", f"grid.reorderer=[{','.join(reorderers.names())}]", f"run_root={tmp_path}"])
+    # a workload with a latent video: the curve orders blocks by their place in it
+    cfg = config.load(["~sweep", f"grid.reorderer=[{','.join(reorderers.names())}]", "grid.workload=[wan1.3b-480p-2h]",
+                       f"run_root={tmp_path}"])
     assert list(cfg.grid.reorderer) == reorderers.names()
 
 
