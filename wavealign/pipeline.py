@@ -136,7 +136,7 @@ def _measure(cell: Cell, mask: torch.Tensor, features: skip.SkipFeatures, qkv: Q
     result.skip_predicted_gain_ms = decision.predicted_gain_ms
     result.stages_applied, result.reorder_applied = decision.stages, decision.reordered
     result.reorder_ms, result.reorder_cost = prepared.reorder_ms, "measured"
-    result.order_candidate = prepared.candidate if prepared.order is None else prepared.order.candidate
+    result.order_candidate = prepared.candidate
     result.chooser_ms = prepared.choose_ms if prepared.choice is not None else math.nan
     result.reordered_wave_working_set_bytes = step.wave_working_set_bytes(prepared, features, cell.inputs.head_dim)
     shape = launch_shape(cell.inputs, cell.attention.geometry, qkv, device)

@@ -149,7 +149,7 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
     paired, pair_perm, inflation = rows, None, 1.0
     if facts.q_stage > 1:  # order units of paired blocks: the pairing is the planner's free, exact choice
         pair_perm = pairing_mod.pair_blocks(rows, facts.q_stage, seed)
-        paired = torch.gather(rows, 1, pair_perm.unsqueeze(-1).expand_as(rows))
+        paired = pairing_mod.paired_rows(rows, pair_perm)
         inflation = pairing_mod.or_inflation(rows, pair_perm, facts.q_stage)
     units = sim.coarsen_rows(paired, facts.q_stage)
     heads, unit_rows, kv_blocks = units.shape

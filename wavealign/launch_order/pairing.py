@@ -15,11 +15,17 @@ from wavealign import reorderers
 from wavealign.blockmask import check_int, row_nnz
 
 
+def paired_rows(mask: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
+    """``mask`` (G, MB, NB) with each head's rows in ``perm`` (G, MB) order: consecutive ``q_stage`` rows are then
+    the kernel's units (``sim.coarsen_rows`` makes them)."""
+    return torch.gather(mask, 1, perm.to(mask.device).unsqueeze(-1).expand_as(mask))
+
+
 def unit_steps(mask: torch.Tensor, perm: torch.Tensor, q_stage: int) -> torch.Tensor:
     """(G,) the block-steps each head's units take when consecutive ``q_stage`` slots of ``perm`` (G, MB) share a
     unit: ``q_stage x |OR|`` per unit (a ragged last unit runs its whole tile too)."""
     g, mb, nb = mask.shape
-    rows = torch.gather(mask, 1, perm.unsqueeze(-1).expand(g, mb, nb))
+    rows = paired_rows(mask, perm)
     pad = (-mb) % q_stage
     if pad:
         rows = torch.cat([rows, rows.new_zeros(g, pad, nb)], dim=1)

@@ -43,7 +43,7 @@ def measure(m: Measurement) -> None:
         pairs = (torch.arange(rows.shape[1]).expand(rows.shape[0], -1) if order is None
                  else pairing.pair_blocks(rows, q_stage, m.step.seed))
         result.or_inflation = pairing.or_inflation(rows, pairs, q_stage)
-        mask = torch.gather(rows, 1, pairs.to(rows.device).unsqueeze(-1).expand_as(rows))
+        mask = pairing.paired_rows(rows, pairs)
         units = sim.coarsen_rows(mask, q_stage)
         launch_rows = units.shape[-2]
         if order is not None:
