@@ -42,7 +42,8 @@ def test_group_speedups_are_paired_ratios_over_the_original_variant_of_the_group
     paired = metrics.paired_ratio(original.kernel_ms_reps, aligned.kernel_ms_reps)
     assert (aligned.speedup_vs_original, aligned.speedup_ci_low, aligned.speedup_ci_high) == pytest.approx(
         (paired.point, paired.low, paired.high))
-    assert aligned.verdict == metrics.verdict(paired.low, paired.high, point=paired.point)
+    spreads = (metrics.spread_pct(original.kernel_ms_reps), metrics.spread_pct(aligned.kernel_ms_reps))
+    assert aligned.verdict == metrics.verdict(paired.low, paired.high, point=paired.point, spreads_pct=spreads)
     assert aligned.net_speedup_ci_low <= aligned.net_speedup_vs_original <= aligned.net_speedup_ci_high
 
 
