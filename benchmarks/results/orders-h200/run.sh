@@ -8,6 +8,8 @@
 #            /tmp/stage; once all are there, install FA4 into /tmp/fa4 and unpack ray/hydra/mlflow into /tmp/site
 #   t364     the timed cells at 363,600 tokens x 40 heads: FA4 and triton-static, every candidate and auto
 #   t148     the same at 147,600 tokens, then Nsight Compute on four heads of every triton-static candidate
+#   f148     FA4's cells alone at 147,600 tokens, timed to the sweep's own stopping rule (5 rounds at least, then until
+#            each interval is within +-0.5 % or 3 s per cell are spent): t148's 3 rounds left five picks unresolved
 #   bands    the simulator at 40 heads: B200 (FA4 SM100) and H100 (FA4 SM90) at 363,600 tokens, every candidate, one
 #            or two L2 partitions, exposed-HBM share 0.1-0.4; and the H200 triton-static predictions at 147,600
 #   tests    pytest -m gpu on the modules issue 47 touched
@@ -64,6 +66,10 @@ case "$step" in
       "${timed[@]}" "${extra[@]}" ;;
   t148)
     sweep "${SWEEP_LIMIT:-570}" $(lengths 148) "${timed[@]}" "${extra[@]}" ;;
+  f148)
+    sweep "${SWEEP_LIMIT:-570}" 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' '~extra_grids.static' \
+      '~extra_grids.static_orders' '~extra_grids.ncu_static' '~extra_grids.ncu_static_orders' \
+      '+grid.measure_params.timed.budget_s=3' '+extra_grids.orders.measure_params.timed.budget_s=3' "${extra[@]}" ;;
   bands)
     timeout "${BANDS_LIMIT:-570}" python3 benchmarks/results/orders-h200/bands.py "$OUT" > "$OUT/bands.log" 2>&1
     echo "bands rc=$?"
@@ -74,6 +80,6 @@ case "$step" in
     echo "pytest rc=$?"
     tail -n 15 "$OUT/pytest_gpu.txt" ;;
   *)
-    echo "run.sh: step '$step'; expected one of stage, t364, t148, bands, tests" >&2
+    echo "run.sh: step '$step'; expected one of stage, t364, t148, f148, bands, tests" >&2
     exit 2 ;;
 esac
