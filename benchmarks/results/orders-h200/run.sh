@@ -47,7 +47,7 @@ lengths() {  # the timed grids at one length
 
 case "$step" in
   stage)
-    for f in .stage/p0/* .stage/p1/* .stage/p2/* .stage/small/* .devsite/site.tar.xz; do
+    for f in .stage/p0/* .stage/p1/* .stage/p2/* .stage/small/* .stage/small2/* .devsite/site.tar.xz; do
       [ -f "$f" ] && cp "$f" /tmp/stage/
     done
     ls /tmp/stage
