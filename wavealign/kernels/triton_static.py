@@ -24,6 +24,10 @@ from wavealign.kernels import triton_blocksparse as streaming
 
 # the grid of persistent programs: one per resident CTA slot of the GPU (its wave), unless a launch says otherwise
 OPTIONS = ("grid",)
+# the inner loop's share of the bf16 peak, fitted (least squares in log kernel time) on the seven original-order
+# cells of Nsight Compute's triton-static runs on the H200 (benchmarks/results/orders-h200/static_ncu.csv, README's
+# static-path section); streaming.EXECUTION keeps its round 0.55, which no measurement of that backend has replaced
+MMA_EFFICIENCY = 0.496
 
 
 def programs(shape: LaunchShape, grid: int | None) -> int:
@@ -64,7 +68,7 @@ register(Backend(
     plan=plan,
     description="WaveAlign's Triton block-sparse forward on a static persistent scheduler (FA4 SM100's stride)",
     ctas_per_sm=streaming.BACKEND.ctas_per_sm,  # the same tile: the same occupancy
-    execution=dataclasses.replace(streaming.EXECUTION, scheduler="static-persistent"),
+    execution=dataclasses.replace(streaming.EXECUTION, scheduler="static-persistent", mma_efficiency=MMA_EFFICIENCY),
     ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=streaming.is_available,
     params={"grid": None, **dict.fromkeys(streaming.TUNED_OPTIONS)},
