@@ -1,14 +1,13 @@
 """The same cells through two checkouts' sweeps, alternating, then judged: the figures issue 50's redesign must keep.
 
-    python benchmarks/results/redesign3-h200/same_figures.py BEFORE AFTER --rounds 2 --out DIR [--dry-run] [OVERRIDE ...]
+    python benchmarks/results/redesign3-h200/same_figures.py BEFORE AFTER --rounds 2 --out DIR [--dry-run] [OVERRIDE]
 
 ``BEFORE`` and ``AFTER`` are checkouts (``git archive <sha> | tar -x -C DIR``, or this one). Round r runs
 ``wavealign sweep sweep=same_figures`` (``same_figures.yaml``, copied into each checkout's ``conf/sweep/``) with
 BEFORE's code, then with AFTER's, each into a run root of its own (``DIR/<side><r>``), MLflow off, with any
-``OVERRIDE`` (e.g. the timed grid on the CPU: ``grid.hardware=[cpu] grid.backend=[reference] grid.method=[planted]``). A checkout whose
+``OVERRIDE`` (e.g. the timed grid on the CPU: ``grid.hardware=[cpu] grid.backend=[reference]``). A checkout whose
 ``wavealign/__init__.py`` still maps the sweep packages at run time is imported from its folder (PYTHONPATH); one
-that declares them in ``pyproject.toml`` is installed once into ``DIR/<side>-site`` (``pip --no-deps --target``),
-as a user's wheel would be.
+that declares them in ``pyproject.toml`` is laid out once in ``DIR/<side>-site`` as its wheel installs it.
 
 Then, with AFTER's code:
 - the timed cells: ``wavealign compare`` of each BEFORE run with each AFTER run, and of BEFORE's two rounds (the A/A
@@ -28,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -44,22 +44,26 @@ print(json.dumps([{c: r.get(c) for c in cols} for r in rows], default=str))
 
 def importable(checkout: Path, site: Path) -> Path:
     """The folder to put first on PYTHONPATH for ``checkout``'s code: the checkout itself while its package maps
-    the sweep packages at run time, else the checkout installed once into ``site``."""
+    the sweep packages at run time, else ``site`` laid out as its wheel installs it (``pyproject.toml``'s
+    ``package-dir``: ``orchestrator/`` as ``wavealign/orchestrator``, ...), copied rather than built, so that no
+    build backend is needed on the GPU host."""
     if "_SweepPackagesFinder" in (checkout / "wavealign" / "__init__.py").read_text():
         return checkout
     if not (site / "wavealign").is_dir():
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-compile", "--target", str(site), str(checkout)], check=True)
+        mapping = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+        shutil.copytree(checkout / "wavealign", site / "wavealign")
+        for name, folder in mapping.items():
+            shutil.copytree(checkout / folder, site / Path(*name.split(".")))
     return site
 
 
-def sweep(checkout: Path, code: Path, root: Path, dry_run: bool, overrides: list[str]) -> int:
+def sweep(code: Path, root: Path, dry_run: bool, overrides: list[str]) -> int:
     """One sweep of the cells with ``code`` first on PYTHONPATH; its exit status."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")])),
            "RAY_ADDRESS": "local"}
     args = ["sweep=same_figures", f"run_root={root}", "mlflow.enabled=false", "progress=false",
             *overrides, *(["--dry-run"] if dry_run else [])]
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *args], cwd=checkout, env=env,
+    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *args], cwd=code, env=env,
                           capture_output=True, text=True, timeout=1800)
     print(f"== {root.name}: exit {done.returncode}\n{done.stdout[-1500:]}{done.stderr[-1500:]}", flush=True)
     return done.returncode
@@ -68,7 +72,8 @@ def sweep(checkout: Path, code: Path, root: Path, dry_run: bool, overrides: list
 def rows(code: Path, root: Path) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
     cols = [*KEY, "measure", "status", *SIMULATED]
-    out = subprocess.run([sys.executable, "-c", READ, str(root), json.dumps(cols)], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", READ, str(root), json.dumps(cols)], cwd=code, env=env,
+                         capture_output=True,
                          text=True, check=True).stdout
     return json.loads(out)
 
@@ -78,7 +83,7 @@ def compare(code: Path, a: Path, b: Path, out: Path) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
     dest = out / f"compare-{a.name}-{b.name}"
     done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "compare", str(a), str(b), "--out", str(dest)],
-                          env=env, capture_output=True, text=True)
+                          cwd=code, env=env, capture_output=True, text=True)
     (out / f"compare-{a.name}-{b.name}.txt").write_text(done.stdout + done.stderr + f"exit {done.returncode}\n")
     with open(dest / "compare.csv") as f:
         return [{"pair": f"{a.name}-{b.name}", **r} for r in csv.DictReader(f)]
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--dry-run", action="store_true")
     p.add_argument("overrides", nargs="*", help="sweep overrides for both checkouts")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     sides = {"before": args.before.resolve(), "after": args.after.resolve()}
     for checkout in sides.values():
@@ -100,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     code = {side: importable(c, args.out / f"{side}-site") for side, c in sides.items()}
     roots = {side: [] for side in sides}
     for r in range(args.rounds):
-        for side, checkout in sides.items():
+        for side in sides:
             root = args.out / f"{side}{r}"
-            if sweep(checkout, code[side], root, args.dry_run, args.overrides) != 0 and not args.dry_run:
+            if sweep(code[side], root, args.dry_run, args.overrides) != 0 and not args.dry_run:
                 print(f"{root.name}: the sweep failed", file=sys.stderr)
                 return 1
             roots[side].append(root)
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         writer.writeheader()
         writer.writerows(verdicts)
     sim = {}
-    for side, runs in roots.items():
+    for runs in roots.values():
         for root in runs:
             for row in rows(code["after"], root):
                 if row["measure"] == "simulated":
