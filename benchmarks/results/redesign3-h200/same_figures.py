@@ -54,6 +54,9 @@ def importable(checkout: Path, site: Path) -> Path:
         shutil.copytree(checkout / "wavealign", site / "wavealign")
         for name, folder in mapping.items():
             shutil.copytree(checkout / folder, site / Path(*name.split(".")))
+        # and its pyproject.toml and conf/ beside it, as in a checkout: the CLI reads the extras it checks there
+        shutil.copy(checkout / "pyproject.toml", site)
+        shutil.copytree(checkout / "conf", site / "conf")
     return site
 
 
