@@ -60,10 +60,19 @@ def importable(checkout: Path, site: Path) -> Path:
     return site
 
 
+def code_env(code: Path) -> dict[str, str]:
+    """This process's environment with ``code`` first on PYTHONPATH (the rest, e.g. the bundles, after it)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
+
+
+def tally(verdicts: list[dict]) -> dict[str, int]:
+    """How many of ``verdicts`` (compare.csv rows) say each word of the rule."""
+    return {w: sum(v.get("verdict") == w for v in verdicts) for w in ("faster", "slower", "same", "ambiguous")}
+
+
 def sweep(code: Path, root: Path, dry_run: bool, overrides: list[str]) -> int:
     """One sweep of the cells with ``code`` first on PYTHONPATH; its exit status."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")])),
-           "RAY_ADDRESS": "local"}
+    env = {**code_env(code), "RAY_ADDRESS": "local"}
     args = ["sweep=same_figures", f"run_root={root}", "mlflow.enabled=false", "progress=false",
             *overrides, *(["--dry-run"] if dry_run else [])]
     done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *args], cwd=code, env=env,
@@ -73,17 +82,16 @@ def sweep(code: Path, root: Path, dry_run: bool, overrides: list[str]) -> int:
 
 
 def rows(code: Path, root: Path) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
+    env = code_env(code)
     cols = [*KEY, "measure", "status", *SIMULATED]
     out = subprocess.run([sys.executable, "-c", READ, str(root), json.dumps(cols)], cwd=code, env=env,
-                         capture_output=True,
-                         text=True, check=True).stdout
+                         capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 
 
 def compare(code: Path, a: Path, b: Path, out: Path) -> list[dict]:
     """``wavealign compare a b`` with ``code``; its per-cell verdicts (from its compare.csv)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))}
+    env = code_env(code)
     dest = out / f"compare-{a.name}-{b.name}"
     done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "compare", str(a), str(b), "--out", str(dest)],
                           cwd=code, env=env, capture_output=True, text=True)
@@ -137,11 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             unequal += not equal
             writer.writerow([*key, len(by_run), equal, *next(iter(by_run.values()))])
     between = [v for v in verdicts if v["pair"].startswith("before") and "after" in v["pair"]]
-    counts = {w: sum(v.get("verdict") == w for v in between) for w in ("faster", "slower", "same", "ambiguous")}
+    counts = tally(between)
     control = [v for v in verdicts if "after" not in v["pair"]]
     print(f"\ntimed cells, before vs after ({len(between)} verdicts over {args.rounds}x{args.rounds} pairs): {counts}")
-    print(f"A/A control, before vs before: "
-          f"{ {w: sum(v.get('verdict') == w for v in control) for w in ('faster', 'slower', 'same', 'ambiguous')} }")
+    print(f"A/A control, before vs before: {tally(control)}")
     print(f"simulated cells: {len(sim)}, bit-equal in every run: {len(sim) - unequal}")
     return 1 if counts["faster"] or counts["slower"] or unequal else 0
 
