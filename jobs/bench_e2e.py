@@ -1,4 +1,5 @@
-"""Time a diffusers Wan transformer's forward: dense, and block-sparse in the original order, reordered and adaptive.
+"""Time a diffusers Wan transformer's forward: dense, and block-sparse in the original order, reordered, adaptive
+and in the order chooser's pick.
 
 A workload's calibrated method mask is replayed in every layer, and the method itself runs on every layer's live Q/K;
 a static method (``radial``) runs itself.
@@ -15,9 +16,14 @@ run it (``BlockSparseAttention`` plans it on the first call of the shape and reu
 results say which. The transformer is the Wan2.1-14B configuration (diffusers' ``WanTransformer3DModel()`` defaults)
 unless ``--config 1.3b``, with random bf16 weights: no download.
 
-Beside the forwards, the backend's kernel alone is timed on the replayed mask in the original and the reordered
-order; with the kernel's share of the original-order forward a, and its speedup s, Amdahl's bound 1 / (1 - a + a / s)
-is what the reordered forward could reach if nothing around the kernel cost anything.
+``auto`` (``reorder="auto"``) runs the order chooser once per layer and shape and keeps its pick across the
+denoising steps, as a pipeline would: its warm-up is a forward of the whole model (which makes every layer's choice),
+the timed forwards run the kept picks, and what choosing cost is reported beside them (``choose_ms``), paid once per
+video shape.
+
+Beside the forwards, the backend's kernel alone is timed on the replayed mask in the original order, WaveAlign's and
+the chooser's pick; with the kernel's share of the original-order forward a, and an order's kernel speedup s, Amdahl's
+bound 1 / (1 - a + a / s) is what that order's forward could reach if nothing around the kernel cost anything.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ import platform
 import statistics
 import tempfile
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +48,7 @@ if TYPE_CHECKING:  # torch, the library and diffusers: each function imports wha
 
 EXTRAS = ("diffusers",)
 
-VARIANTS = ("dense", "never", "always", "adaptive")
+VARIANTS = ("dense", "never", "always", "adaptive", "auto")
 ESTIMATORS = ("live", "none")
 # diffusers' WanTransformer3DModel arguments of the 1.3B model (its defaults are the 14B's)
 CONFIGS = {"14b": {}, "1.3b": {"num_attention_heads": 12, "ffn_dim": 8960, "num_layers": 30},
@@ -65,27 +72,39 @@ class StepTiming:
     reordered_layers: int
     planned_layers: int  # calls that built and planned their mask (a static method: the first of its shape only)
     forwards: int
+    choose_ms: float = 0.0  # auto: the order chooser, summed over layers, paid by the warm-up once per shape
+    candidates: dict[str, int] = field(default_factory=dict)  # the orders the timed forward ran: layers each
 
 
 @dataclass(frozen=True)
 class KernelTiming:
-    """The backend alone on the replayed mask, one layer's call: original order and reordered (both stages)."""
+    """The backend alone on the replayed mask, one layer's call: original order, reordered (both stages) and the
+    order chooser's pick (``chosen`` names it)."""
 
     original_ms: float
     original_ms_iqr: float
     reordered_ms: float
     reordered_ms_iqr: float
+    chosen: str
+    chosen_ms: float
+    chosen_ms_iqr: float
 
     @property
     def speedup(self) -> float:
         return self.original_ms / self.reordered_ms
 
+    def speedup_of(self, variant: str) -> float | None:
+        """The kernel speedup over the original of the order ``variant`` runs (``adaptive``: reordered, where its
+        policy lets it; None for the original order and dense)."""
+        return {"always": self.speedup, "adaptive": self.speedup, "auto": self.original_ms / self.chosen_ms}.get(variant)
 
-def amdahl_bound(kernel: KernelTiming, layers: int, original_forward_ms: float) -> tuple[float, float]:
+
+def amdahl_bound(kernel: KernelTiming, layers: int, original_forward_ms: float,
+                 speedup: float) -> tuple[float, float]:
     """(the kernel's share a of the original-order forward, the forward speedup 1 / (1 - a + a / s) a kernel
-    speedup s gives when nothing else changes)."""
+    ``speedup`` s gives when nothing else changes)."""
     share = layers * kernel.original_ms / original_forward_ms
-    return share, 1.0 / (1.0 - share + share / kernel.speedup)
+    return share, 1.0 / (1.0 - share + share / speedup)
 
 
 def random_transformer(config: str, device: str, layers: int | None = None) -> torch.nn.Module:
@@ -191,10 +210,14 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
                   warmup: torch.nn.Module | None = None) -> StepTiming:
     """Median forward time of ``variant`` over ``forwards`` forwards, CUDA events around the whole forward and
     around every self-attention module, after one forward of ``warmup`` (a one-block copy compiles every kernel of
-    these shapes; None: the first of the model's own forwards is the warm-up)."""
+    these shapes; None: the first of the model's own forwards is the warm-up, as it is for ``auto``, whose choices
+    are the installed model's own)."""
     import torch
 
     cuda = inputs["hidden_states"].is_cuda
+    if variant == "auto":
+        warmup = None
+    choose_ms = 0.0
     spans: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
     hooks = []
     if cuda:
@@ -214,6 +237,7 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
                     if estimator is not None:
                         estimator.calls_ms.clear()
                     if installed is not None:
+                        choose_ms += sum(c.choose_ms for c in installed.attention.calls)
                         installed.attention.calls.clear()
                     start, end = _event_pair() if cuda else (None, None)
                     model(**inputs, return_dict=False)
@@ -232,13 +256,16 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
                       estimator_ms=sum(estimator.calls_ms) if estimator is not None else 0.0,
                       mask_ms=sum(c.mask_ms for c in calls), reorder_ms=sum(c.reorder_ms for c in calls),
                       reordered_layers=sum(c.reordered for c in calls),
-                      planned_layers=sum(not c.plan_reused for c in calls), forwards=forwards)
+                      planned_layers=sum(not c.plan_reused for c in calls), forwards=forwards,
+                      choose_ms=choose_ms + sum(c.choose_ms for c in calls),
+                      candidates=dict(Counter(c.candidate for c in calls)))
 
 
 def time_kernel(mask: torch.Tensor, tokens: int, head_dim: int, backend: str, block_size: int,
                 device: str, reps: int = 3) -> KernelTiming:
-    """The backend's launch on ``mask`` (H, MB, NB) alone, original order and WaveAlign's (both stages, the backend's
-    wave on this GPU), on random bf16 Q/K/V of one layer's shape: CUDA events, L2 flushed, medians."""
+    """The backend's launch on ``mask`` (H, MB, NB) alone in the original order, WaveAlign's (both stages, the
+    backend's wave on this GPU) and the order chooser's pick, on random bf16 Q/K/V of one layer's shape: CUDA events,
+    L2 flushed, medians."""
     import torch
 
     from wavealign import hardware, kernels, launch_order
@@ -249,12 +276,15 @@ def time_kernel(mask: torch.Tensor, tokens: int, head_dim: int, backend: str, bl
     q, k, v = (torch.randn(1, mask.shape[0], tokens, head_dim, generator=gen, device=device, dtype=torch.bfloat16)
                for _ in range(3))
     shape = LaunchShape.of(q, k, block_size, v=v)
-    order = launch_order.plan(mask, wave_size=kernels.get(backend).wave_size(hardware.detect().name), stages="both")
+    gpu = hardware.detect().name
+    order = launch_order.plan(mask, wave_size=kernels.get(backend).wave_size(gpu), stages="both")
+    chosen = launch_order.choose(mask, backend=backend, hardware=gpu, head_dim=head_dim, block_size=block_size)
     timed = []
-    for planned in (None, order):
+    for planned in (None, order, chosen):
         launch = kernels.get(backend).plan(mask, planned, shape)
         timed.append(timing.time_cuda(lambda launch=launch: launch.run(q, k, v), reps=reps, warmup=1))
-    return KernelTiming(timed[0].median_ms, timed[0].iqr_ms, timed[1].median_ms, timed[1].iqr_ms)
+    return KernelTiming(timed[0].median_ms, timed[0].iqr_ms, timed[1].median_ms, timed[1].iqr_ms,
+                        chosen.candidate, timed[2].median_ms, timed[2].iqr_ms)
 
 
 def _event_pair() -> tuple[torch.cuda.Event, torch.cuda.Event]:
@@ -396,16 +426,21 @@ def main(argv: list[str]) -> int:
             print(f"  {r.variant:9s} forward {r.forward_ms:9.1f} ms  self-attention {r.self_attention_ms:9.1f} ms  "
                   f"estimator {r.estimator_ms:7.1f} ms  mask {r.mask_ms:6.1f} ms  reorder {r.reorder_ms:6.1f} ms "
                   f"({r.reordered_layers} layers, {r.planned_layers} planned)  {speedup}", flush=True)
+            if r.variant == "auto":
+                print(f"  {'':9s} the chooser's picks {r.candidates}, chosen once per layer and shape in "
+                      f"{r.choose_ms / 1e3:.1f} s, kept across the timed forwards", flush=True)
         kernel = time_kernel(mask.to(args.device), tokens, model.config.attention_head_dim, args.backend,
                              args.block_size, args.device) if cuda else None
     bounds = {}
     never = next((r for r in rows if r.variant == "never"), None)
     if kernel is not None and never is not None:
-        share, bound = amdahl_bound(kernel, model.config.num_layers, never.forward_ms)
         print(f"  kernel alone: original {kernel.original_ms:.1f} ms, reordered {kernel.reordered_ms:.1f} ms "
-              f"({kernel.speedup:.3f}x); {share:.1%} of the original-order forward -> Amdahl bound {bound:.3f}x")
+              f"({kernel.speedup:.3f}x), the chooser's pick ({kernel.chosen}) {kernel.chosen_ms:.1f} ms "
+              f"({kernel.speedup_of('auto'):.3f}x)")
         for r in rows:
-            if r.variant in ("always", "adaptive"):
+            speedup = kernel.speedup_of(r.variant)
+            if speedup is not None:
+                share, bound = amdahl_bound(kernel, model.config.num_layers, never.forward_ms, speedup)
                 measured = never.forward_ms / r.forward_ms
                 bounds[r.variant] = {"speedup": measured, "attention_share": share, "amdahl_bound": bound,
                                      "of_bound": measured / bound}
@@ -414,7 +449,8 @@ def main(argv: list[str]) -> int:
               "method": None if args.mask else args.method, "mask": described, "density": density,
               "estimator": f"{args.method}, live, mask discarded" if estimator else None,
               "tuning_forward_ms": tuning_ms, "backend": args.backend, "rows": [asdict(r) for r in rows],
-              "kernel": None if kernel is None else {**asdict(kernel), "speedup": kernel.speedup},
+              "kernel": None if kernel is None else {**asdict(kernel), "speedup": kernel.speedup,
+                                                         "chosen_speedup": kernel.speedup_of("auto")},
               "bounds": bounds, "torch": torch.__version__, "host": platform.node(),
               "gpu": torch.cuda.get_device_name() if cuda else None}
     if args.out:

@@ -33,6 +33,24 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
     assert record["estimator"] is None and all(r["estimator_ms"] == 0 for r in record["rows"])
 
 
+def test_auto_chooses_once_per_layer_in_its_warm_up_and_keeps_the_pick_in_the_timed_forwards(tmp_path, capsys):
+    """``auto``: the warm-up forward of the model itself makes each layer's choice (its cost recorded once), and
+    the timed forwards run the kept picks, choosing nothing again."""
+    mask = synthetic.random_mask(2, 2, 2, 0.5, seed=0)
+    mask[:, :, 0] = True
+    npz.save(tmp_path / "mask.npz", mask)
+    out = tmp_path / "e2e.json"
+    assert bench_e2e.main(["--config", "tiny", "--mask", str(tmp_path / "mask.npz"), "--latent", "2,8,8",
+                           "--block-size", "16", "--backend", "reference", "--device", "cpu", "--forwards", "2",
+                           "--estimator", "none", "--variants", "never,auto", "--out", str(out)]) == 0
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+    auto = rows["auto"]
+    assert auto["choose_ms"] > 0 and rows["never"]["choose_ms"] == 0
+    # the last timed forward: both layers ran the pick the chooser named in the warm-up
+    assert sum(auto["candidates"].values()) == 2 and rows["never"]["candidates"] == {"original": 2}
+    assert "the chooser's picks" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("method", ["xattention", "spargeattn"])
 def test_a_live_estimator_runs_the_method_in_every_layer_of_every_sparse_forward(tmp_path, capsys, method):
     """The method is built on each layer's live Q/K inside the forward (its mask discarded); a tuned method's
