@@ -6,33 +6,40 @@ every head (``sample_heads=None``) for FA4 on the B200 (SM100: 256-row units of 
 scheduler) and the H100 (SM90, streaming), with one and with two L2 partitions; each candidate's kernel time is then
 re-derived over the borrowed exposed-HBM share 0.1-0.4 from its compute and memory times. Then the same at 147,600
 tokens for triton-static and FA4 on the H200, whose predictions the measured sweep rows are checked against.
-Every figure written is SIMULATED.
+Every figure written is SIMULATED. Where the kernel pairs blocks into units (the B200), each row also carries the
+OR-inflation of the kernel's own pairing (token adjacency) beside the chooser's, so what pairing removes is read off.
 
-    python benchmarks/results/orders-h200/bands.py OUT     # -> OUT/bands.csv, OUT/h200_predictions.csv
+    python benchmarks/results/orders-h200/bands.py OUT [--methods M,M] [--lengths 364,148]
+        # -> OUT/bands.csv (364), OUT/h200_predictions.csv (148)
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 import time
 from pathlib import Path
 
+import torch
+
 from wavealign import inputs, pipeline, sim
-from wavealign.launch_order import chooser
+from wavealign.launch_order import chooser, pairing
 from wavealign.orchestrator import config, grid
 
 EXPOSED = (0.1, 0.21, 0.4)  # the borrowed band, and the H200's fitted share (kernels/fa4.py)
 FIELDS = ("hardware", "backend", "method", "seq_k", "l2_partitions", "candidate", "exposed", "kernel_ms",
-          "compute_ms", "memory_ms", "limit_ms", "speedup", "limit_speedup", "or_inflation", "chosen")
+          "compute_ms", "memory_ms", "limit_ms", "speedup", "limit_speedup", "or_inflation", "or_inflation_adjacent", "chosen")
 
 
-def masks(seq_k: int):
-    """(method, mask, latent) of each family at ``seq_k`` thousand tokens, from the sweep's own cells."""
+def masks(seq_k: int, methods: set[str] | None):
+    """(method, mask, latent) of each family (of ``methods``, None: all) at ``seq_k`` thousand tokens, from the
+    sweep's own cells."""
     cfg = config.load(["sweep=orders_h200", f"grid.seq_k=[{seq_k}]", "grid.variant=[original]"])
     cache = inputs.InputCache()
     for cell in grid.expand(cfg).cells:
-        if (cell.attention.backend, cell.attention.variant, cell.inputs.workload) != ("fa4", "original", "wan14b-720p"):
+        if (cell.attention.backend, cell.attention.variant, cell.inputs.workload) != ("fa4", "original", "wan14b-720p") \
+                or (methods is not None and cell.inputs.method not in methods):
             continue
         mask, _, _, _ = cache.take(pipeline.input_request(cell))
         yield cell.inputs.method, mask.cpu(), inputs.latent(cell.inputs), cell
@@ -46,6 +53,11 @@ def rows(method: str, mask, latent, cell, hardware: str, backend: str, seq_k: in
     print(f"{hardware} {backend} {method} {seq_k}K L2x{partitions}: {choice.candidate} "
           f"({(time.perf_counter() - start):.0f} s)", flush=True)
     facts = sim.execution_facts(backend, hardware)
+    adjacent = ""
+    if facts.q_stage > 1:
+        blocks = mask.reshape(-1, *mask.shape[-2:])
+        order = torch.arange(blocks.shape[1]).expand(blocks.shape[0], -1)
+        adjacent = round(pairing.or_inflation(blocks, order, facts.q_stage), 4)
     for exposed in EXPOSED:
         def at(p, exposed=exposed):
             return (max(p.compute_time_s, p.memory_time_s) + exposed * min(p.compute_time_s, p.memory_time_s)
@@ -60,19 +72,31 @@ def rows(method: str, mask, latent, cell, hardware: str, backend: str, seq_k: in
                        memory_ms=round(s.prediction.memory_time_s * 1e3, 4), limit_ms=round(limit, 4),
                        speedup=round(original / kernel, 4), limit_speedup=round(original / limit, 4),
                        or_inflation=round(choice.or_inflation, 4) if facts.q_stage > 1 else "",
+                       or_inflation_adjacent=adjacent,
                        chosen=s.candidate == choice.candidate)
 
 
-def main(out: Path) -> int:
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--methods", help="comma-separated families (default: all seven)")
+    parser.add_argument("--lengths", default="364,148", help="thousands of tokens, of 364 and 148")
+    args = parser.parse_args(argv)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    methods = set(args.methods.split(",")) if args.methods else None
     plan = {364: [("b200", "fa4", 1), ("b200", "fa4", 2), ("h100", "fa4", 1), ("h100", "fa4", 2)],
             148: [("h200", "triton-static", 2), ("h200", "fa4", 2)]}
-    for seq_k, runs in plan.items():
+    lengths = [int(x) for x in args.lengths.split(",")]
+    if not set(lengths) <= set(plan):
+        parser.error(f"--lengths {args.lengths!r}: expected thousands of tokens among {sorted(plan)}")
+    for seq_k in lengths:
+        runs = plan[seq_k]
         name = "bands.csv" if seq_k == 364 else "h200_predictions.csv"
         with (out / name).open("w", newline="") as f:
             writer = csv.DictWriter(f, FIELDS)
             writer.writeheader()
-            for method, mask, latent, cell in masks(seq_k):
+            for method, mask, latent, cell in masks(seq_k, methods):
                 for hardware, backend, partitions in runs:
                     writer.writerows(rows(method, mask, latent, cell, hardware, backend, seq_k, partitions))
                     f.flush()
@@ -80,4 +104,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(sys.argv[1:]))

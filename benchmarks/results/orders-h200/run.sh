@@ -71,7 +71,7 @@ case "$step" in
       '~extra_grids.static_orders' '~extra_grids.ncu_static' '~extra_grids.ncu_static_orders' \
       '+grid.measure_params.timed.budget_s=3' '+extra_grids.orders.measure_params.timed.budget_s=3' "${extra[@]}" ;;
   bands)
-    timeout "${BANDS_LIMIT:-570}" python3 benchmarks/results/orders-h200/bands.py "$OUT" > "$OUT/bands.log" 2>&1
+    timeout "${BANDS_LIMIT:-570}" python3 benchmarks/results/orders-h200/bands.py "$OUT" "${extra[@]}" > "$OUT/bands.log" 2>&1
     echo "bands rc=$?"
     tail -n 20 "$OUT/bands.log" ;;
   tests)
