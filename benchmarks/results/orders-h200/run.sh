@@ -12,6 +12,10 @@
 #            each interval is within +-0.5 % or 3 s per cell are spent): t148's 3 rounds left five picks unresolved
 #   bands    the simulator at 40 heads: B200 (FA4 SM100) and H100 (FA4 SM90) at 363,600 tokens, every candidate, one
 #            or two L2 partitions, exposed-HBM share 0.1-0.4; and the H200 triton-static predictions at 147,600
+#   pairing  FA4 with 256-row sparse Q blocks on SM90: the kernel's adjacent pairing and the chooser's, against
+#            128-row blocks in the same order (pairing_sm90.py; KEY=VALUE: its --methods, --seq-k)
+#   e2e      the whole model: bench-e2e of Wan2.1-14B at 363,600 tokens, all 40 blocks, the original order and auto
+#            (METHOD=radial by default; VARIANTS=never,auto)
 #   tests    pytest -m gpu on the modules issue 47 touched
 #
 # Each step writes OUT/<step>.log and, for a sweep, OUT/<step>.tar (its results/ and sweeps/: the device's transfer
@@ -47,7 +51,7 @@ lengths() {  # the timed grids at one length
 
 case "$step" in
   stage)
-    for f in .stage/p0/* .stage/p1/* .stage/p2/* .stage/small/* .stage/small2/* .devsite/site.tar.xz; do
+    for f in .stage/p0/* .stage/p1/* .stage/p2/* .stage/small/* .stage/small2/* .stage/dif/* .devsite/site.tar.xz; do
       [ -f "$f" ] && cp "$f" /tmp/stage/
     done
     ls /tmp/stage
@@ -74,12 +78,23 @@ case "$step" in
     timeout "${BANDS_LIMIT:-570}" python3 benchmarks/results/orders-h200/bands.py "$OUT" "${extra[@]}" > "$OUT/bands.log" 2>&1
     echo "bands rc=$?"
     tail -n 20 "$OUT/bands.log" ;;
+  pairing)
+    timeout "${PAIRING_LIMIT:-400}" python3 benchmarks/results/orders-h200/pairing_sm90.py "$OUT/pairing_sm90.csv" \
+      "${extra[@]}" > "$OUT/pairing.log" 2>&1
+    echo "pairing rc=$?"
+    tail -n 10 "$OUT/pairing.log" ;;
+  e2e)
+    timeout "${E2E_LIMIT:-570}" "${cli[@]}" bench-e2e --frames 401 --method "${METHOD:-radial}" \
+      --variants "${VARIANTS:-never,auto}" --forwards 1 --out "$OUT/e2e_${METHOD:-radial}_363600.json" \
+      > "$OUT/e2e_${METHOD:-radial}.log" 2>&1
+    echo "e2e rc=$?"
+    tail -n 12 "$OUT/e2e_${METHOD:-radial}.log" ;;
   tests)
     timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_order_chooser.py \
       tests/test_kernels_triton.py tests/test_reorder.py tests/test_integrations_diffusers.py > "$OUT/pytest_gpu.txt" 2>&1
     echo "pytest rc=$?"
     tail -n 15 "$OUT/pytest_gpu.txt" ;;
   *)
-    echo "run.sh: step '$step'; expected one of stage, t364, t148, f148, bands, tests" >&2
+    echo "run.sh: step '$step'; expected one of stage, t364, t148, f148, bands, pairing, e2e, tests" >&2
     exit 2 ;;
 esac
