@@ -34,8 +34,8 @@ import json
 import platform
 import statistics
 import tempfile
-from collections.abc import Iterator
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,7 +96,8 @@ class KernelTiming:
     def speedup_of(self, variant: str) -> float | None:
         """The kernel speedup over the original of the order ``variant`` runs (``adaptive``: reordered, where its
         policy lets it; None for the original order and dense)."""
-        return {"always": self.speedup, "adaptive": self.speedup, "auto": self.original_ms / self.chosen_ms}.get(variant)
+        by_variant = {"always": self.speedup, "adaptive": self.speedup, "auto": self.original_ms / self.chosen_ms}
+        return by_variant.get(variant)
 
 
 def amdahl_bound(kernel: KernelTiming, layers: int, original_forward_ms: float,

@@ -29,7 +29,8 @@ from wavealign.orchestrator import config, grid
 
 EXPOSED = (0.1, 0.21, 0.4)  # the borrowed band, and the H200's fitted share (kernels/fa4.py)
 FIELDS = ("hardware", "backend", "method", "seq_k", "l2_partitions", "candidate", "exposed", "kernel_ms",
-          "compute_ms", "memory_ms", "limit_ms", "speedup", "limit_speedup", "or_inflation", "or_inflation_adjacent", "chosen")
+          "compute_ms", "memory_ms", "limit_ms", "speedup", "limit_speedup", "or_inflation", "or_inflation_adjacent",
+          "chosen")
 
 
 def masks(seq_k: int, methods: set[str] | None):
@@ -38,8 +39,9 @@ def masks(seq_k: int, methods: set[str] | None):
     cfg = config.load(["sweep=orders_h200", f"grid.seq_k=[{seq_k}]", "grid.variant=[original]"])
     cache = inputs.InputCache()
     for cell in grid.expand(cfg).cells:
-        if (cell.attention.backend, cell.attention.variant, cell.inputs.workload) != ("fa4", "original", "wan14b-720p") \
-                or (methods is not None and cell.inputs.method not in methods):
+        the_original = (cell.attention.backend, cell.attention.variant, cell.inputs.workload) == (
+            "fa4", "original", "wan14b-720p")
+        if not the_original or (methods is not None and cell.inputs.method not in methods):
             continue
         mask, _, _, _ = cache.take(pipeline.input_request(cell))
         yield cell.inputs.method, mask.cpu(), inputs.latent(cell.inputs), cell
