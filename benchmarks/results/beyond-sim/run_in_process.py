@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     sweep_id = uuid.uuid4().hex[:16]
     cache = inputs.InputCache()
     # the groups on one mask next to each other, so the cache builds it once
-    ordered = sorted(cells, key=lambda c: (inputs.key(c), c.group_id))
+    ordered = sorted(cells, key=lambda c: (pipeline.inputs_key(c), c.group_id))
     print(f"{cfg.name}: {len(cells)} cells in {len({c.group_id for c in cells})} groups -> {run_root}", flush=True)
     for _, cells_of_group in itertools.groupby(ordered, key=lambda c: c.group_id):
         group = list(cells_of_group)
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
                                                                                               strict=True)]
         dataset.write(run_root, rows)
         failed = [r.error for r in results if r.status != "done"]
-        print(f"{group[0].hardware} {group[0].method} {len(group)} cells, {time.perf_counter() - start:.1f} s"
+        print(f"{group[0].hardware} {group[0].inputs.method} {len(group)} cells, {time.perf_counter() - start:.1f} s"
               + (f"; failed: {failed}" if failed else ""), flush=True)
     return 0
 
