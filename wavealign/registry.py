@@ -3,8 +3,8 @@
 Adding a method or backend is one module that registers itself; nothing else changes, because every
 submodule of the package is imported on first lookup, and a sweep takes its names, parameters and their types
 (``param_types``: what each entry registers) from the registry. A module outside the package (a user's own backend
-or method) is imported too when ``WAVEALIGN_PLUGINS`` names it (comma-separated importable module names; the sweep sets it from its
-``plugins`` key, on every worker).
+or method) is imported too when ``WAVEALIGN_PLUGINS`` names it (comma-separated importable module names; the sweep
+sets it from its ``plugins`` key, on every worker).
 """
 
 from __future__ import annotations
