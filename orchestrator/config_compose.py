@@ -1,9 +1,8 @@
-"""Composing the sweep config: ``conf/config.yaml`` and a sweep preset, Hydra-style overrides on top, against the
-schema (``config_schema``), every refusal one line naming the override and what to type instead.
-
-Each override is read by Hydra's grammar and held to what no type says (``check_override``); Hydra then composes,
-checking each value against its field's type, and what it refuses is said by ``config_errors.explain``. The first
-spellings of a sweep are brought to today's where they enter (``upgrade_overrides``, ``upgrade_config``):
+"""Composing the sweep config: ``conf/config.yaml`` and a sweep preset, Hydra-style overrides on top, every refusal
+one line naming the override and what to type instead. Each override is held to what no type says
+(``check_override``); Hydra then composes, checking each value against its field's type (refusals said by
+``config_errors.explain``). A sweep's first spellings become today's where they enter (``upgrade_overrides``,
+``upgrade_config``):
 
 - ``backend: [sim]`` with ``backend_params.sim.kernel: K`` (an axis) is ``backend: [K]`` with ``measure:
   [simulated]``, the sim backend's other params its ``measure_params.simulated``; a grid that lists real backends
@@ -45,8 +44,7 @@ _ENVIRONMENT = re.compile(r"\$\{\s*(?:oc\.env|env)\s*:\s*([^,}]*)")
 
 
 def compose(overrides: list[str], conf_dir: Path = CONF_DIR) -> DictConfig:
-    """``conf/config.yaml`` composed with ``overrides`` (each checked first: ``check_override``) in today's
-    spelling; ``key={}`` empties the map ``key``. Raises ``ConfigError``."""
+    """``conf/config.yaml`` composed with ``overrides`` in today's spelling; ``key={}`` empties the map ``key``."""
     overrides = upgrade_overrides(overrides)
     for override in overrides:
         check_override(override, conf_dir)
@@ -81,11 +79,10 @@ def check_no_environment(value: Any, where: str = "") -> None:
 
 
 def check_override(override: str, conf_dir: Path = CONF_DIR) -> None:
-    """What an override may not say, before composing: text Hydra's grammar does not read; a comma list outside
-    brackets (Hydra's multirun: here a list is an axis of one sweep); Hydra's own settings (the sweep writes under
-    ``run_root``); a preset with no YAML; a key no field of the schema has, added with ``+`` or not; a deleted
-    field; a switch given anything but true or false (OmegaConf reads ``resume=2`` as true); a list or a scalar
-    for a map. An entry of a map (a preset's ``extra_grids``, a method's parameters) is the composed config's."""
+    """What an override may not say, before composing: text Hydra's grammar does not read, a comma list outside
+    brackets (Hydra's multirun), Hydra's own settings, a preset with no YAML, a key no field has (``+`` or not), a
+    deleted field, a switch given anything but true or false (OmegaConf reads ``resume=2`` as true), a scalar for a
+    map. An entry of a map (a preset's ``extra_grids``, a method's parameters) is the composed config's to check."""
     parsed = _parsed(override)
     key, value = parsed.key_or_group, override.partition("=")[2]
     check_no_environment(value, key)
@@ -121,8 +118,7 @@ def check_override(override: str, conf_dir: Path = CONF_DIR) -> None:
 
 
 def _not_a_field(key: str, value: Any) -> str:
-    """The message for a key added with ``+`` that its dataclass has no field for, with the field it most likely
-    meant among its siblings."""
+    """A key added with ``+`` that its dataclass has no field for, with the sibling it most likely meant."""
     parent = key.rpartition(".")[0]
     holder = schema_field(parent) if parent else None
     owner = holder.kind if holder is not None and dataclasses.is_dataclass(holder.kind) else SweepConfig
@@ -133,7 +129,7 @@ def _not_a_field(key: str, value: Any) -> str:
 
 
 def _not_a_key(given: str, near: str | None) -> str:
-    """The message for an override ``given`` whose key the config lacks, with the key it most likely meant."""
+    """An override ``given`` whose key the config lacks, with the key it most likely meant."""
     value = given.partition("=")[2]
     return f"{given} is not a sweep config key; " + (f"did you mean {near}={value}?" if near else
                                                      "see wavealign sweep --cfg job for the keys")
@@ -159,9 +155,8 @@ def _key(override: str) -> str:
 
 
 def _explain_composing(exc: BaseException, conf_dir: Path, overrides: list[str]) -> str:
-    """Hydra's refusal of ``overrides``: a value of the wrong type (``explain``, with the override that gave it),
-    or a key the composed config lacks: ``+`` to give an entry parameters its preset does not set, else the nearest
-    key over the config composed without that override."""
+    """Hydra's refusal of ``overrides``: ``explain``'s, or for a key the composed config lacks, ``+`` to give an
+    entry parameters its preset does not set, else the nearest key of the config composed without it."""
     cause = exc if isinstance(exc, OmegaConfBaseException) else exc.__cause__
     path = str(getattr(cause, "full_key", "") or "").partition("[")[0]
     given = next((o for o in overrides if _key(o) == path or _key(o).startswith(f"{path}.")), None)
@@ -175,22 +170,11 @@ def _explain_composing(exc: BaseException, conf_dir: Path, overrides: list[str])
         composed = _compose(conf_dir, [o for o in overrides if o is not given])
     except (HydraException, OmegaConfBaseException):
         return explain(exc)
-    return _not_a_key(given, suggest(_key(given), _config_paths(composed)))
-
-
-def _config_paths(node: DictConfig, prefix: str = "") -> list[str]:
-    """Every key of a composed config by its full dotted path (an interpolation is not resolved)."""
-    paths = []
-    for key in node:
-        paths.append(f"{prefix}{key}")
-        if isinstance(child := node._get_node(key), DictConfig):
-            paths += _config_paths(child, f"{prefix}{key}.")
-    return paths
+    return _not_a_key(given, suggest(_key(given), key_paths(composed)))
 
 
 def _empty_maps(cfg: DictConfig, overrides: list[str]) -> None:
-    """``key={}`` empties the map ``key`` (``extra_grids={}``: the sweep runs ``grid`` alone): Hydra merges an empty
-    map into the composed one, which leaves it as it was."""
+    """``key={}`` empties the map ``key`` (``extra_grids={}``: ``grid`` alone), where Hydra would merge it."""
     for override in overrides:
         key, sep, value = override.partition("=")
         if sep and value.strip() == "{}" and not key.startswith(("+", "~")) and \
@@ -201,14 +185,13 @@ def _empty_maps(cfg: DictConfig, overrides: list[str]) -> None:
 
 
 def override_keys(conf_dir: Path = CONF_DIR) -> list[str]:
-    """What an override may set, short of an entry of a map: every key the schema declares, and the config groups
-    of ``conf_dir`` (``sweep=``)."""
+    """What an override may set, short of a map's entry: the schema's keys and ``conf_dir``'s groups (``sweep=``)."""
     return [*key_paths(), *sorted(p.name for p in Path(conf_dir).iterdir() if p.is_dir())]
 
 
 def upgrade_overrides(overrides: list[str]) -> list[str]:
-    """``overrides`` with the first spelling of Nsight Compute (``grid.ncu=true``, ``extra_grids.<name>.ncu=true``: a
-    key today's schema lacks) added with ``+``, so that Hydra composes it for ``upgrade_config``."""
+    """``overrides`` with the first spelling of Nsight Compute (``grid.ncu=true``: a key the schema lacks) added with
+    ``+``, for ``upgrade_config``."""
     for override in overrides:
         key, _, value = override.partition("=")
         if _is_ncu_switch(override) and value.strip().lower() not in ("true", "false"):

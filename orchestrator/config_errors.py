@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from collections.abc import Sequence
 from typing import Any
@@ -70,22 +71,17 @@ def suggest(key: str, candidates: Sequence[str]) -> str | None:
 
 
 def fits(value: Any, kind: Any) -> bool:
-    """Whether ``value`` is one value of type ``kind`` (an integer is a number; a switch is no number; ``list[int]``
-    a list of integers)."""
-    kinds = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, type(int | None)) else (kind,)
-    for one in kinds:
-        if typing.get_origin(one) is list:
-            if isinstance(value, list) and all(fits(v, typing.get_args(one)[0]) for v in value):
-                return True
-        elif one is type(None) or one is Any:
-            if value is None or one is Any:
-                return True
-        elif isinstance(value, bool):
-            if one is bool:
-                return True
-        elif isinstance(value, one) or (one is float and isinstance(value, int)):
-            return True
-    return False
+    """Whether ``value`` is one value of type ``kind`` (an integer is a number, a switch no number; ``list[int]``
+    a list of integers; ``Any`` anything)."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(fits(value, one) for one in typing.get_args(kind))
+    if typing.get_origin(kind) is list:
+        return isinstance(value, list) and all(fits(v, typing.get_args(kind)[0]) for v in value)
+    if kind is Any or kind is type(None):
+        return kind is Any or value is None
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
 
 
 def expected(hint: Any) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from wavealign import conf_dir, variants
 from wavealign.records import CPU, MAX_SEED, MAX_WAVE_SIZE, STAGES
@@ -189,9 +189,10 @@ def check_fields(node: DictConfig, schema: type, where: str = "") -> None:
             for one in value if listed else [value]:
                 if one is not None and (not (lo < one if above else lo <= one) or (hi is not None and one > hi)):
                     nullable = type(None) in typing.get_args(typing.get_args(kind)[0] if listed else kind)
-                    bound = f"{'>' if above else '>='} {lo}" if hi is None else f"an integer in [{lo}, {hi:,}]"
-                    words = (f"null or an integer {bound}" if nullable else bound) if hi is None else \
-                        bound + (" or null" if nullable else "")
+                    if hi is not None:
+                        words = f"an integer in [{lo}, {hi:,}]" + (" or null" if nullable else "")
+                    else:
+                        words = ("null or an integer " if nullable else "") + f"{'>' if above else '>='} {lo}"
                     raise ConfigError(f"{path} has {one!r}; expected {words}" if listed else
                                       f"{path}={one!r}; expected {words}")
 
@@ -230,11 +231,13 @@ def field_default(owner: type, name: str) -> Any:
     return declared.default if declared.default_factory is dataclasses.MISSING else declared.default_factory()
 
 
-def key_paths(schema: type = SweepConfig, prefix: str = "") -> list[str]:
-    """The full dotted path of every key the schema's dataclasses declare (``grid.seq_k``, ``ray.address``)."""
+def key_paths(node: DictConfig | None = None, prefix: str = "") -> list[str]:
+    """Every key of a config by its full dotted path (``grid.seq_k``, ``ray.address``): the schema's where ``node``
+    is None. An interpolation is not resolved."""
+    node = OmegaConf.structured(SweepConfig) if node is None else node
     paths = []
-    for key, kind in typing.get_type_hints(schema).items():
+    for key in node:
         paths.append(f"{prefix}{key}")
-        if dataclasses.is_dataclass(kind):
-            paths += key_paths(kind, f"{prefix}{key}.")
+        if isinstance(child := node._get_node(key), DictConfig):
+            paths += key_paths(child, f"{prefix}{key}.")
     return paths

@@ -1,15 +1,13 @@
 """The rules of a composed sweep config that no field's type says: each field's range or choices (its metadata,
 ``check_fields``), the names the registries know, each entry's parameters against the schema it registers, and rules
 across fields (a backend its grid's hardware cannot run, a length a captured file fixes, a cell too large for this
-machine). The sweep's plugins are imported first (``load_plugins``), so their entries are the registries' too.
+machine). The sweep's plugins are imported first, so their entries are the registries' too.
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
 import math
-import os
 import re
 import urllib.parse
 from pathlib import Path
@@ -39,13 +37,15 @@ RAY_ADDRESS = re.compile(rf"auto|local|ray://{_HOST}(:\d+)?|{_HOST}:\d+")
 # the URI schemes MLflow's tracking stores answer to ('' is a path: a file store); '+driver' suffixes are allowed
 MLFLOW_SCHEMES = frozenset({"", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"})
 SWEEP_NAME = re.compile(r"[\w.+-]{1,100}")
-MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def validate(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> None:
     """Import the sweep's plugins, then check fields against their ranges, names against the registries and fields
     against each other; raise ``ConfigError``."""
-    load_plugins(cfg)
+    try:
+        registry.add_plugins(list(cfg.plugins))
+    except (ValueError, ImportError) as exc:
+        raise ConfigError(str(exc) if isinstance(exc, ValueError) else f"plugins={list(cfg.plugins)}: {exc}") from None
     check_fields(cfg, SweepConfig)
     for name, variant in cfg.variants.items():
         try:
@@ -87,23 +87,6 @@ def check_tracking_uri(key: str, uri: Any) -> None:
                           f"scheme MLflow stores runs under: {sorted(s for s in MLFLOW_SCHEMES if s)}")
 
 
-def load_plugins(cfg: DictConfig) -> None:
-    """Import the modules ``cfg.plugins`` names, here and (through ``WAVEALIGN_PLUGINS``) on every worker, so that
-    the entries they register are the registries' like any other."""
-    if not cfg.plugins:
-        return
-    for name in cfg.plugins:
-        if not MODULE_NAME.fullmatch(name):
-            raise ConfigError(f"plugins has {name!r}; expected the dotted name of an importable module "
-                              "(my_package.backends), not a path")
-    known = registry.plugin_modules()
-    os.environ[registry.PLUGINS_ENV] = ",".join([*known, *(p for p in cfg.plugins if p not in known)])
-    try:
-        registry.import_plugins()
-    except ImportError as exc:
-        raise ConfigError(f"plugins={list(cfg.plugins)}: {exc}") from None
-
-
 def _registry_names(kind: str) -> list[str]:
     """The names a grid's ``kind`` axis may list: its registry's, plugins included."""
     from wavealign import kernels, masks, measurers, reorderers
@@ -113,6 +96,8 @@ def _registry_names(kind: str) -> list[str]:
 
 
 def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Path]) -> None:
+    from wavealign import placement
+
     for axis in AXES:
         if len(grid[axis]) == 0:
             raise ConfigError(f"{where}.{axis}=[] is empty; expected at least one value (each list is an axis of the "
@@ -142,7 +127,9 @@ def _validate_grid(where: str, grid: DictConfig, cfg: DictConfig, dirs: list[Pat
         for name in grid[kind]:
             _check_params(kind, name, grid, where)
     for backend in grid.backend:
-        _check_placement(where, grid, backend)
+        if reasons := placement.refused_everywhere(backend, list(grid.hardware), list(grid.measure)):
+            raise ConfigError(f"{where}.backend {backend!r} cannot run on any of {where}.hardware "
+                              f"{list(grid.hardware)}: {reasons}")
         _check_backend_options(where, grid, backend)
     _drop_params_of_names_not_run(where, grid, cfg.overrides)
 
@@ -194,20 +181,6 @@ def _drop_params_of_names_not_run(where: str, grid: DictConfig, overrides: list[
                                   f"a {kind} the grid runs (add {name!r} to {where}.{kind}, or drop these with ~{key})")
             with open_dict(grid[f"{kind}_params"]):
                 del grid[f"{kind}_params"][name]
-
-
-def _check_placement(where: str, grid: DictConfig, name: str) -> None:
-    """A backend a grid names must run on (or be simulated for) one of the grid's hardware with one of its
-    measurers (``wavealign.placement``); the combinations that cannot are filtered when the grid expands."""
-    from wavealign import placement
-
-    reasons: dict[str, None] = {}  # in order, once each
-    for measure, hw in itertools.product(grid.measure, grid.hardware):
-        if (reason := placement.hardware_refused(hw, name, measure)) is None:
-            return
-        reasons[reason] = None
-    raise ConfigError(f"{where}.backend {name!r} cannot run on any of {where}.hardware {list(grid.hardware)}: "
-                      f"{'; '.join(reasons)}")
 
 
 def _check_backend_options(where: str, grid: DictConfig, name: str) -> None:

@@ -42,6 +42,13 @@ def hardware_refused(hardware: str, backend: str, measure: str) -> str | None:
     return None
 
 
+def refused_everywhere(backend: str, hardware: list[str], measures: list[str]) -> str | None:
+    """Why ``backend`` runs on none of ``hardware`` with any of ``measures`` (each reason once, in order), or None
+    where it runs somewhere (the combinations that cannot are filtered when a grid expands)."""
+    reasons = [hardware_refused(hw, backend, measure) for measure in measures for hw in hardware]
+    return None if None in reasons else "; ".join(dict.fromkeys(reasons))  # type: ignore[arg-type]
+
+
 def method_refused(backend: str, method: str) -> str | None:
     """Why ``backend`` cannot compute the masks of mask method ``method`` (a dense-only backend and a sparse method),
     or None if it can."""

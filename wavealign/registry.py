@@ -12,12 +12,14 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 PLUGINS_ENV = "WAVEALIGN_PLUGINS"
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def plugin_modules() -> list[str]:
@@ -32,6 +34,21 @@ def import_plugins() -> None:
             importlib.import_module(name)
         except ImportError as exc:
             raise ImportError(f"{PLUGINS_ENV} names module {name!r}, which cannot be imported: {exc}") from exc
+
+
+def add_plugins(names: list[str]) -> None:
+    """Import the modules ``names`` (a sweep's ``plugins``) here and, through ``WAVEALIGN_PLUGINS``, on every worker
+    this process starts; a name that is not a dotted module name, or a module that cannot be imported, is an
+    error."""
+    if not names:
+        return
+    for name in names:
+        if not MODULE_NAME.fullmatch(name):
+            raise ValueError(f"plugins has {name!r}; expected the dotted name of an importable module "
+                             "(my_package.backends), not a path")
+    known = plugin_modules()
+    os.environ[PLUGINS_ENV] = ",".join([*known, *(name for name in names if name not in known)])
+    import_plugins()
 
 
 def resolve_params(what: str, defaults: Mapping[str, Any], checks: Mapping[str, Callable[[str, Any], Any]],
