@@ -2,7 +2,7 @@
 experiment whose sweep parent runs point at their datasets.
 
 Rows keep the dataset schema's columns (``wavealign.orchestrator.dataset.SCHEMA``), rows written before today's
-fields read in them (``orchestrator.compat``, as ``dataset.read`` reads), newest row per cell configuration (a cell
+fields read in them (``dataset_compat``, as ``dataset.read`` reads), newest row per cell configuration (a cell
 re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once); Nsight Compute
 figures are the dataset's flat ``ncu_*`` columns.
 """
@@ -18,7 +18,7 @@ import pandas as pd
 from wavealign.analysis.run_root import DEFAULT_RUN_ROOT as DEFAULT_RUN_ROOT  # where a run root lives, read light
 from wavealign.analysis.run_root import is_run_root as is_run_root
 from wavealign.analysis.run_root import run_root_state as run_root_state
-from wavealign.orchestrator import compat, dataset
+from wavealign.orchestrator import dataset
 from wavealign.records import Cell
 
 UNPLACED = "unschedulable"  # the status of a cell no node could take (``dataset.STATUSES``)
@@ -134,5 +134,5 @@ def sweep_parent_runs(tracking_uri: str, sweep_ids: list[str]) -> list[str]:
 def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """A frame of result rows made elsewhere than ``load`` (which reads them upgraded) in today's fields: ``seq_k``
     from the length run, a model preset's ``generator``, the ``reorderer`` of rows written before cells recorded
-    them (``orchestrator.compat``)."""
-    return compat.upgrade_frame(frame)
+    them (``dataset.upgrade_frame``, the one owner of that upgrade)."""
+    return dataset.upgrade_frame(frame)

@@ -103,7 +103,7 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
     """For a command that composes a sweep config: a ``UsageError`` for the first flag-like item that is not one of
     its ``own_flags``, with the own flag it most likely meant, else the override (``--run-root x`` -> ``run_root=x``;
     ``--tracking-uri x`` -> ``mlflow.tracking_uri=x``, the nearest of the ``known()`` config paths)."""
-    from wavealign.orchestrator.config_errors import nearest_key
+    from wavealign.orchestrator.config_errors import suggest
 
     for index, item in enumerate(argv):
         if not item.startswith("-") or item.split("=")[0] in own_flags:
@@ -117,7 +117,7 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
             value, item = following, f"{item} {following}"
         key = flag.lstrip("-").replace("-", "_")
         keys = known()
-        path = key if key in keys else nearest_key(key, keys) or key
+        path = key if key in keys else suggest(key, keys) or key
         spelled = f"{path}={value}" if value else f"{path}=VALUE"
         raise UsageError(f"{item}: not a flag of this command; a sweep config path is given as path=value: expected "
                          f"{spelled}")

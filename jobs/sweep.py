@@ -87,8 +87,7 @@ def check_before_loading(overrides: list[str], show_cfg: bool = False) -> None:
     is imported."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from wavealign.orchestrator.compat import upgrade_overrides
-    from wavealign.orchestrator.config_compose import check_override
+    from wavealign.orchestrator.config_compose import check_override, upgrade_overrides
     from wavealign.orchestrator.config_schema import SweepConfig
 
     fields = SweepConfig.__dataclass_fields__

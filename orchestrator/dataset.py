@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import os
@@ -23,22 +22,26 @@ import typing
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from wavealign.orchestrator import compat, files
+from wavealign.orchestrator import dataset_compat, files
+from wavealign.orchestrator.dataset_compat import json_text as _json
 from wavealign.records import Cell, CellResult, Environment
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 7  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
 #                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2);
 #                    4: inputs_prefetched;
 #                    5: measure and measure_params (wavealign.measurers): a simulated row names the backend it
 #                    models (no backend sim), and Nsight Compute is measure ncu (no ncu_requested column). Rows of
-#                    v4 and before are read as v5 writes them (``compat``);
+#                    v4 and before are read as v5 writes them (``dataset_compat``);
 #                    6: run_seq, the run of the run root that recorded a row: rows are ordered by it, not by a clock;
 #                    7: per-rep kernel times, paired timing, speedup intervals and verdicts, the GPU's clocks, power,
 #                    temperature and throttle reasons (older rows read them as missing: no interval, no verdict)
@@ -125,10 +128,6 @@ def next_run_seq(run_root: str | Path, seen: int = 0) -> int:
 # row (a group of one cell, or batch_cells=1) is 33.2 KB, nearly all the footer of the schema's columns (measured
 # 2026-12-02: 1 row 33,206 bytes, 3 rows 33,761, 10 rows 35,597)
 ROW_BYTES = 34_000
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
 
 
 def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name: str, status: str | None = None,
@@ -401,17 +400,30 @@ def _quarantine(folder: Path, relative: Path, reason: str) -> None:
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
     """Every row of the trusted files under ``<run_root>/results`` (``trusted_files``; an empty table of the schema
-    if there are none), older rows in today's fields (``compat.upgrade_table``), each result once (``distinct``). A
+    if there are none), older rows in today's fields (``dataset_compat``), each result once (``distinct``). A
     file damaged after its check (its pages fail their checksums) sends every file through the check again, once."""
-    upgrading = columns is None or any(c in compat.UPGRADED_COLUMNS for c in columns)
-    needed = [*(compat.SOURCE_COLUMNS if upgrading else []), "result_id"]
+    upgrading = columns is None or any(c in dataset_compat.UPGRADED_COLUMNS for c in columns)
+    needed = [*(dataset_compat.SOURCE_COLUMNS if upgrading else []), "result_id"]
     read_columns = None if columns is None else list(dict.fromkeys([*columns, *needed]))
     try:
         found = read_files(run_root, trusted_files(run_root), read_columns, filter)
     except (pa.ArrowException, OSError):
         found = read_files(run_root, trusted_files(run_root, recheck=True), read_columns, filter)
-    found = distinct(compat.upgrade_table(found) if upgrading else found)
+    found = distinct(dataset_compat.upgrade_table(found) if upgrading else found)
     return found if columns is None else found.select(columns)
+
+
+def upgrade_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A pandas frame of rows made elsewhere than ``read`` (which upgrades what it reads) in today's fields: the
+    columns ``dataset_compat``'s rules read or write, through ``dataset_compat.upgrade_table``."""
+    rules = (*dataset_compat.SOURCE_COLUMNS, *dataset_compat.UPGRADED_COLUMNS)
+    present = [c for c in dict.fromkeys(rules) if c in frame]
+    types = pa.schema([SCHEMA.field(c) for c in present])
+    upgraded = dataset_compat.upgrade_table(pa.Table.from_pandas(frame[present], schema=types, preserve_index=False))
+    out = frame.copy()
+    for name in set(upgraded.column_names) & set(dataset_compat.UPGRADED_COLUMNS):
+        out[name] = upgraded.column(name).to_pandas().to_numpy()
+    return out
 
 
 def read_files(run_root: str | Path, paths: list[Path], columns: list[str] | None = None,

@@ -19,6 +19,13 @@ CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GP
 ORIGINAL_VARIANT = "original"  # the variant every speedup of a group refers to
 DEFAULT_REORDERER = "wavealign"  # WaveAlign's own Stage 1: the spatial step a variant uses unless told otherwise
 NO_REORDERER = "identity"  # what a variant without a spatial stage records: its order never depends on one
+# the launch-order stages a variant runs (wavealign.launch_order, wavealign.variants); the spatial ones run a reorderer
+STAGES = ("none", "spatial", "temporal", "both")
+SPATIAL_STAGES = ("spatial", "both")
+# torch.Generator.manual_seed's range, non-negative (an int64 column): the seeds of Stage 1's start block and masks
+MAX_SEED = 2**63 - 1
+# a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
+MAX_WAVE_SIZE = 2**31 - 1
 
 
 def order_name(variant: str, reorderer: str | None) -> str:

@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from wavealign.launch_order import STAGES
-from wavealign.records import ORIGINAL_VARIANT
+from wavealign.records import ORIGINAL_VARIANT, STAGES
 
 # "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order;
 # "choose": the order chooser (launch_order.chooser) picks the order, among them the original (skipping is choosing it)
@@ -42,6 +41,13 @@ class Variant:
             raise ValueError(f"variant {self.name!r}: stages={self.stages!r}; expected one of {STAGES}")
         if self.skip not in SKIP_MODES:
             raise ValueError(f"variant {self.name!r}: skip={self.skip!r}; expected one of {SKIP_MODES}")
+        fixed = globals().get("VARIANTS", {}).get(self.name)  # the library's, once made, are fixed
+        if fixed is not None and (self.stages, self.skip) != (fixed.stages, fixed.skip):
+            what = "the baseline every speedup refers to" if self.name == ORIGINAL_VARIANT else \
+                "a variant of the library"
+            raise ValueError(f"stages={self.stages!r}, skip={self.skip!r}; {self.name!r} is {what} (stages "
+                             f"{fixed.stages!r}, skip {fixed.skip!r}) and is fixed; expected it unchanged (add your "
+                             "own under another name)")
 
     @property
     def paper_label(self) -> str:

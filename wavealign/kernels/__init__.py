@@ -234,6 +234,8 @@ class Backend:
     # check_options(options, block_size) raises ValueError naming a launch option ``plan`` would refuse; the sweep
     # runs it when it validates the config, before any cell is built (None: the planner's signature is the check)
     check_options: Callable[[Mapping[str, Any], int], None] | None = None
+    # the types of params whose default says none (``registry.param_types``)
+    types: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plan", _checked_plan(self.plan, self.name, self.needs_gpu))

@@ -22,12 +22,11 @@ from wavealign.blockmask import MaskLike, as_dense, check_fits, check_int, check
 from wavealign.launch_order import block_gather, plan_graphs
 from wavealign.launch_order.candidates import candidate_name
 from wavealign.launch_order.stage2 import temporal_order
+from wavealign.records import MAX_WAVE_SIZE as MAX_WAVE_SIZE
+from wavealign.records import STAGES as STAGES
 
-STAGES = ("none", "spatial", "temporal", "both")
 # how the paper's figures name each stage set (Fig. 12's ablation)
 PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
-# a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
-MAX_WAVE_SIZE = 2**31 - 1
 # the orders made here (``plan``, ``from_perm``, ``identity``), by id: their permutations are known to be valid, so
 # a launch takes them without a check that waits for the GPU; any other RowOrder (built by hand, or copied with
 # ``dataclasses.replace``) is checked where a launch takes it (``check_launch_order``)

@@ -273,7 +273,7 @@ def search(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 
 
 
 masks.register("minference", build, PARAMS, "vertical-slash / A-shape / block-sparse, searched per head (MInference)",
-               checks=CHECKS, reference=reference)
+               checks=CHECKS, reference=reference, types={"budget": float | None, "tuned_config": str | None})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -282,7 +282,7 @@ def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int 
 
 
 masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)",
-               checks=CHECKS, reference=reference)
+               checks=CHECKS, reference=reference, types={"tuned_config": str | None})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -93,4 +93,5 @@ measurers.register(measurers.Measurer(
     params=PARAMS,
     checks={"paired": check_flag,
             "stable_pct": optional(lambda name, value: check_number(name, value, 0.0, 100.0, lo_open=True)),
-            "budget_s": lambda name, value: check_number(name, value, 0.0, 3600.0)}))
+            "budget_s": lambda name, value: check_number(name, value, 0.0, 3600.0)},
+    types={"stable_pct": float | None}))
