@@ -1,6 +1,6 @@
 """Compare the L2/HBM simulator with Nsight Compute measurements: L2 hit MAE, DRAM ratio, rankings.
 
-    wavealign validate-sim RESULTS --out DIR [--hardware h200] [--l2-partitions 1|2] [--row-jitter X]
+    python lab/validate_sim.py RESULTS --out DIR [--hardware h200] [--l2-partitions 1|2] [--row-jitter X]
 
 ``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.measure=[ncu]``) or a
 table of one row per measured launch (CSV, JSON list or JSON lines) with the columns ``backend, stages,
@@ -32,12 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wavealign import hardware
-from wavealign.jobs._args import Parser, output_folder
-from wavealign.jobs._records import write_csv
-from wavealign.records import Cell, MeasurerSpec
+from common import argument_parser, run_study, write_csv
 
-EXTRAS = ("sim", "analysis")
+from wavealign import hardware
+from wavealign.jobs._args import output_folder
+from wavealign.records import Cell, MeasurerSpec
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
             "l2_hit_pct", "dram_read_bytes", "kernel_ms")
@@ -302,7 +301,7 @@ def write_report(rows: list[ValidationRow], summary: dict, out: Path, command: s
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("validate-sim", __doc__)
+    parser = argument_parser("validate_sim", __doc__)
     parser.add_argument("measurements", type=Path,
                         help="a sweep's run_root (Parquet with NCU counters), or an NCU table: .csv, .json or .jsonl")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.csv/.md")
@@ -328,10 +327,10 @@ def main(argv: list[str]) -> int:
     summary = summarize(rows, args.rank_tol_pts)
     partitions = args.l2_partitions or hardware.get(args.hardware).l2_partitions
     settings = f"hardware={args.hardware} l2_partitions={partitions} row_jitter={args.row_jitter}"
-    write_report(rows, summary, args.out, "wavealign validate-sim " + shlex.join(argv), settings)
+    write_report(rows, summary, args.out, "python lab/validate_sim.py " + shlex.join(argv), settings)
     print(json.dumps({k: v for k, v in summary.items() if k != "groups"}, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_study("validate_sim", main))
