@@ -6,8 +6,8 @@
 A worker calls ``run_group`` for cells sharing one mask (``group_id``): the inputs are built once and every variant is
 measured back to back on the same device, so speedups are ratios from one run. Its ``InputCache`` keeps the inputs
 for its next group on the same inputs and builds the next group's in the background (``then``). Every job that
-measures a cell (the sweep, ``bench-kernels``, ``validate-sim``, ``mask-fidelity``) goes through here. This module
-knows nothing of Ray, Hydra or MLflow; the records it returns are ``wavealign.records`` dataclasses.
+measures a cell (the sweep, ``bench-kernels``, ``lab/validate_sim.py``, ``lab/mask_fidelity.py``) goes through here.
+This module knows nothing of Ray, Hydra or MLflow; the records it returns are ``wavealign.records`` dataclasses.
 """
 
 from __future__ import annotations
