@@ -1,10 +1,10 @@
-"""The lab's studies (``lab/<name>.py``, run as scripts, not shipped in the wheel) loaded by path, for their tests:
-``study(name)`` is the script as a module, ``run(name, argv)`` runs it as ``python lab/<name>.py ARGV`` does (a bad
-input one stderr line, exit 2)."""
+"""The lab's studies (``lab/<name>.py``, run as scripts, not shipped in the wheel) for their tests: ``study(name)``
+is the script as a module, ``run(name, argv)`` runs it as ``python lab/<name>.py ARGV`` does (a bad input one stderr
+line, exit 2)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,16 +13,11 @@ LAB = Path(__file__).resolve().parent.parent / "lab"
 
 
 def study(name: str) -> ModuleType:
-    """``lab/<name>.py`` as a module (loaded once; ``lab/`` on the path, as running the script puts it)."""
+    """``lab/<name>.py`` as the module ``<name>``, ``lab/`` on the path as running the script puts it there (so a
+    study's worker processes import it by that name too)."""
     if str(LAB) not in sys.path:
         sys.path.insert(0, str(LAB))
-    module_name = f"lab_{name}"
-    if module_name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(module_name, LAB / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # before it runs: its dataclasses look their module up
-        spec.loader.exec_module(module)
-    return sys.modules[module_name]
+    return importlib.import_module(name)
 
 
 def run(name: str, argv: list[str]) -> int:
