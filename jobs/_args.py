@@ -171,7 +171,7 @@ def add_generator_argument(parser: argparse.ArgumentParser) -> None:
 def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
     """--model, --frames, --resolution (default: the paper's Wan2.1-14B 401 frames at 720p = 363,600 tokens),
     --generator (None: the library's default, ``workloads.generator_name``), --seed, --block-size and (``device``)
-    --device: the workload arguments mask-fidelity and calibrate-workload share."""
+    --device: the workload arguments lab/mask_fidelity.py and lab/calibrate_workload.py share."""
     parser.add_argument("--model", default="wan2.1-14b", choices=RegistryChoices(_model_names), metavar="MODEL",
                         help="a model preset of wavealign.workloads (default: %(default)s; a wrong one lists them)")
     parser.add_argument("--frames", type=int, default=401)

@@ -96,17 +96,6 @@ sys.exit(cli.main(["report", "--run-root", {str(tmp_path)!r}]))
     assert list(tmp_path.iterdir()) == []
 
 
-def test_mask_fidelity_without_numba_stops_before_building_any_mask(tmp_path):
-    out = tmp_path / "mf"
-    done = _refused_at_once(f"""
-from wavealign.jobs import cli
-sys.exit(cli.main(["mask-fidelity", "--out", {str(out)!r}]))
-""", ("numba",))
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("wavealign mask-fidelity: needs the [sim] extra") and "(no numba)" in done.stderr
-    assert not out.exists()
-
-
 def _closure(requirements: list[str], extras: frozenset[str] = frozenset()) -> set[str]:
     """The distributions these requirements (markers evaluated for ``extras``) resolve to in this environment,
     with everything they require in turn."""

@@ -122,30 +122,6 @@ def test_a_list_axis_given_text_that_is_no_number_suggests_a_list_that_composes(
     assert config.load(["sweep=smoke", suggested]).grid.seed == config.GridConfig().seed
 
 
-# --- mask-fidelity ----------------------------------------------------------------------------------------------
-
-def test_mask_fidelity_at_the_papers_scale_on_a_cpu_states_its_estimate_and_asks_for_yes_before_any_work(
-        tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    from wavealign.jobs import mask_fidelity
-
-    assert cli.main(["mask-fidelity"]) == cli.EXIT_BAD_INPUT
-    out, error = capsys.readouterr()
-    assert out == "" and "32 masks of 363,600 tokens on the CPU: about" in error and "add --yes" in error
-    hours = float(re.search(r"about ([\d.]+) h", error).group(1))
-    assert hours * 3600 > mask_fidelity.CONFIRM_ABOVE_S
-    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing began (--out is checked, and made, first)
-
-
-def test_mask_fidelity_at_a_small_scale_prints_its_estimate_and_runs_without_yes(tmp_path, capsys):
-    from wavealign.jobs import mask_fidelity
-
-    argv = ["--out", str(tmp_path), "--model", "wan2.1-1.3b", "--frames", "9", "--resolution", "480p", "--heads", "1",
-            "--methods", "xattention"]
-    assert mask_fidelity.main(argv) == 0
-    assert "1 mask of" in capsys.readouterr().out and (tmp_path / "rows.csv").is_file()
-
-
 # --- Ray: what a local run prints where, and how the dashboard names a sweep ---------------------------------------
 
 RAY_PROGRAM = """

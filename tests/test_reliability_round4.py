@@ -225,16 +225,6 @@ def test_xattention_on_meta_tensors_is_refused_naming_them():
         masks.build("xattention", q, q, q)
 
 
-# --- validate-sim: a table row's shape ---
-
-def test_validate_sim_on_a_negative_length_is_one_line_naming_the_row_and_column(tmp_path, capsys):
-    table = tmp_path / "ncu.csv"
-    table.write_text("backend,stages,mask_kind,seq_len,heads,block_size,head_dim,density,seed,l2_hit_pct,"
-                     "dram_read_bytes,kernel_ms\nflex,none,random,-5,2,128,64,0.5,0,50,1e6,1\n")
-    err = one_line(["validate-sim", str(table), "--out", str(tmp_path / "out")], capsys)
-    assert "row 0: seq_len='-5'; expected a whole number in [1, 4194304]" in err
-
-
 # --- MLflow: a sweep that measured nothing is not FINISHED ---
 
 def test_a_sweep_whose_every_cell_was_unschedulable_ends_its_parent_run_failed_saying_why(tmp_path):
@@ -287,21 +277,6 @@ def test_a_command_line_refusal_comes_before_torch_ray_or_mlflow_load(override):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.split() == [str(cli.EXIT_BAD_INPUT), "False", "False", "False"], done.stderr
-
-
-def test_validate_sim_refuses_a_table_row_before_torch_loads(tmp_path):
-    import subprocess
-    import sys
-
-    table = tmp_path / "ncu.csv"
-    table.write_text("backend,stages,mask_kind,seq_len,heads,block_size,head_dim,density,seed,l2_hit_pct,"
-                     "dram_read_bytes,kernel_ms\nflex,none,random,-5,2,128,64,0.5,0,50,1e6,1\n")
-    code = ("import sys\nfrom wavealign.jobs import cli\n"
-            f"status = cli.main(['validate-sim', {str(table)!r}, '--out', {str(tmp_path / 'out')!r}])\n"
-            "print(status, 'torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
-    assert done.stdout.split() == [str(cli.EXIT_BAD_INPUT), "False"], done.stderr
 
 
 def test_a_sweep_s_own_read_leaves_a_later_schema_version_s_file_in_place_and_reads_the_rest(two_roots):

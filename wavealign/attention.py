@@ -9,7 +9,7 @@ launch -> its run, the output in the original row order (bitwise what running wi
 A sweep cell (``wavealign.pipeline``) prepares the step on its group's mask and hands it to its measurer (timed,
 simulated, profiled); model code calls ``wavealign.integrations.attention.BlockSparseAttention``, which builds the
 method's mask from the live Q/K and runs this step on it (``integrations.diffusers``, ``integrations.vllm_omni``,
-``bench-e2e``). The variant (``wavealign.variants``) is the one vocabulary both speak.
+``lab/bench_e2e.py``). The variant (``wavealign.variants``) is the one vocabulary both speak.
 """
 
 from __future__ import annotations

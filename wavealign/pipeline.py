@@ -6,10 +6,9 @@
 A worker calls ``run_group`` for cells sharing one mask (``group_id``): the inputs are built once and every variant is
 measured back to back on the same device, so speedups are ratios from one run. Its ``InputCache`` keeps the inputs
 for its next group on the same inputs and builds the next group's in the background (``then``). Every sweep cell
-goes through here (``sweep``, and the sweeps ``bench-kernels`` and ``bench-orchestration`` run), and so does
-``validate-sim``'s; the studies of one part (``bench-e2e``, ``bench-masks``, ``bench-reorder``,
-``calibrate-workload``, ``mask-fidelity``, ``sim-paper``) call that part directly (``mask-fidelity``,
-``calibrate-workload`` and ``bench-masks`` build a method's masks through ``masks.build_for_heads``, as
+goes through here (``sweep``, and the sweeps ``bench-kernels`` and ``lab/bench_orchestration.py`` run), and so does
+``lab/validate_sim.py``'s; the other studies and ``bench-reorder`` call their part directly (``lab/mask_fidelity.py``,
+``lab/calibrate_workload.py`` and ``lab/bench_masks.py`` build a method's masks through ``masks.build_for_heads``, as
 ``wavealign.inputs`` builds a cell's). This module knows nothing of Ray, Hydra or MLflow; the records it returns are
 ``wavealign.records`` dataclasses.
 """

@@ -126,7 +126,7 @@ class ExecutionFacts:
     block_m: int
     block_n: int
     # fraction of the SM's dense bf16 peak the inner MMA loop reaches (round figures: FA3/FA4 ~75% of the
-    # H100 peak dense, Triton-based kernels ~50-60%), to be calibrated by ``wavealign validate-sim``
+    # H100 peak dense, Triton-based kernels ~50-60%), to be calibrated by ``python lab/validate_sim.py``
     mma_efficiency: float
     # per K/V block cost outside the MMAs: index load, softmax bookkeeping, pipeline bubble
     block_overhead_s: float

@@ -14,8 +14,9 @@ mask never materialises Q/K; ``build`` on Q/K then draws the mask for q's shape.
 
 Methods tuned per head (SpargeAttn, MInference) declare ``model``, ``layer`` and ``heads`` among their params
 (``IDENTITY_PARAMS``) to key their per-head configs; ``build_for_heads`` fills them from the workload, so a
-sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way. Their ``tuned_config``
-takes a ``TunedConfigs`` store: a live pipeline keeps one, so each head is tuned on its first build only.
+sweep cell, ``lab/mask_fidelity.py`` and ``lab/calibrate_workload.py`` build a head's mask the same way. Their
+``tuned_config`` takes a ``TunedConfigs`` store: a live pipeline keeps one, so each head is tuned on its first build
+only.
 
 A method that reads token positions in the latent video (Radial's frame bands, VSA's cubes) declares ``latent``
 (default None), filled the same way with the workload's (T, H, W) in tokens, flattened frame-major (token

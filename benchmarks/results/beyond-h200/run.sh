@@ -49,7 +49,7 @@ case "$step" in
     sweep "${SWEEP_LIMIT:-560}" 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' "${extra[@]}" ;;
   e2e)
     for method in ${METHODS:-xattention vsa radial}; do
-      timeout "${E2E_LIMIT:-280}" "${cli[@]}" bench-e2e --frames 401 --method "$method" --variants never,always \
+      timeout "${E2E_LIMIT:-280}" python3 lab/bench_e2e.py --frames 401 --method "$method" --variants never,always \
         --forwards 1 --out "$OUT/$step/e2e_${method}_363600.json" > "$OUT/$step/e2e_$method.log" 2>&1
       echo "bench-e2e $method rc=$?"
       tail -n 12 "$OUT/$step/e2e_$method.log"

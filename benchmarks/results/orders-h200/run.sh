@@ -84,7 +84,7 @@ case "$step" in
     echo "pairing rc=$?"
     tail -n 10 "$OUT/pairing.log" ;;
   e2e)
-    timeout "${E2E_LIMIT:-570}" "${cli[@]}" bench-e2e --frames 401 --method "${METHOD:-radial}" \
+    timeout "${E2E_LIMIT:-570}" python3 lab/bench_e2e.py --frames 401 --method "${METHOD:-radial}" \
       --variants "${VARIANTS:-never,auto}" --forwards 1 --out "$OUT/e2e_${METHOD:-radial}_363600.json" \
       > "$OUT/e2e_${METHOD:-radial}.log" 2>&1
     echo "e2e rc=$?"

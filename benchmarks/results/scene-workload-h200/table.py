@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 import pandas as pd
 import torch
@@ -29,7 +30,9 @@ from wavealign.analysis.paper import (
     TABLE_I_L2_HIT_PCT,
 )
 from wavealign.analysis.tables import distance_to_paper, table1_against_paper
-from wavealign.jobs.calibrate_workload import SIM_PAPER_ROW_JITTER, l2_target_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lab"))  # the lab's studies are scripts, not a package
+from calibrate_workload import SIM_PAPER_ROW_JITTER, l2_target_for
 
 HEADS, BLOCKS = 40, 2841  # Wan2.1-14B at 363,600 tokens in blocks of 128
 COLUMNS = {  # table column -> (heading, format)
