@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wavealign import metrics
+from wavealign import metrics, variants
 from wavealign.analysis.load import (
     is_run_root,
     latest_per_configuration,
@@ -315,7 +315,7 @@ def compare_cell(a: pd.Series, b: pd.Series, tolerance: float, a_baseline: pd.Se
     b_spreads = [metrics.spread_pct(_reps(b))]
     speedup = metrics.Ratio(math.nan, math.nan, math.nan, 0)
     speedup_verdict, basis = metrics.NO_VERDICT, "time"
-    own_a = None if metrics.is_baseline(str(identity["variant"])) else _own_speedup(a, a_baseline)
+    own_a = None if variants.of_row(b).is_baseline else _own_speedup(a, a_baseline)
     own_b = None if own_a is None else _own_speedup(b, b_baseline)
     if own_a is not None and own_b is not None:
         speedup = _speedup_ratio(own_a, own_b)
@@ -354,8 +354,8 @@ def _drift_sds(pairs: list[tuple[pd.Series, pd.Series]]) -> list[float]:
 
 
 def _baselines(rows: pd.DataFrame) -> dict[str, pd.Series]:
-    """Each group's original row (``metrics.is_baseline``), by ``group_id``: the one a cell's speedup refers to."""
-    return {row["group_id"]: row for _, row in rows.iterrows() if metrics.is_baseline(str(row["variant"]))}
+    """Each group's original row (``Variant.is_baseline``), by ``group_id``: the one a cell's speedup refers to."""
+    return {row["group_id"]: row for _, row in rows.iterrows() if variants.of_row(row).is_baseline}
 
 
 def _by_identity(rows: pd.DataFrame) -> dict[tuple[str, ...], pd.Series]:

@@ -14,10 +14,12 @@ from wavealign.analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
     done_cells,
+    is_baseline,
     is_simulated,
     missing_columns,
     missing_note,
     relative_to_original,
+    row_variants,
 )
 from wavealign.records import order_name
 
@@ -48,7 +50,7 @@ def ncu_characterisation(frame: pd.DataFrame) -> pd.DataFrame:
     if missing := missing_columns(frame, (*GROUP_KEYS, "stages", "density")):
         return _note_table(missing_note(missing))
     cells = done_cells(frame)
-    cells = cells[cells["stages"] == "none"]
+    cells = cells[is_baseline(cells)]
     if cells.empty:
         return _note_table("no finished original-order cells")
     cells = cells.assign(simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells))
@@ -80,8 +82,9 @@ def table1_against_paper(frame: pd.DataFrame, paper_density: dict[str, float],
     for column in ("ncu_l2_hit_pct", "reorder_ms", "speedup_vs_original", "net_speedup_vs_original", "generator"):
         if column not in cells:
             cells = cells.assign(**{column: float("nan")})
-    original = cells[cells["stages"] == "none"]
-    reordered = cells[cells["stages"] == "both"].set_index("group_id")
+    launch = row_variants(cells)
+    original = cells[is_baseline(cells)]
+    reordered = cells[launch.map(lambda v: v.spatial and v.temporal).astype(bool)].set_index("group_id")
     controls = original[(original["method"] == "random") & original["ncu_l2_hit_pct"].notna()]
     rows = []
     for _, o in original.sort_values(["workload", "method"]).iterrows():
@@ -230,13 +233,6 @@ def with_speedups(cells: pd.DataFrame) -> pd.DataFrame:
             metrics.speedup(original_ms, cells["kernel_ms_median"] + reorder_ms)))
 
 
-def is_baseline(cells: pd.DataFrame) -> pd.Series:
-    """Per cell: is it its group's baseline, the original variant (stages ``none`` in rows without a variant)."""
-    if "variant" in cells:
-        return cells["variant"].map(metrics.is_baseline).astype(bool)
-    return cells["stages"] == "none"
-
-
 def tolerance(cells: pd.DataFrame) -> float:
     """The verdicts' tolerance ``cells`` were judged with (``metrics.recorded_tolerance``)."""
     return metrics.recorded_tolerance(cells["verdict_tolerance"].tolist() if "verdict_tolerance" in cells else [])
@@ -276,7 +272,7 @@ def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
     shape = ["hardware", "seq_len_tokens", "num_heads", "head_dim"]
     dense = cells[cells["method"] == "dense"].drop_duplicates([*shape, "backend"]).set_index([*shape, "backend"])
     dense_ms = cells.set_index([*shape, "backend"]).index.map(dense["kernel_ms_median"].to_dict()).to_numpy()
-    flex = cells[(cells["backend"] == "flex") & (cells["stages"] == "none")]
+    flex = cells[(cells["backend"] == "flex") & is_baseline(cells)]
     flex_ms = cells.set_index([*shape, "method"]).index.map(
         flex.drop_duplicates([*shape, "method"]).set_index([*shape, "method"])["kernel_ms_median"].to_dict())
     flops = metrics.attention_flops(cells["seq_len_tokens"], cells["seq_len_tokens"], cells["head_dim"],

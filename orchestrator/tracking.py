@@ -40,11 +40,12 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
+from wavealign import variants
 from wavealign import metrics as metrics_lib  # the local name metrics is MLflow's, in the logging code
 from wavealign.orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
 from wavealign.orchestrator.files import StorageError
 from wavealign.orchestrator.redact import redact
-from wavealign.records import ORIGINAL_VARIANT, order_name
+from wavealign.records import order_name
 
 TAG = "wavealign."
 # on a child run whose row is no longer in Parquet (``record.sync`` finds them): MLflow is a view, and this part of it
@@ -402,7 +403,7 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
     latest = dataset.newest_per_cell(sweep_rows)
     metrics: dict[str, float] = {f"cells_{status}": sum(r["status"] == status for r in latest.values())
                                  for status in dataset.STATUSES}
-    reordered = [r for r in latest.values() if r["status"] == "done" and r["variant"] != ORIGINAL_VARIANT]
+    reordered = [r for r in latest.values() if r["status"] == "done" and not variants.of_row(r).is_baseline]
     for kind, rows in (("measured", [r for r in reordered if not r.get("simulated")]),
                        ("simulated", [r for r in reordered if r.get("simulated")])):
         for column in ("speedup_vs_original", "net_speedup_vs_original"):

@@ -66,12 +66,13 @@ class LaunchGeometry:
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """The attention step a cell runs (``wavealign.attention.AttentionStep``): its variant (``wavealign.variants``:
-    ``stages`` and ``skip_mode``), the spatial step's reorderer, the backend and the launch geometry."""
+    """The attention step a cell runs (``wavealign.attention.AttentionStep``): its variant (``wavealign.variants``,
+    as ``Variant.columns`` records it: its name, ``stages`` and ``skip``), the spatial step's reorderer, the backend
+    and the launch geometry."""
 
     variant: str
     stages: str  # launch_order.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
-    skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
+    skip: str  # variants.SKIP_MODES: "force" applies ``stages``; "policy" lets the skip policy fall back to "none"
     backend: str  # the kernel that runs (or whose launch is simulated)
     geometry: LaunchGeometry
     # the spatial step (wavealign.reorderers) and its params; NO_REORDERER when ``stages`` has none

@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
-from wavealign.launch_order import STAGES
-from wavealign.records import ORIGINAL_VARIANT
+from wavealign.launch_order import SPATIAL_STAGES, STAGES, TEMPORAL_STAGES
+from wavealign.records import ORIGINAL_VARIANT, AttentionSpec
 
 # "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order;
 # "choose": the order chooser (launch_order.chooser) picks the order, among them the original (skipping is choosing it)
@@ -30,18 +31,45 @@ PAPER_LABELS: Mapping[str, str] = MappingProxyType(
 @dataclass(frozen=True)
 class Variant:
     """A launch order to ask of every mask: ``stages`` (``launch_order.STAGES``), and ``skip``, whether the skip policy
-    may veto them (``SKIP_MODES``)."""
+    may veto them (``SKIP_MODES``); how figures draw it (``color``, ``marker``); and what it is: ``spatial`` and
+    ``temporal`` (the stages it runs), ``is_baseline`` (the original, every speedup's reference). A dataset row records
+    it as the columns ``variant``, ``stages`` and ``skip`` (``columns``; read back with ``recorded``)."""
 
     name: str
     stages: str
     skip: str = "force"
     color: str | None = None  # its colour in figures (a matplotlib colour); None: one fixed by its name
+    marker: str = "X"  # its marker in figures (a matplotlib marker)
 
     def __post_init__(self) -> None:
         if self.stages not in STAGES:
             raise ValueError(f"variant {self.name!r}: stages={self.stages!r}; expected one of {STAGES}")
         if self.skip not in SKIP_MODES:
             raise ValueError(f"variant {self.name!r}: skip={self.skip!r}; expected one of {SKIP_MODES}")
+
+    @property
+    def spatial(self) -> bool:
+        """Whether it runs a spatial stage (a reorderer: WaveAlign's Stage 1 or a baseline's grouping)."""
+        return self.stages in SPATIAL_STAGES
+
+    @property
+    def temporal(self) -> bool:
+        """Whether it runs Stage 2 (the temporal order within each wave)."""
+        return self.stages in TEMPORAL_STAGES
+
+    @property
+    def reorders(self) -> bool:
+        """Whether it runs any stage: a launch order other than the original one."""
+        return self.spatial or self.temporal
+
+    @property
+    def is_baseline(self) -> bool:
+        """Whether it is the original order, the baseline its group's speedups refer to (timed beside it)."""
+        return self.name == ORIGINAL_VARIANT
+
+    def columns(self) -> dict[str, str]:
+        """Its columns in a cell's flat view (``records.AttentionSpec``): what a dataset row records of it."""
+        return {"variant": self.name, "stages": self.stages, "skip": self.skip}
 
     @property
     def paper_label(self) -> str:
@@ -51,14 +79,16 @@ class Variant:
 
 
 VARIANTS: Mapping[str, Variant] = MappingProxyType({v.name: v for v in (
-    Variant(ORIGINAL_VARIANT, "none", color="tab:blue"),  # the baseline every speedup of a group refers to
-    Variant("spatial", "spatial", color="tab:orange"),
-    Variant("temporal", "temporal", color="tab:green"),
-    Variant("wavealign", "both", color="tab:red"),
-    Variant("adaptive", "both", "policy", color="tab:purple"),  # O+S1+S2 unless the skip profile says it will not pay
+    # the baseline every speedup of a group refers to
+    Variant(ORIGINAL_VARIANT, "none", color="tab:blue", marker="o"),
+    Variant("spatial", "spatial", color="tab:orange", marker="s"),
+    Variant("temporal", "temporal", color="tab:green", marker="^"),
+    Variant("wavealign", "both", color="tab:red", marker="D"),
+    # O+S1+S2 unless the skip profile says it will not pay
+    Variant("adaptive", "both", "policy", color="tab:purple", marker="v"),
     # the chooser's pick for each mask, backend and GPU (its stages are the widest a pick may run; it takes no
     # reorderer of the grid's: the candidates name their own)
-    Variant("auto", "both", "choose", color="tab:brown"),
+    Variant("auto", "both", "choose", color="tab:brown", marker="P"),
 )})
 # the integrations' first words for their reorder= argument
 REORDER_WORDS: Mapping[str, str] = MappingProxyType({"always": "wavealign", "never": ORIGINAL_VARIANT})
@@ -70,6 +100,25 @@ def get(name: str) -> Variant:
         return VARIANTS[REORDER_WORDS.get(name, name)]
     except (KeyError, TypeError):
         raise ValueError(f"unknown variant {name!r}; expected one of {[*VARIANTS, *REORDER_WORDS]}") from None
+
+
+def recorded(name: str, stages: str, skip: str) -> Variant:
+    """The variant a cell records (``Variant.columns``): the registry's entry where it has one of that name and
+    stages and skip, else the sweep's own (a sweep may declare variants under ``variants:``)."""
+    known = VARIANTS.get(name)
+    if known is not None and (known.stages, known.skip) == (stages, skip):
+        return known
+    return Variant(name, stages, skip)
+
+
+def of_row(row: Mapping[str, Any]) -> Variant:
+    """The variant a dataset row (or a cell's flat view) records: ``recorded`` from its columns."""
+    return recorded(row["variant"], row["stages"], row["skip"])
+
+
+def of_spec(spec: AttentionSpec) -> Variant:
+    """The variant a cell's attention step runs (``recorded`` from its spec's columns)."""
+    return recorded(spec.variant, spec.stages, spec.skip)
 
 
 def forced(stages: str) -> str:

@@ -24,8 +24,8 @@ from wavealign.launch_order.candidates import candidate_name
 from wavealign.launch_order.stage2 import temporal_order
 
 STAGES = ("none", "spatial", "temporal", "both")
-# how the paper's figures name each stage set (Fig. 12's ablation)
-PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
+SPATIAL_STAGES = ("spatial", "both")  # the stage sets that run a reorderer (Stage 1, or a baseline's grouping)
+TEMPORAL_STAGES = ("temporal", "both")  # the stage sets that run Stage 2
 # a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
 MAX_WAVE_SIZE = 2**31 - 1
 # the orders made here (``plan``, ``from_perm``, ``identity``), by id: their permutations are known to be valid, so
@@ -161,9 +161,9 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
 
     def order_of(rows: torch.Tensor) -> torch.Tensor:
         order = torch.arange(mb, device=rows.device).expand(rows.shape[0], mb)
-        if stages in ("spatial", "both") and rows.shape[0]:
+        if stages in SPATIAL_STAGES and rows.shape[0]:
             order = grouping.group(rows, wave_size=wave_size, seed=seed, **params).to(rows.device)
-        if stages in ("temporal", "both"):
+        if stages in TEMPORAL_STAGES:
             order = temporal_order(row_nnz(rows), order, wave_size)  # the row lengths Stage 2 sorts by
         return order
 

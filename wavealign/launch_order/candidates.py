@@ -65,12 +65,13 @@ def candidate_name(stages: str, reorderer: str, params: Mapping[str, Any] | None
     where one matches (the reorderer and the params a candidate fixes matter only where ``stages`` has a spatial
     step), else ``stages[reorderer]``."""
     from wavealign import reorderers
+    from wavealign.launch_order import SPATIAL_STAGES
 
     given = {**(reorderers.get(reorderer).params if reorderer in reorderers.names() else {}), **(params or {})}
     for c in CANDIDATES:
         if c.stages != stages:
             continue
-        if stages not in ("spatial", "both"):
+        if stages not in SPATIAL_STAGES:
             return c.name
         if c.reorderer == reorderer and all(given.get(k) == v for k, v in
                                             {**reorderers.get(reorderer).params, **c.params}.items()

@@ -24,8 +24,8 @@ def main(spec_path: str) -> int:
     mask, qkv = inputs.build(inputs.InputRequest(first.inputs, first.attention.geometry.block_size, device,
                                                  with_qkv=True))
     for cell in cells:
-        step, stages = AttentionStep.of(cell.attention, cell.inputs), cell.attention.stages
-        order = None if stages == "none" else step.plan_order(mask, stages)
+        step = AttentionStep.of(cell.attention, cell.inputs)
+        order = step.plan_order(mask, step.variant.stages) if step.variant.reorders else None
         launch = step.launch(mask, order, inputs.launch_shape(cell.inputs, cell.attention.geometry, qkv, device))
         ncu.profile_one_launch(lambda launch=launch: launch.run(*qkv), marker=True)
     return 0

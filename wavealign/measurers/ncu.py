@@ -27,7 +27,7 @@ def time_and_profile(done: list[Measurement]) -> None:
 def _as_applied(m: Measurement) -> Cell:
     """The cell with the order it applied, forced (the stages it ran; a chosen candidate's own reorderer too): the
     child launches what was timed, on the same inputs."""
-    attention = replace(m.cell.attention, stages=m.result.stages_applied, skip_mode="force")
+    attention = replace(m.cell.attention, stages=m.result.stages_applied, skip="force")
     if m.step.variant.skip == "choose":
         c = candidates.get(m.result.order_candidate)
         attention = replace(attention, reorderer=c.reorderer, reorderer_params=dict(c.params))
