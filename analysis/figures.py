@@ -647,8 +647,8 @@ def _cache_rows(frame: pd.DataFrame, stages: list[str], with_time: bool) -> pd.D
     cells = _cells(frame)
     if cells.empty:
         return _note_rows(NO_CELLS)
-    if "skip_mode" in cells:
-        cells = cells[cells["skip_mode"] == "force"]
+    if "skip" in cells:
+        cells = cells[cells["skip"] == "force"]
     cells = _own_orders(cells[cells["stages"].isin(stages)])
     if cells.empty or set(cells["stages"]) <= {"none"}:
         return _note_rows(f"no cells with reorder stages {[STAGE_LABELS[s] for s in stages if s != 'none']}")
@@ -780,7 +780,7 @@ def adaptive_skip_rows(frame: pd.DataFrame) -> pd.DataFrame:
     have), and the skip profiles that decided for its GPU. A ``cpu`` cell that always reordered gets no "would skip":
     the profiles are fitted to GPUs' kernels (a cpu cell's is its ``cpu_profile`` GPU's), and their rule says
     nothing about a CPU's timings; a cpu cell under the policy shows what it did."""
-    need = ("hardware", "group_id", "stages", "skip_mode", "seq_len_tokens", "density", "kernel_ms_median",
+    need = ("hardware", "group_id", "stages", "skip", "seq_len_tokens", "density", "kernel_ms_median",
             "total_ms")
     if missing := missing_columns(frame, need):
         return _note_rows(missing_note(missing))
@@ -788,8 +788,8 @@ def adaptive_skip_rows(frame: pd.DataFrame) -> pd.DataFrame:
     if cells.empty:
         return _note_rows(NO_CELLS)
     cells = with_speedups(cells)
-    always = cells[(cells["stages"] != "none") & (cells["skip_mode"] == "force")]
-    adaptive = cells[cells["skip_mode"] == "policy"]
+    always = cells[(cells["stages"] != "none") & (cells["skip"] == "force")]
+    adaptive = cells[cells["skip"] == "policy"]
     always, adaptive = (part[part["net_speedup_vs_original"].notna()] for part in (always, adaptive))
     if always.empty and adaptive.empty:
         return _note_rows("no reordered cells with an original-order cell in their group")

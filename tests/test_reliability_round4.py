@@ -67,7 +67,7 @@ def _rows(sweep_id: str, ms: float) -> list[dict]:
     for tokens in (512, 1024, 2048):
         cell = Cell.from_flat(dict(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu",
                                    profile_hardware="h100", backend="reference", method="random",
-                                   variant="original", stages="none", skip_mode="force", workload="shape",
+                                   variant="original", stages="none", skip="force", workload="shape",
                                    seq_len_tokens=tokens, num_heads=1, head_dim=16, block_size=128, wave_size=4,
                                    reps=4, warmup=0))
         result = CellResult(cell.cell_id, cell.group_id, "done", kernel_ms_median=ms,

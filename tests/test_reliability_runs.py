@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _rows(n: int) -> list[dict]:
     cells = [Cell.from_flat(dict(cell_id=f"c{i}", group_id=f"g{i}", hardware="cpu", profile_hardware="h100",
                                  backend="reference", method="random", variant="original", stages="none",
-                                 skip_mode="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
+                                 skip="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
                                  block_size=128, wave_size=4, reps=1, warmup=0,
                                  method_params={"density": 0.5, "seed": i})) for i in range(n)]
     return [dataset.make_row(c, pipeline.run_cell(c), sweep_id=SWEEP, sweep_name="t") for c in cells]

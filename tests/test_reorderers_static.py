@@ -164,7 +164,7 @@ def test_orders_blind_to_position_run_on_a_token_ordered_mask():
 @pytest.mark.parametrize("method", masks.available())
 def test_a_cell_s_step_knows_whether_its_method_builds_in_its_own_token_order(method):
     cell = Cell.from_flat(dict(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h200", backend="reference",
-                               method=method, variant="spatial", stages="spatial", skip_mode="force", workload="w",
+                               method=method, variant="spatial", stages="spatial", skip="force", workload="w",
                                seq_len_tokens=1560, num_heads=2, head_dim=128, block_size=128, wave_size=132))
     assert AttentionStep.of(cell.attention, cell.inputs).token_ordered == (masks.get(method).token_order is not None)
 
