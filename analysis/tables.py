@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from wavealign import metrics, reorderers
+from wavealign import launch_order, metrics, reorderers
 from wavealign.analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
 from wavealign.analysis.plotting import (
     NO_CELLS,
@@ -21,7 +21,7 @@ from wavealign.analysis.plotting import (
     relative_to_original,
     row_variants,
 )
-from wavealign.records import order_name
+from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, order_name
 
 GROUP_KEYS = ["hardware", "backend", "method"]
 
@@ -142,19 +142,28 @@ def distance_to_paper(table: pd.DataFrame, l2_target: str) -> dict[str, float]:
             for workload, rows in methods.groupby("workload")}
 
 
-# how Table II names each launch order: the technique, "+S2" when Stage 2 follows it
 def order_label(stages: str, reorderer: str | None) -> str:
-    """Table II's name of a launch order: "Original", "O+S2", "WaveAlign S1", "WaveAlign" (S1+S2), "MinHash",
-    "MinHash+S2", ... (a row from before reorderers were recorded is WaveAlign's)."""
-    if stages == "none":
-        return "Original"
-    if stages == "temporal" or reorderer == "identity":
-        return "O+S2" if stages in ("temporal", "both") else "Original"
-    name = reorderer if isinstance(reorderer, str) else "wavealign"
-    if name == "wavealign":
-        return "WaveAlign" if stages == "both" else "WaveAlign S1"
-    label = reorderers.get(name).label if name in reorderers.names() else name
-    return f"{label}+S2" if stages == "both" else label
+    """Table II's name of a launch order, its reorderer's registry label (``Reorderer.label``; followed by Stage 2,
+    ``Reorderer.staged_label``): "Original", "O+S2", "WaveAlign S1", "WaveAlign" (S1+S2), "MinHash", "MinHash+S2",
+    ...; a stage set without a spatial step orders by no reorderer (identity's labels), a row from before reorderers
+    were recorded is WaveAlign's, and a reorderer this code lacks goes by its name."""
+    if stages not in launch_order.SPATIAL_STAGES:
+        reorderer = NO_REORDERER
+    elif not isinstance(reorderer, str):
+        reorderer = DEFAULT_REORDERER
+    temporal = stages in launch_order.TEMPORAL_STAGES
+    if reorderer not in reorderers.names():
+        return f"{reorderer}+S2" if temporal else reorderer
+    entry = reorderers.get(reorderer)
+    return entry.staged_label if temporal else entry.label
+
+
+def table2_order() -> list[str]:
+    """Table II's launch orders in its order: the original's, each baseline's, then WaveAlign's, each alone and then
+    followed by Stage 2 (by their registry labels)."""
+    others = [r for r in reorderers.names() if r not in (NO_REORDERER, DEFAULT_REORDERER)]
+    entries = map(reorderers.get, (NO_REORDERER, *others, DEFAULT_REORDERER))
+    return [label for entry in entries for label in (entry.label, entry.staged_label)]
 
 
 def table2(frame: pd.DataFrame) -> pd.DataFrame:
@@ -194,9 +203,7 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
                      "verdict": kernel.verdict, "speedup_with_overhead": net.point, "net_speedup_ci_low": net.low,
                      "net_speedup_ci_high": net.high, "net_verdict": net.verdict,
                      "hbm_sol_pct": part["hbm_sol_pct"].mean(), "l2_hit_pct": part["l2_hit_pct"].mean()})
-    others = [reorderers.get(r).label for r in reorderers.names() if r not in ("identity", "wavealign")]
-    rank = {label: i for i, label in enumerate(
-        ["Original", "O+S2", *[f"{label}{s}" for label in others for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
+    rank = {label: i for i, label in enumerate(table2_order())}
     table = pd.DataFrame(rows).sort_values(
         [*GROUP_KEYS, *shape, "order"], key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order"
         else c)

@@ -40,8 +40,8 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
-from wavealign import variants
 from wavealign import metrics as metrics_lib  # the local name metrics is MLflow's, in the logging code
+from wavealign import variants
 from wavealign.orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
 from wavealign.orchestrator.files import StorageError
 from wavealign.orchestrator.redact import redact

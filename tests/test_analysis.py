@@ -330,7 +330,7 @@ def test_ablation_bars_of_a_gpu_with_two_of_the_four_stages_sit_centred_on_their
 def test_log_axes_read_plain_numbers():
     fig, ax = plt.subplots()
     ax.plot([0.6, 0.9], [0.6, 0.9])
-    figures._log_scale(ax, "y")
+    figures.common.log_scale(ax, "y")
     fig.canvas.draw()
     labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()]
     assert labels and not [t for t in labels if "10^" in t or "times" in t or "×" in t]

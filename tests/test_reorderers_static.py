@@ -222,13 +222,13 @@ def test_a_grid_filters_curve_on_a_token_ordered_method_and_says_why():
 def test_a_reorderer_registered_by_a_plugin_is_named_and_coloured_by_its_entry(monkeypatch):
     """Adding a reorderer (a plugin's ``register``) gives Table II and the figures its label and colour, from its
     entry alone; one that gives neither is named by its name, in a colour fixed by that name."""
-    from wavealign.analysis import figures, tables
+    from wavealign.analysis import figures, plotting, tables
 
     identity = reorderers.get("identity").group
     monkeypatch.setattr(reorderers.REGISTRY, "_entries", dict(reorderers.REGISTRY._entries))
     reorderers.register("by-plugin", identity, {}, "a test's reorderer", reference="-", label="Plugin", color="navy")
     reorderers.register("bare", identity, {}, "a test's reorderer without a label", reference="-")
     assert tables.order_label("both", "by-plugin") == "Plugin+S2"
-    assert figures._technique_color("Plugin+S2") == "navy"
+    assert figures.table2_reorderers.technique_color("Plugin+S2") == "navy"
     assert tables.order_label("spatial", "bare") == "bare"
-    assert figures._technique_color("bare") == figures.variant_color("bare")
+    assert figures.table2_reorderers.technique_color("bare") == plotting.variant_color("bare")

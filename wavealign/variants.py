@@ -23,6 +23,7 @@ from wavealign.records import ORIGINAL_VARIANT, AttentionSpec
 # "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order;
 # "choose": the order chooser (launch_order.chooser) picks the order, among them the original (skipping is choosing it)
 SKIP_MODES = ("force", "policy", "choose")
+DEFAULT_MARKER = "X"  # a variant's marker in figures where it names none (a sweep's own variant)
 # how the paper's figures name each stage set (Fig. 12's ablation)
 PAPER_LABELS: Mapping[str, str] = MappingProxyType(
     {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"})
@@ -39,7 +40,7 @@ class Variant:
     stages: str
     skip: str = "force"
     color: str | None = None  # its colour in figures (a matplotlib colour); None: one fixed by its name
-    marker: str = "X"  # its marker in figures (a matplotlib marker)
+    marker: str = DEFAULT_MARKER  # its marker in figures (a matplotlib marker)
 
     def __post_init__(self) -> None:
         if self.stages not in STAGES:

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from wavealign import gpu_state, measurers, metrics
+from wavealign import gpu_state, measurers
 from wavealign.instruments import timing
 from wavealign.masks import check_flag, check_number, optional
 from wavealign.measurers import Measurement
