@@ -205,8 +205,9 @@ def row_variants(frame: pd.DataFrame) -> pd.Series:
     """Each row's variant (``variants.recorded``), looked up once per distinct name, stages and skip; a row without a
     ``variant`` (before rows named it) is its stages' forced one, a row without ``skip`` forced."""
     names = frame["variant"] if "variant" in frame else frame["stages"].map(variants.forced)
+    stages = frame["stages"] if "stages" in frame else pd.Series(None, index=frame.index, dtype=object)
     skips = frame["skip"] if "skip" in frame else pd.Series("force", index=frame.index)
-    keys = list(zip(names, frame["stages"], skips, strict=True))
+    keys = list(zip(names, stages, skips, strict=True))
     found = {key: variants.recorded(*key) for key in set(keys)}
     return pd.Series([found[key] for key in keys], index=frame.index, dtype=object)
 

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from wavealign import launch_order, metrics, reorderers
+from wavealign import metrics, reorderers
 from wavealign.analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
 from wavealign.analysis.plotting import (
     NO_CELLS,
@@ -21,7 +21,7 @@ from wavealign.analysis.plotting import (
     relative_to_original,
     row_variants,
 )
-from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, order_name
+from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, SPATIAL_STAGES, TEMPORAL_STAGES, order_name
 
 GROUP_KEYS = ["hardware", "backend", "method"]
 
@@ -147,11 +147,11 @@ def order_label(stages: str, reorderer: str | None) -> str:
     ``Reorderer.staged_label``): "Original", "O+S2", "WaveAlign S1", "WaveAlign" (S1+S2), "MinHash", "MinHash+S2",
     ...; a stage set without a spatial step orders by no reorderer (identity's labels), a row from before reorderers
     were recorded is WaveAlign's, and a reorderer this code lacks goes by its name."""
-    if stages not in launch_order.SPATIAL_STAGES:
+    if stages not in SPATIAL_STAGES:
         reorderer = NO_REORDERER
     elif not isinstance(reorderer, str):
         reorderer = DEFAULT_REORDERER
-    temporal = stages in launch_order.TEMPORAL_STAGES
+    temporal = stages in TEMPORAL_STAGES
     if reorderer not in reorderers.names():
         return f"{reorderer}+S2" if temporal else reorderer
     entry = reorderers.get(reorderer)

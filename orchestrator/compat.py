@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from wavealign.records import DEFAULT_REORDERER, NO_REORDERER
+from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, SPATIAL_STAGES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 SIM_BACKEND, SIM_KERNEL, SIM_DEFAULT_KERNEL = "sim", "kernel", "flex"
 NCU_SWITCH = "ncu"  # the first spelling of measure ncu, a grid's switch
 GENERATOR_BEFORE_NAMED = "clusters"  # what drew a model preset's Q/K/V before cells named their generator
-SPATIAL_STAGES = ("spatial", "both")  # the stages that run a reorderer (launch_order.STAGES)
 MEASURERS_SINCE = 5  # the dataset schema version whose rows name their measurer
 # the columns an upgrade may change, and the ones it reads to do so
 UPGRADED_COLUMNS = ("backend", "backend_params", "measure", "measure_params", "cell_json", "run_seq", "seq_k",

@@ -24,7 +24,7 @@ import torch
 from wavealign import inputs, kernels, launch_order, masks, reorderers, skip, variants
 from wavealign.instruments.timing import synced_clock
 from wavealign.kernels import Launch, LaunchShape
-from wavealign.records import DEFAULT_REORDERER, AttentionSpec, InputSpec, LaunchGeometry
+from wavealign.records import DEFAULT_REORDERER, SPATIAL_STAGES, AttentionSpec, InputSpec, LaunchGeometry
 
 T = TypeVar("T")
 # times a plan: timer(plan, device, warmup) -> (plan's value, ms); ``warmup`` says a first call may hold a compile
@@ -137,7 +137,7 @@ class AttentionStep:
             c = launch_order.candidates.get(candidate)
             stages, reorderer, params = c.stages, c.reorderer, dict(c.params)
         declared = reorderers.get(reorderer).params
-        if stages in launch_order.SPATIAL_STAGES and (refused := order_refused(reorderer, self.token_ordered)):
+        if stages in SPATIAL_STAGES and (refused := order_refused(reorderer, self.token_ordered)):
             raise ValueError(refused)
         facts = {"latent": self.latent, "block_size": self.geometry.block_size}
         params.update({k: facts[k] for k in reorderers.STEP_PARAMS if k in declared})

@@ -19,6 +19,8 @@ CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GP
 ORIGINAL_VARIANT = "original"  # the variant every speedup of a group refers to
 DEFAULT_REORDERER = "wavealign"  # WaveAlign's own Stage 1: the spatial step a variant uses unless told otherwise
 NO_REORDERER = "identity"  # what a variant without a spatial stage records: its order never depends on one
+SPATIAL_STAGES = ("spatial", "both")  # the launch-order stage sets that run a reorderer (Stage 1, or a baseline's)
+TEMPORAL_STAGES = ("temporal", "both")  # the stage sets that run Stage 2
 
 
 def order_name(variant: str, reorderer: str | None) -> str:

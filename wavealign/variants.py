@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from wavealign.launch_order import SPATIAL_STAGES, STAGES, TEMPORAL_STAGES
-from wavealign.records import ORIGINAL_VARIANT, AttentionSpec
+from wavealign.launch_order import STAGES
+from wavealign.records import ORIGINAL_VARIANT, SPATIAL_STAGES, TEMPORAL_STAGES, AttentionSpec
 
 # "force": run the variant's stages; "policy": the skip policy (wavealign.skip) may fall back to the original order;
 # "choose": the order chooser (launch_order.chooser) picks the order, among them the original (skipping is choosing it)
@@ -103,18 +103,16 @@ def get(name: str) -> Variant:
         raise ValueError(f"unknown variant {name!r}; expected one of {[*VARIANTS, *REORDER_WORDS]}") from None
 
 
-def recorded(name: str, stages: str, skip: str) -> Variant:
-    """The variant a cell records (``Variant.columns``): the registry's entry where it has one of that name and
-    stages and skip, else the sweep's own (a sweep may declare variants under ``variants:``)."""
+def recorded(name: str, stages: str | None, skip: str = "force") -> Variant:
+    """The variant a cell records (``Variant.columns``): the library's of that name (fixed: a sweep cannot change
+    them), else the sweep's own (declared under ``variants:``), made from the recorded ``stages`` and ``skip``."""
     known = VARIANTS.get(name)
-    if known is not None and (known.stages, known.skip) == (stages, skip):
-        return known
-    return Variant(name, stages, skip)
+    return known if known is not None else Variant(name, stages, skip)
 
 
 def of_row(row: Mapping[str, Any]) -> Variant:
     """The variant a dataset row (or a cell's flat view) records: ``recorded`` from its columns."""
-    return recorded(row["variant"], row["stages"], row["skip"])
+    return recorded(row["variant"], row.get("stages"), row.get("skip") or "force")
 
 
 def of_spec(spec: AttentionSpec) -> Variant:

@@ -22,10 +22,9 @@ from wavealign.blockmask import MaskLike, as_dense, check_fits, check_int, check
 from wavealign.launch_order import block_gather, plan_graphs
 from wavealign.launch_order.candidates import candidate_name
 from wavealign.launch_order.stage2 import temporal_order
+from wavealign.records import SPATIAL_STAGES, TEMPORAL_STAGES
 
 STAGES = ("none", "spatial", "temporal", "both")
-SPATIAL_STAGES = ("spatial", "both")  # the stage sets that run a reorderer (Stage 1, or a baseline's grouping)
-TEMPORAL_STAGES = ("temporal", "both")  # the stage sets that run Stage 2
 # a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
 MAX_WAVE_SIZE = 2**31 - 1
 # the orders made here (``plan``, ``from_perm``, ``identity``), by id: their permutations are known to be valid, so

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from wavealign.records import SPATIAL_STAGES
+
 SCHEDULERS = ("streaming", "static-persistent")  # the same words as kernels.SCHEDULERS, which imports torch
 STATIC = ("static-persistent",)
 ORIGINAL = "original"
@@ -65,7 +67,6 @@ def candidate_name(stages: str, reorderer: str, params: Mapping[str, Any] | None
     where one matches (the reorderer and the params a candidate fixes matter only where ``stages`` has a spatial
     step), else ``stages[reorderer]``."""
     from wavealign import reorderers
-    from wavealign.launch_order import SPATIAL_STAGES
 
     given = {**(reorderers.get(reorderer).params if reorderer in reorderers.names() else {}), **(params or {})}
     for c in CANDIDATES:

@@ -34,9 +34,9 @@ import torch
 from wavealign import hardware as hardware_registry
 from wavealign import kernels, reorderers
 from wavealign.blockmask import MaskLike, as_dense, check_int
-from wavealign.launch_order import SPATIAL_STAGES
 from wavealign.launch_order import candidates as registry
 from wavealign.launch_order import pairing as pairing_mod
+from wavealign.records import SPATIAL_STAGES
 
 # heads whose L2 the prediction replays (the schedule is always the whole launch's): 4 of a 40-head layer keep a live
 # choice to ~1 s of host CPU per layer (benchmarks/results/orders-h200/), taken once per (layer, shape)
