@@ -1,25 +1,6 @@
-"""What a run root is, read without pandas, pyarrow or the library: a command checks a ``--run-root`` it is given
-before it imports what reading one needs, so a wrong path answers at once."""
+"""The run root's layout moved to ``wavealign.orchestrator.run_root`` (``RunRoot``), its one owner; ``analysis/load.py``
+imports these names from here until its rewrite imports them from there, and then this module goes."""
 
-from __future__ import annotations
-
-from pathlib import Path
-
-DEFAULT_RUN_ROOT = Path("wavealign-runs")
-
-
-def run_root_state(path: str | Path) -> str:
-    """Why ``path`` is not a run root, in words that name its real state."""
-    path = Path(path)
-    if not path.exists():
-        return "is no such folder"
-    if not path.is_dir():
-        return "is a file, not a folder"
-    return (f"has no results yet (no results/, mlflow.db or sweeps/ in it); a sweep writes them: "
-            f"wavealign sweep run_root={path}")
-
-
-def is_run_root(path: str | Path) -> bool:
-    """A folder a sweep wrote to: it holds ``results/``, ``mlflow.db`` or ``sweeps/``."""
-    path = Path(path)
-    return path.is_dir() and any((path / name).exists() for name in ("results", "mlflow.db", "sweeps"))
+from wavealign.orchestrator.run_root import DEFAULT_RUN_ROOT as DEFAULT_RUN_ROOT
+from wavealign.orchestrator.run_root import is_run_root as is_run_root
+from wavealign.orchestrator.run_root import run_root_state as run_root_state

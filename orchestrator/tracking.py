@@ -44,6 +44,7 @@ from wavealign import variants
 from wavealign.orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
 from wavealign.orchestrator.files import StorageError
 from wavealign.orchestrator.redact import redact
+from wavealign.orchestrator.run_root import RunRoot
 from wavealign.records import order_name
 
 TAG = "wavealign."
@@ -77,7 +78,8 @@ logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def default_tracking_uri(run_root: str | Path) -> str:
-    return f"sqlite:///{Path(run_root).resolve() / 'mlflow.db'}"
+    """The store of ``run_root`` (``RunRoot.tracking_uri``)."""
+    return RunRoot(Path(run_root)).tracking_uri
 
 
 def ui_hint(tracking_uri: str, experiment_id: str | None, mlflow: str = "mlflow") -> str:
@@ -156,7 +158,7 @@ class Tracker:
                     self.client.set_experiment_tag(found.experiment_id, key, kind)
             return found.experiment_id
         local = not self.tracking_uri.startswith(("http://", "https://", "databricks"))
-        location = (Path(run_root) / "mlartifacts").resolve().as_uri() if (run_root and local) else None
+        location = RunRoot(Path(run_root)).artifact_uri if (run_root and local) else None
         return self.client.create_experiment(self.experiment_name, artifact_location=location, tags={key: kind})
 
     def parent_run(self, sweep_id: str, sweep_name: str, config_path: Path | None = None) -> str | None:

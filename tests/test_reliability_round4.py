@@ -16,7 +16,7 @@ import torch
 from wavealign import fingerprint, launch_order, masks
 from wavealign.jobs import cli
 from wavealign.masks import svg2
-from wavealign.orchestrator import dataset, record, sqlite_store, tracking
+from wavealign.orchestrator import dataset, record, run_root, sqlite_store, tracking
 from wavealign.records import Cell, CellResult
 
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
@@ -270,7 +270,7 @@ def test_a_read_only_run_root_s_store_is_read_as_it_stands(tmp_path):
     for path in [moved, *moved.rglob("*")]:
         path.chmod(path.stat().st_mode & ~0o222)
     try:
-        assert sqlite_store.relocate(moved / sqlite_store.STORE_NAME, moved) == 0
+        assert sqlite_store.relocate(moved / run_root.STORE, moved) == 0
     finally:
         for path in [moved, *moved.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o200)
