@@ -21,6 +21,7 @@ from rich.console import Console
 
 from wavealign.jobs._args import Parser
 from wavealign.jobs.sweep import check_before_loading, refusals
+from wavealign.orchestrator.run_root import RunRoot
 
 EXTRAS = ("sweep",)
 COMMAND = "wavealign bench-kernels"  # how its stderr lines begin
@@ -47,7 +48,7 @@ def main(argv: list[str]) -> int:
     if not (frame["status"] == "done").any():
         return ended(cfg, outcome, COMMAND)  # nothing measured: no table (the summary said why)
     table = kernel_benchmark(frame)
-    folder = outcome.run_root / "sweeps" / outcome.sweep_id
+    folder = RunRoot(outcome.run_root).sweep(outcome.sweep_id)
     table.to_csv(folder / "kernels.csv", index=False)
     markdown = to_markdown(table)
     (folder / "kernels.md").write_text(f"{COMMAND} {shlex.join(argv)}\n\n{markdown}\n")

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from wavealign.orchestrator.run_root import RunRoot
+
 EXTRAS = ("sweep",)
 SPLITS = ("seq_len", "method")  # hold out by sequence length or by method
 
@@ -104,7 +106,7 @@ def _experiment_id(client, name: str, runs: Path, tracking_uri: str) -> str:
     if found is not None:
         return found.experiment_id
     local = not tracking_uri.startswith(("http://", "https://", "databricks"))
-    location = (runs / "mlartifacts").resolve().as_uri() if local else None
+    location = RunRoot(runs).artifact_uri if local else None
     return client.create_experiment(name, artifact_location=location)
 
 

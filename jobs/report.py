@@ -44,11 +44,12 @@ def main(argv: list[str]) -> int:
         check_tracking_uri("--tracking-uri ", args.tracking_uri)
     if args.out is not None:
         output_folder("--out", args.out)
-    from wavealign.analysis.run_root import DEFAULT_RUN_ROOT, is_run_root, run_root_state
+    from wavealign.orchestrator.run_root import DEFAULT_RUN_ROOT, RunRoot
 
     runs = args.experiment or args.run_root or DEFAULT_RUN_ROOT
-    if args.run_root is not None and not is_run_root(args.run_root):  # before pandas, matplotlib and torch load
-        raise UsageError(f"--run-root {args.run_root} {run_root_state(args.run_root)}")
+    given = None if args.run_root is None else RunRoot(args.run_root)
+    if given is not None and not given.is_run_root():  # before pandas, matplotlib and torch load
+        raise UsageError(f"--run-root {args.run_root} {given.state()}")
     from wavealign import analysis
     from wavealign.analysis.figures import mask_pictures
     from wavealign.analysis.load import is_unplaced

@@ -217,7 +217,7 @@ def from_run_root(run_root: Path) -> list[Measured]:
         # the recorded cell, its variant the forced one that runs the stages it applied (an adaptive cell's verdict)
         applied = row["stages_applied"]
         cell = Cell.from_flat(json.loads(row["cell_json"])).replaced(
-            variant=variants.forced(applied), stages=applied, skip_mode="force")
+            variant=variants.forced(applied), stages=applied, skip="force")
         measured.append(Measured(cell, cell.inputs.method, float(row["ncu_l2_hit_pct"]),
                                  float(row["ncu_dram_read_bytes"]), float(row["ncu_kernel_ms"])))
     if not measured:

@@ -18,6 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from wavealign import conf_dir, variants
+from wavealign.orchestrator.run_root import DEFAULT_RUN_ROOT
 from wavealign.records import CPU, MAX_SEED, MAX_WAVE_SIZE, STAGES
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel
@@ -121,7 +122,7 @@ class SweepConfig:
     """The whole sweep: ``grid`` plus any ``extra_grids``, where results go, and how to run."""
 
     name: str = "custom"
-    run_root: str = "wavealign-runs"  # mlflow.db (sqlite), results/ (Parquet) and sweeps/ land here
+    run_root: str = str(DEFAULT_RUN_ROOT)  # its layout: orchestrator.run_root.RunRoot
     grid: GridConfig = field(default_factory=GridConfig)
     extra_grids: dict[str, GridConfig] = field(default_factory=dict)
     variants: dict[str, VariantConfig] = field(default_factory=_library_variants)

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from wavealign.orchestrator import dataset_compat, files
 from wavealign.orchestrator.dataset_compat import json_text as _json
+from wavealign.orchestrator.run_root import RunRoot
 from wavealign.records import Cell, CellResult, Environment
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> pa.Table
 
 
 def results_dir(run_root: str | Path) -> Path:
-    return Path(run_root) / "results"
+    return RunRoot(run_root).results
 
 
 def file_name(sweep_id: str, result_ids: list[str]) -> str:
@@ -243,8 +244,9 @@ def compact(paths: list[Path], chunk: int = 256) -> list[Path]:
 
 QUARANTINE = "_quarantine"
 REASON_SUFFIX = ".reason.txt"  # beside a quarantined file: why it was moved
-# columns of earlier versions that this one dropped, in their files (v1-v4's ncu_requested: measure ncu since v5)
-RETIRED_COLUMNS = ("ncu_requested",)
+# columns of earlier versions that this one dropped, in their files (v1-v4's ncu_requested: measure ncu since v5;
+# skip_mode: AttentionSpec.skip since, its value read from cell_json by dataset_compat)
+RETIRED_COLUMNS = ("ncu_requested", "skip_mode")
 # identity columns a row cannot be without, whatever version of the schema wrote it
 REQUIRED_COLUMNS = ("schema_version", "result_id", "sweep_id", "cell_id", "group_id", "status", "recorded_at")
 # the fewest bytes a row of ours takes in a results file: its result id alone is a uuid4's 122 random bits, which no

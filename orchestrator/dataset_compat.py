@@ -9,7 +9,9 @@ pass every row through here once, so behind them code sees only today's names.
 - without ``generator`` (before cells named it), a model preset's: the cluster generator, which drew them whatever
   the library's default is today;
 - without ``reorderer`` (before cells named it): WaveAlign's own Stage 1 where the variant has a spatial stage, else
-  none.
+  none;
+- a field renamed since (``RENAMED_FIELDS``: ``skip_mode`` is ``skip``): its column taken from ``cell_json``, whose
+  key is renamed too.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ GENERATOR_BEFORE_NAMED = "clusters"  # what drew a model preset's Q/K/V before c
 MEASURERS_SINCE = 5  # the dataset schema version whose rows name their measurer
 # the columns an upgrade may change, and the ones it reads to do so
 UPGRADED_COLUMNS = ("backend", "backend_params", "measure", "measure_params", "cell_json", "run_seq", "seq_k",
-                    "generator", "reorderer")
+                    "generator", "reorderer", "skip")
 SOURCE_COLUMNS = ("schema_version", "cell_json", "seq_len_tokens", "model", "captured", "stages")
 
 
@@ -55,7 +57,7 @@ def upgrade_table(table: pa.Table) -> pa.Table:
     """Dataset rows (as read, with whichever of ``SOURCE_COLUMNS`` a rule needs) in today's fields: the module
     docstring lists the rules. A rule whose columns ``table`` lacks is left out; a table with no old row comes back
     with the same values."""
-    table = _measured_cells(table)
+    table = _renamed_fields(_measured_cells(table))
     names = table.column_names
     if "run_seq" in names:
         table = _set(table, "run_seq", pc.coalesce(table.column("run_seq"), pa.scalar(0, pa.int64())))
@@ -98,6 +100,38 @@ def _measured_cells(table: pa.Table) -> pa.Table:
         for name in columns:
             value = cell if name == "cell_json" else cell[name]
             columns[name][i] = json_text(value) if isinstance(value, dict) else value
+    for name, values in columns.items():
+        table = table.set_column(table.column_names.index(name), name,
+                                 pa.array(values, type=table.schema.field(name).type))
+    return table
+
+
+# a field renamed: AttentionSpec.skip_mode is ``skip`` (Variant.skip's one name); a row written before carries it
+# under its first name in ``cell_json`` only (the dataset's schema has no ``skip_mode`` column to read)
+RENAMED_FIELDS = {"skip_mode": "skip"}
+
+
+def _renamed_fields(table: pa.Table) -> pa.Table:
+    """``table`` with the rows written before a ``RENAMED_FIELDS`` rename in today's names: each such column taken
+    from the row's ``cell_json``, whose keys are renamed too."""
+    names = set(table.column_names)
+    renamed = [new for new in RENAMED_FIELDS.values() if new in names]
+    if table.num_rows == 0 or not renamed or "cell_json" not in names:
+        return table
+    old = [i for i, missing in enumerate(pc.is_null(table.column(renamed[0])).to_pylist()) if missing]
+    if not old:
+        return table
+    columns = {name: table.column(name).to_pylist() for name in (*renamed, "cell_json")}
+    for i in old:
+        if columns["cell_json"][i] is None:
+            continue
+        cell = json.loads(columns["cell_json"][i])
+        for first, new in RENAMED_FIELDS.items():
+            if first in cell:
+                cell[new] = cell.pop(first)
+                if new in columns:
+                    columns[new][i] = cell[new]
+        columns["cell_json"][i] = json_text(cell)
     for name, values in columns.items():
         table = table.set_column(table.column_names.index(name), name,
                                  pa.array(values, type=table.schema.field(name).type))

@@ -34,11 +34,8 @@ from wavealign.orchestrator.record import (
     sync,
     write_run_record,
 )
+from wavealign.orchestrator.run_root import WRITTEN_FOLDERS, RunRoot
 from wavealign.orchestrator.summary import print_summary, sync_command
-
-# the folders a sweep writes in its run root (MLflow's artifacts: those of a store of its own), each checked before
-# any work: writable, and not a link planted to send what it holds elsewhere
-RUN_ROOT_FOLDERS = ("results", "sweeps", "mlartifacts")
 
 
 def run(cfg: DictConfig, console: Console | None = None,
@@ -61,7 +58,7 @@ def run(cfg: DictConfig, console: Console | None = None,
         join.check_run_root(cfg.run_root)
         if not ray.is_initialized():
             join.check(cfg.ray.address)
-        files.check_writable(Path(cfg.run_root), RUN_ROOT_FOLDERS)
+        files.check_writable(Path(cfg.run_root), WRITTEN_FOLDERS)
         with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):
             return _run(cfg, console, on_workers)
 
@@ -81,7 +78,7 @@ def _run(cfg: DictConfig, console: Console | None,
          on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None) -> SweepOutcome:
     console = console or Console()
     run_root = Path(cfg.run_root)
-    for top in (dataset.results_dir(run_root), run_root / "sweeps"):  # made now: one deleted mid-run is caught
+    for top in (RunRoot(run_root).results, RunRoot(run_root).sweeps):  # made now: one deleted mid-run is caught
         files.make_dir(top)
     plan = make_plan(cfg)
     uri = (cfg.mlflow.tracking_uri or tracking.default_tracking_uri(run_root)) if cfg.mlflow.enabled else None

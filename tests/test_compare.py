@@ -24,7 +24,7 @@ STEADY = (1.0, 1.002, 0.998, 1.001, 0.999)  # per-rep times relative to a cell's
 def _cell(tokens: int, **changes) -> Cell:
     cell = Cell.from_flat(dict(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="random", variant="wavealign", stages="both",
-                               skip_mode="force", workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16,
+                               skip="force", workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16,
                                block_size=128, wave_size=4, reps=5, warmup=0))
     return cell.replaced(**changes)
 

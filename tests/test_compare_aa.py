@@ -92,7 +92,7 @@ def _rows(sweep_id: str, times: dict[tuple[int, str], float], shape: tuple[float
     for (tokens, variant), ms in times.items():
         cell = Cell.from_flat(dict(cell_id=f"{variant}-{tokens}", group_id=f"g{tokens}", hardware="cpu",
                                    profile_hardware="h100", backend="reference", method="random", variant=variant,
-                                   stages="none" if variant == "original" else "both", skip_mode="force",
+                                   stages="none" if variant == "original" else "both", skip="force",
                                    workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16,
                                    block_size=128, wave_size=4, reps=len(shape), warmup=0))
         result = CellResult(cell.cell_id, cell.group_id, "done", device="cpu", kernel_ms_median=ms,

@@ -17,7 +17,7 @@ from wavealign.records import Cell
 def cell(backend: str, seed: int, tokens: int = 1024) -> Cell:
     name = f"{backend}-{seed}" + ("" if tokens == 1024 else f"-{tokens}")
     return Cell.from_flat(dict(cell_id=name, group_id=f"g-{name}", hardware="cpu", profile_hardware="h100",
-                               backend=backend, method="dense", variant="original", stages="none", skip_mode="force",
+                               backend=backend, method="dense", variant="original", stages="none", skip="force",
                                workload="shape", seq_len_tokens=tokens, num_heads=2, head_dim=32, block_size=128,
                                wave_size=4, seed=seed))
 

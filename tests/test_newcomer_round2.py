@@ -49,7 +49,7 @@ def test_building_the_metadata_prints_no_setuptools_deprecation(tmp_path):
 def _cell(seed: int, hardware: str = "cpu") -> Cell:
     return Cell.from_flat(dict(cell_id=f"c{seed}{hardware}", group_id=f"g{seed}", hardware=hardware,
                                profile_hardware="h100", backend="reference", method="random", variant="original",
-                               stages="none", skip_mode="force", workload="shape", seq_len_tokens=256, num_heads=1,
+                               stages="none", skip="force", workload="shape", seq_len_tokens=256, num_heads=1,
                                head_dim=16, block_size=128, wave_size=4, seed=seed, reps=1, warmup=0))
 
 

@@ -16,7 +16,7 @@ import torch
 from wavealign import fingerprint, launch_order, masks
 from wavealign.jobs import cli
 from wavealign.masks import svg2
-from wavealign.orchestrator import dataset, record, sqlite_store, tracking
+from wavealign.orchestrator import dataset, record, run_root, sqlite_store, tracking
 from wavealign.records import Cell, CellResult
 
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
@@ -67,7 +67,7 @@ def _rows(sweep_id: str, ms: float) -> list[dict]:
     for tokens in (512, 1024, 2048):
         cell = Cell.from_flat(dict(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu",
                                    profile_hardware="h100", backend="reference", method="random",
-                                   variant="original", stages="none", skip_mode="force", workload="shape",
+                                   variant="original", stages="none", skip="force", workload="shape",
                                    seq_len_tokens=tokens, num_heads=1, head_dim=16, block_size=128, wave_size=4,
                                    reps=4, warmup=0))
         result = CellResult(cell.cell_id, cell.group_id, "done", kernel_ms_median=ms,
@@ -260,7 +260,7 @@ def test_a_read_only_run_root_s_store_is_read_as_it_stands(tmp_path):
     for path in [moved, *moved.rglob("*")]:
         path.chmod(path.stat().st_mode & ~0o222)
     try:
-        assert sqlite_store.relocate(moved / sqlite_store.STORE_NAME, moved) == 0
+        assert sqlite_store.relocate(moved / run_root.STORE, moved) == 0
     finally:
         for path in [moved, *moved.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o200)

@@ -16,7 +16,7 @@ import pytest
 
 from wavealign import pipeline
 from wavealign.jobs import cli
-from wavealign.orchestrator import dataset, lock
+from wavealign.orchestrator import dataset, lock, run_root
 from wavealign.records import Cell
 
 SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _rows(n: int) -> list[dict]:
     cells = [Cell.from_flat(dict(cell_id=f"c{i}", group_id=f"g{i}", hardware="cpu", profile_hardware="h100",
                                  backend="reference", method="random", variant="original", stages="none",
-                                 skip_mode="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
+                                 skip="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
                                  block_size=128, wave_size=4, reps=1, warmup=0,
                                  method_params={"density": 0.5, "seed": i})) for i in range(n)]
     return [dataset.make_row(c, pipeline.run_cell(c), sweep_id=SWEEP, sweep_name="t") for c in cells]
@@ -80,7 +80,7 @@ def test_a_second_driver_on_a_run_root_is_refused_naming_the_holder(tmp_path):
         holder.kill()
         holder.wait()
     with lock.hold(tmp_path, "wavealign sweep mine"):  # the kernel released the dead holder's lock
-        assert json.loads((tmp_path / lock.LOCK_NAME).read_text())["pid"] == os.getpid()
+        assert json.loads((tmp_path / run_root.LOCK).read_text())["pid"] == os.getpid()
 
 
 def test_sigterm_stops_a_sweep_like_ctrl_c_keeping_rows_summary_and_run_record(tmp_path):

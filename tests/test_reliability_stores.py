@@ -34,7 +34,7 @@ SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 def _cells(n: int, start: int = 0) -> list[Cell]:
     return [Cell.from_flat(dict(cell_id=f"c{i}", group_id=f"g{i}", hardware="cpu", profile_hardware="h100",
                                 backend="reference", method="random", variant="original", stages="none",
-                                skip_mode="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
+                                skip="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
                                 block_size=128, wave_size=4, reps=1, warmup=0,
                                 method_params={"density": 0.5, "seed": i})) for i in range(start, start + n)]
 

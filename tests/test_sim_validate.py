@@ -138,7 +138,7 @@ def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
     rows = []
     for stages, variant in (("none", "original"), ("both", "wavealign")):
         cell = Cell.from_flat(dict(cell_id=variant, group_id="g", hardware="h200", profile_hardware="h200",
-                                   backend="flex", method="planted", variant=variant, stages=stages, skip_mode="force",
+                                   backend="flex", method="planted", variant=variant, stages=stages, skip="force",
                                    workload="shape-2h", seq_len_tokens=2048, num_heads=2, head_dim=128, block_size=128,
                                    wave_size=WAVE, method_params={"density": 0.3, "seed": 4}, measure="ncu"))
         [predicted] = pipeline.run_group([cell.replaced(measure="simulated")])

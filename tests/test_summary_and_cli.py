@@ -27,7 +27,7 @@ LENGTHS = (512, 1024)
 def make_cell(**changes) -> Cell:
     cell = Cell.from_flat(dict(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="planted", variant="original", stages="none",
-                               skip_mode="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
+                               skip="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
                                block_size=128, wave_size=4, reps=2, warmup=0))
     return cell.replaced(**changes)
 

@@ -21,7 +21,7 @@ import traceback
 
 import torch
 
-from wavealign import environment, measurers, metrics, placement, skip
+from wavealign import environment, measurers, metrics, placement, skip, variants
 from wavealign.attention import AttentionStep
 from wavealign.inputs import QKV, InputCache, InputRequest, launch_shape
 from wavealign.inputs import key as input_key
@@ -157,7 +157,7 @@ def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
     for r in results:
         if r.status == "done":
             r.total_ms = r.reorder_ms + r.kernel_ms_median
-    baseline = next((r for c, r in zip(cells, results, strict=True) if metrics.is_baseline(c.attention.variant)
+    baseline = next((r for c, r in zip(cells, results, strict=True) if variants.of_spec(c.attention).is_baseline
                      and r.status == "done" and r.kernel_ms_median > 0), None)
     if baseline is None:
         return

@@ -23,10 +23,9 @@ from wavealign.launch_order import block_gather, plan_graphs
 from wavealign.launch_order.candidates import candidate_name
 from wavealign.launch_order.stage2 import temporal_order
 from wavealign.records import MAX_WAVE_SIZE as MAX_WAVE_SIZE
+from wavealign.records import SPATIAL_STAGES, TEMPORAL_STAGES
 from wavealign.records import STAGES as STAGES
 
-# how the paper's figures name each stage set (Fig. 12's ablation)
-PAPER_LABELS = {"none": "Original", "spatial": "O+S1", "temporal": "O+S2", "both": "O+S1+S2"}
 # the orders made here (``plan``, ``from_perm``, ``identity``), by id: their permutations are known to be valid, so
 # a launch takes them without a check that waits for the GPU; any other RowOrder (built by hand, or copied with
 # ``dataclasses.replace``) is checked where a launch takes it (``check_launch_order``)
@@ -160,9 +159,9 @@ def plan(mask: MaskLike, wave_size: int = 132, stages: str = "both", seed: int =
 
     def order_of(rows: torch.Tensor) -> torch.Tensor:
         order = torch.arange(mb, device=rows.device).expand(rows.shape[0], mb)
-        if stages in ("spatial", "both") and rows.shape[0]:
+        if stages in SPATIAL_STAGES and rows.shape[0]:
             order = grouping.group(rows, wave_size=wave_size, seed=seed, **params).to(rows.device)
-        if stages in ("temporal", "both"):
+        if stages in TEMPORAL_STAGES:
             order = temporal_order(row_nnz(rows), order, wave_size)  # the row lengths Stage 2 sorts by
         return order
 

@@ -38,7 +38,8 @@ class Reorderer:
     checks: Mapping[str, Callable[[str, Any], Any]]
     description: str
     reference: str
-    label: str  # how tables and figures name it (Table II: "MinHash"; "MinHash+S2" followed by Stage 2)
+    label: str  # how tables and figures name it (Table II: "MinHash")
+    staged_label: str  # how they name it followed by Stage 2 (Table II: "MinHash+S2")
     color: str | None  # its colour in figures (a matplotlib colour); None: one fixed by its name
     # a compiled host library with no JIT times its first call; torch code is timed after a warm-up call
     needs_warmup: bool = True
@@ -61,15 +62,19 @@ STEP_PARAMS = ("latent", "block_size")
 def register(name: str, group: Callable[..., torch.Tensor], params: dict[str, Any], description: str,
              reference: str, checks: dict[str, Callable[[str, Any], Any]] | None = None,
              needs_warmup: bool = True, cuda_graph: bool = False, label: str | None = None,
-             color: str | None = None, types: dict[str, Any] | None = None) -> Reorderer:
-    """File a reorderer under ``name`` (``label`` and ``color``: how tables and figures show it, default its name
-    and a colour fixed by it); called once by its own module."""
+             staged_label: str | None = None, color: str | None = None, types: dict[str, Any] | None = None
+             ) -> Reorderer:
+    """File a reorderer under ``name`` (``label``, ``staged_label`` and ``color``: how tables and figures show it,
+    alone and followed by Stage 2, default its name, that name + "+S2", and a colour fixed by its name; ``types``:
+    the types of params whose default says none); called once by its own module."""
     checks = dict(checks or {})
     missing = sorted(set(params) - set(checks))
     if missing:
         raise ValueError(f"reorderer {name!r} gives no check for parameter(s) {missing}")
+    label = label or name
     entry = Reorderer(name, group, MappingProxyType(dict(params)), MappingProxyType(checks), description, reference,
-                      label or name, color, needs_warmup, cuda_graph, MappingProxyType(dict(types or {})))
+                      label, staged_label or f"{label}+S2", color, needs_warmup, cuda_graph,
+                      MappingProxyType(dict(types or {})))
     return REGISTRY.register(name)(entry)
 
 

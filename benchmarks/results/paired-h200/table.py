@@ -13,7 +13,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from wavealign import metrics
+from wavealign import metrics, variants
 from wavealign.orchestrator import dataset
 
 
@@ -35,7 +35,7 @@ def main(out: Path) -> None:
           "| reps run 1 / run 2 | verdicts |")
     print("|---|---|---|---|---|---|---|---|---|")
     for (method, variant), cells in sorted(table.items()):
-        if metrics.is_baseline(variant):
+        if variants.get(variant).is_baseline:
             continue
         for mode in ("blocked", "paired"):
             a, b = cells.get((mode, "run1")), cells.get((mode, "run2"))

@@ -156,7 +156,7 @@ def check(name: str, action) -> dict:
 def checks(out: Path, load_root: Path | None) -> list[dict]:
     from test_reliability_stores import _flip_bytes, _rows  # the tests' own crafted rows and damage
 
-    from wavealign.orchestrator import dataset, files, lock, mlflow_server, record, sqlite_store, sweep
+    from wavealign.orchestrator import dataset, files, lock, mlflow_server, record, run_root, sqlite_store, sweep
 
     rows = []
     root = out / "lock"
@@ -170,7 +170,7 @@ def checks(out: Path, load_root: Path | None) -> list[dict]:
     root.mkdir()
     (root / "results").symlink_to(out)
     rows.append(check("4: files.check_writable, results a link",
-                      lambda: files.check_writable(root, sweep.RUN_ROOT_FOLDERS)))
+                      lambda: files.check_writable(root, run_root.WRITTEN_FOLDERS)))
     root = out / "damaged"
     paths = [p for i in range(3) for p in dataset.write(root, _rows(1, start=i))]
     stat = paths[1].stat()

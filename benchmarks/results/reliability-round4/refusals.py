@@ -99,7 +99,7 @@ def parquet_bomb(work: Path) -> tuple[str, object]:
     root = Path(tempfile.mkdtemp(prefix="bomb-", dir=work))  # a fresh run root each time
     cell = Cell.from_flat(dict(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="random", variant="original", stages="none",
-                               skip_mode="force", workload="shape", seq_len_tokens=512, num_heads=1, head_dim=16,
+                               skip="force", workload="shape", seq_len_tokens=512, num_heads=1, head_dim=16,
                                block_size=128, wave_size=4, reps=1, warmup=0))
     dataset.write(root, [dataset.make_row(cell, CellResult("c", "g", "done", kernel_ms_median=1.0,
                                                            kernel_ms_reps=[1.0]), sweep_id="a" * 16,
