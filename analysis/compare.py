@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.load import latest_per_configuration, load, sweep_parent_runs
+from analysis.plotting import bar_style
+from analysis.report import readable
+from orchestrator import dataset, files
+from orchestrator.run_root import RunRoot
 from wavealign import metrics, variants
-from wavealign.analysis.load import latest_per_configuration, load, sweep_parent_runs
-from wavealign.analysis.plotting import bar_style
-from wavealign.analysis.report import readable
-from wavealign.orchestrator import dataset, files
-from wavealign.orchestrator.run_root import RunRoot
 from wavealign.records import order_name
 
 # what a cell measures, for matching across sweeps (the ids also hash the code's fingerprint, so they never match);
@@ -99,7 +99,7 @@ class SideState:
 
 def side_state(side: Side, sweep_ids: list[str]) -> SideState:
     """The highest load per CPU among the side's sweeps' latest run records (the busiest run bounds its cells)."""
-    from wavealign.orchestrator.record import latest_run_record, sweep_folder
+    from orchestrator.record import latest_run_record, sweep_folder
 
     loads, cpus = [], None
     for sweep_id in sweep_ids:
@@ -523,7 +523,7 @@ def log_to_mlflow(comparison: Comparison, files: ComparisonFiles, tracking_uri: 
     metrics, the CSV and HTML as artifacts; returns its run id."""
     from mlflow.tracking import MlflowClient
 
-    from wavealign.analysis.load import SWEEP_KIND_TAG
+    from analysis.load import SWEEP_KIND_TAG
     tags = {SWEEP_KIND_TAG: "compare", f"{COMPARE_TAG}tolerance": str(comparison.tolerance)}
     for name, side, sweep_ids in (("a", comparison.a, comparison.a_sweep_ids),
                                   ("b", comparison.b, comparison.b_sweep_ids)):

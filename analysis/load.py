@@ -1,7 +1,7 @@
 """Read sweep results into one pandas DataFrame: from a run root's Parquet dataset, or from an MLflow
 experiment whose sweep parent runs point at their datasets.
 
-Rows keep the dataset schema's columns (``wavealign.orchestrator.dataset.SCHEMA``), rows written before today's
+Rows keep the dataset schema's columns (``orchestrator.dataset.SCHEMA``), rows written before today's
 fields read in them (``dataset_compat``, as ``dataset.read`` reads), newest row per cell configuration (a cell
 re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once); Nsight Compute
 figures are the dataset's flat ``ncu_*`` columns.
@@ -15,10 +15,10 @@ from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.run_root import DEFAULT_RUN_ROOT as DEFAULT_RUN_ROOT
-from wavealign.orchestrator.run_root import RESULTS, RunRoot, run_root_state
-from wavealign.orchestrator.run_root import is_run_root as is_run_root
+from orchestrator import dataset
+from orchestrator.run_root import DEFAULT_RUN_ROOT as DEFAULT_RUN_ROOT
+from orchestrator.run_root import RESULTS, RunRoot, run_root_state
+from orchestrator.run_root import is_run_root as is_run_root
 from wavealign.records import Cell
 
 UNPLACED = "unschedulable"  # the status of a cell no node could take (``dataset.STATUSES``)
@@ -91,8 +91,8 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from wavealign.orchestrator import mlflow_server
-    from wavealign.orchestrator.redact import redact
+    from orchestrator import mlflow_server
+    from orchestrator.redact import redact
 
     if (reason := mlflow_server.unanswered(tracking_uri)) is not None:
         raise ValueError(f"runs={experiment!r}: MLflow at {redact(tracking_uri)} does not answer ({reason})")

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.plotting import done_cells, is_baseline, is_simulated, panel_grid, row_variants
 from wavealign import skip
-from wavealign.analysis.plotting import done_cells, is_baseline, is_simulated, panel_grid, row_variants
 
 FEATURE_COLUMNS = ("num_q_blocks", "num_kv_blocks", "seq_len_tokens", "density", "nnz_mean", "nnz_cv",
                    "adjacent_jaccard", "wave_working_set_bytes", "working_set_over_l2", "num_heads")

@@ -8,9 +8,8 @@ import math
 
 import pandas as pd
 
-from wavealign import metrics, reorderers
-from wavealign.analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
-from wavealign.analysis.plotting import (
+from analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
+from analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
     done_cells,
@@ -21,6 +20,7 @@ from wavealign.analysis.plotting import (
     relative_to_original,
     row_variants,
 )
+from wavealign import metrics, reorderers
 from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, SPATIAL_STAGES, TEMPORAL_STAGES, order_name
 
 GROUP_KEYS = ["hardware", "backend", "method"]

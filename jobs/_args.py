@@ -1,5 +1,5 @@
 """The command line's one convention for mistakes: a bad argument is a ``UsageError`` (or another ``ValueError``)
-whose message names the argument, the value and what was expected; ``wavealign.jobs.cli`` prints it as one line on
+whose message names the argument, the value and what was expected; ``jobs.cli`` prints it as one line on
 stderr and exits 2, before any work.
 
 One convention for arguments: every command's own options are flags (``--run-root DIR``, ``--dry-run``). The
@@ -103,7 +103,7 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
     """For a command that composes a sweep config: a ``UsageError`` for the first flag-like item that is not one of
     its ``own_flags``, with the own flag it most likely meant, else the override (``--run-root x`` -> ``run_root=x``;
     ``--tracking-uri x`` -> ``mlflow.tracking_uri=x``, the nearest of the ``known()`` config paths)."""
-    from wavealign.orchestrator.config_errors import suggest
+    from orchestrator.config_errors import suggest
 
     for index, item in enumerate(argv):
         if not item.startswith("-") or item.split("=")[0] in own_flags:

@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-mlflow", action="store_true", help="record to Parquet only")
     parser.add_argument("--run-root", default=None, help="default: a fresh temporary folder")
     args = parser.parse_args(argv)
-    from wavealign.orchestrator import config, sweep
+    from orchestrator import config, sweep
 
     root = args.run_root or tempfile.mkdtemp(prefix="wavealign-bench-")
     cfg = config.load(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",

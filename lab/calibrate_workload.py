@@ -63,15 +63,15 @@ from typing import TYPE_CHECKING, Any
 
 from common import argument_parser, run_study, write_csv
 
-from wavealign.analysis.paper import (
+from analysis.paper import (
     DENSITY_TOLERANCE_PTS,
     L2_RATIO_TOLERANCE,
     L2_TOLERANCE_PTS,
     TABLE_I_DENSITY,
     TABLE_I_L2_HIT_PCT,
 )
-from wavealign.analysis.paper import TABLE_I_METHODS as METHODS
-from wavealign.jobs._args import add_workload_arguments, output_folder
+from analysis.paper import TABLE_I_METHODS as METHODS
+from jobs._args import add_workload_arguments, output_folder
 
 if TYPE_CHECKING:  # numpy, torch and the library: each function imports what it runs, once arguments parse
     import numpy as np

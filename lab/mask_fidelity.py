@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from common import argument_parser, run_study, write_csv
 
+from analysis.paper import TABLE_I_DENSITY as PAPER_DENSITY
+from analysis.paper import TABLE_I_METHODS as METHODS
+from jobs._args import UsageError, add_workload_arguments, output_folder
 from wavealign import hardware
-from wavealign.analysis.paper import TABLE_I_DENSITY as PAPER_DENSITY
-from wavealign.analysis.paper import TABLE_I_METHODS as METHODS
-from wavealign.jobs._args import UsageError, add_workload_arguments, output_folder
 from wavealign.records import InputSpec
 
 if TYPE_CHECKING:  # the library's masks and workloads import torch: main imports them once its arguments parse

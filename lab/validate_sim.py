@@ -34,8 +34,8 @@ from typing import Any
 
 from common import argument_parser, run_study, write_csv
 
+from jobs._args import output_folder
 from wavealign import hardware
-from wavealign.jobs._args import output_folder
 from wavealign.records import Cell
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
@@ -188,8 +188,8 @@ def _sweep_cells(conf: Path, hw: str, backend: str, method: str, params: str, se
     """The cells of a one-launch sweep on ``hw``: the mask ``method`` with ``params`` (JSON) on a bare shape of
     ``heads`` x ``seq_len`` tokens x ``head_dim`` (a workload written under ``conf``), one forced variant per
     stage set."""
+    from orchestrator import config, grid
     from wavealign import variants
-    from wavealign.orchestrator import config, grid
 
     workload = f"table-{heads}h-{head_dim}"
     (conf / "workload").mkdir(exist_ok=True)
@@ -206,8 +206,8 @@ def _sweep_cells(conf: Path, hw: str, backend: str, method: str, params: str, se
 
 def from_run_root(run_root: Path) -> list[Measured]:
     """The measured cells of a sweep: done GPU rows with Nsight Compute counters, newest per cell."""
+    from analysis.load import load
     from wavealign import variants
-    from wavealign.analysis.load import load
 
     frame = load(run_root)
     measured = []

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from wavealign.orchestrator.config_compose import compose
-from wavealign.orchestrator.config_entries import group_entry as group_entry
-from wavealign.orchestrator.config_schema import CONF_DIR as CONF_DIR
-from wavealign.orchestrator.config_schema import ConfigError as ConfigError
-from wavealign.orchestrator.config_schema import GridConfig as GridConfig
-from wavealign.orchestrator.config_validate import validate as validate
-from wavealign.orchestrator.redact import redact_tree
+from orchestrator.config_compose import compose
+from orchestrator.config_entries import group_entry as group_entry
+from orchestrator.config_schema import CONF_DIR as CONF_DIR
+from orchestrator.config_schema import ConfigError as ConfigError
+from orchestrator.config_schema import GridConfig as GridConfig
+from orchestrator.config_validate import validate as validate
+from orchestrator.redact import redact_tree
 
 # overrides that say how to run, not what: left out of the repro commands a sweep's rows carry
 _NOT_REPRODUCED = ("only_cells=", "force=")

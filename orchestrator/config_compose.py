@@ -26,8 +26,8 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from wavealign.orchestrator.config_errors import explain, suggest
-from wavealign.orchestrator.config_schema import (
+from orchestrator.config_errors import explain, suggest
+from orchestrator.config_schema import (
     CONF_DIR,
     ConfigError,
     GridConfig,
@@ -35,8 +35,8 @@ from wavealign.orchestrator.config_schema import (
     key_paths,
     schema_field,
 )
-from wavealign.orchestrator.dataset_compat import NCU_SWITCH, SIM_BACKEND, SIM_DEFAULT_KERNEL, SIM_KERNEL
-from wavealign.orchestrator.grid_axes import grids
+from orchestrator.dataset_compat import NCU_SWITCH, SIM_BACKEND, SIM_DEFAULT_KERNEL, SIM_KERNEL
+from orchestrator.grid_axes import grids
 
 GRAMMAR_URL = "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"
 # OmegaConf's resolvers that read the environment (``env`` is its old spelling): a sweep records its resolved config

@@ -13,8 +13,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from wavealign.orchestrator.config_errors import explain
-from wavealign.orchestrator.config_schema import CONF_DIR, ConfigError, WorkloadConfig, check_fields
+from orchestrator.config_errors import explain
+from orchestrator.config_schema import CONF_DIR, ConfigError, WorkloadConfig, check_fields
 
 
 def search_dirs(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> list[Path]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf.errors import ValidationError
 
-from wavealign.orchestrator.config_schema import GridConfig, field_default
+from orchestrator.config_schema import GridConfig, field_default
 
 # how a message names what a field of each type takes, one value and several
 _ONE = {bool: "true or false", int: "an integer", float: "a number", str: "a text"}

@@ -17,8 +17,8 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
+from orchestrator.run_root import DEFAULT_RUN_ROOT
 from wavealign import conf_dir, variants
-from wavealign.orchestrator.run_root import DEFAULT_RUN_ROOT
 from wavealign.records import CPU, MAX_SEED, MAX_WAVE_SIZE, STAGES
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel

@@ -15,11 +15,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from wavealign import hardware, registry, variants
-from wavealign.orchestrator.config_entries import group_entry, search_dirs
-from wavealign.orchestrator.config_errors import expected, fits, suggest
-from wavealign.orchestrator.config_schema import AXES, CONF_DIR, MAX_SEQ_K, ConfigError, SweepConfig, check_fields
-from wavealign.orchestrator.grid_axes import (
+from orchestrator.config_entries import group_entry, search_dirs
+from orchestrator.config_errors import expected, fits, suggest
+from orchestrator.config_schema import AXES, CONF_DIR, MAX_SEQ_K, ConfigError, SweepConfig, check_fields
+from orchestrator.grid_axes import (
     KINDS,
     block_size_for,
     declared_params,
@@ -28,7 +27,8 @@ from wavealign.orchestrator.grid_axes import (
     param_axes,
     param_combinations,
 )
-from wavealign.orchestrator.redact import redact
+from orchestrator.redact import redact
+from wavealign import hardware, registry, variants
 from wavealign.records import CPU, SPATIAL_STAGES
 
 # ray.init's addresses: 'auto', 'local', a head's host:port, or Ray Client's ray://host[:port]

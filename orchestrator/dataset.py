@@ -29,9 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from wavealign.orchestrator import dataset_compat, files
-from wavealign.orchestrator.dataset_compat import json_text as _json
-from wavealign.orchestrator.run_root import RunRoot
+from orchestrator import dataset_compat, files
+from orchestrator.dataset_compat import json_text as _json
+from orchestrator.run_root import RunRoot
 from wavealign.records import Cell, CellResult, Environment
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
+from orchestrator import stop
+from orchestrator.progress import SweepProgress
+from orchestrator.record import Recorder
 from wavealign import measurers, metrics, variants
-from wavealign.orchestrator import stop
-from wavealign.orchestrator.progress import SweepProgress
-from wavealign.orchestrator.record import Recorder
 from wavealign.pipeline import inputs_key
 from wavealign.placement import CPU_POOLS, POOL_WORKERS, WAITS_FOR, pool
 from wavealign.records import Cell
@@ -80,7 +80,7 @@ def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder:
     on the CPUs the GPU actors leave: one for the cells timed on a CPU (``POOL_WORKERS``), so that no two time on one
     machine at once; as many as the CPUs left allow for simulated cells. Each actor is named after the ``sweep``
     (``sweep_label``) and its placement."""
-    from wavealign.orchestrator import cluster
+    from orchestrator import cluster
 
     inv = cluster.inventory()
     deadline = time.monotonic() + cfg.ray.wait_timeout_s

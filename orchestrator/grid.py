@@ -26,10 +26,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from wavealign import attention, fingerprint, kernels, masks, placement, variants
-from wavealign.orchestrator.config_entries import group_entry, search_dirs
-from wavealign.orchestrator.config_schema import CONF_DIR, GridConfig
-from wavealign.orchestrator.grid_axes import (
+from orchestrator.config_entries import group_entry, search_dirs
+from orchestrator.config_schema import CONF_DIR, GridConfig
+from orchestrator.grid_axes import (
     axis_product,
     block_size_for,
     grids,
@@ -37,6 +36,7 @@ from wavealign.orchestrator.grid_axes import (
     param_combinations,
     profile_hardware,
 )
+from wavealign import attention, fingerprint, kernels, masks, placement, variants
 from wavealign.records import NO_REORDERER, Cell
 
 # the grid's lists that pick the blocks of cells and their launch orders (``_blocks``, ``_orders``), and the two a cell

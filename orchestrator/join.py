@@ -48,11 +48,11 @@ from ray.exceptions import AuthenticationError
 from ray.job_config import JobConfig
 
 import wavealign
+from orchestrator import cluster
+from orchestrator.config_schema import ConfigError
+from orchestrator.config_validate import RAY_ADDRESS
+from orchestrator.run_root import DEFAULT_RUN_ROOT
 from wavealign import user_config
-from wavealign.orchestrator import cluster
-from wavealign.orchestrator.config_schema import ConfigError
-from wavealign.orchestrator.config_validate import RAY_ADDRESS
-from wavealign.orchestrator.run_root import DEFAULT_RUN_ROOT
 from wavealign.registry import PLUGINS_ENV
 from wavealign.skip.profile import PROFILE_DIR_ENV
 

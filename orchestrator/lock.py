@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wavealign.orchestrator import files
-from wavealign.orchestrator.redact import redact
-from wavealign.orchestrator.run_root import RunRoot
+from orchestrator import files
+from orchestrator.redact import redact
+from orchestrator.run_root import RunRoot
 
 _MAX_HOLDER_BYTES = 64 * 1024  # what a refusal reads of ``.lock``: a holder note is a few hundred bytes
 

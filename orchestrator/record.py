@@ -19,11 +19,11 @@ from typing import Any
 import pyarrow.dataset as ds
 from omegaconf import DictConfig
 
+from orchestrator import dataset, files, tracking
+from orchestrator.plan import SweepPlan
+from orchestrator.redact import redact
+from orchestrator.run_root import RunRoot
 from wavealign.measurers.timed import calls as timed_calls
-from wavealign.orchestrator import dataset, files, tracking
-from wavealign.orchestrator.plan import SweepPlan
-from wavealign.orchestrator.redact import redact
-from wavealign.orchestrator.run_root import RunRoot
 from wavealign.placement import CPU_POOLS
 from wavealign.records import Cell
 

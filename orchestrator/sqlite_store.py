@@ -26,9 +26,9 @@ import time
 import uuid
 from pathlib import Path
 
-from wavealign.orchestrator import files, mlflow_server
-from wavealign.orchestrator.redact import redact
-from wavealign.orchestrator.run_root import ARTIFACTS, STORE, RunRoot
+from orchestrator import files, mlflow_server
+from orchestrator.redact import redact
+from orchestrator.run_root import ARTIFACTS, STORE, RunRoot
 
 _log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.markup import escape
 
-from wavealign.orchestrator import config, dataset, dispatch, files, lock, netns, sqlite_store, stop, tracking, watchdog
-from wavealign.orchestrator.plan import SweepPlan, make_plan
-from wavealign.orchestrator.progress import SweepProgress
-from wavealign.orchestrator.record import (
+from orchestrator import config, dataset, dispatch, files, lock, netns, sqlite_store, stop, tracking, watchdog
+from orchestrator.plan import SweepPlan, make_plan
+from orchestrator.progress import SweepProgress
+from orchestrator.record import (
     Recorder,
     SweepOutcome,
     end_parent_run,
@@ -34,8 +34,8 @@ from wavealign.orchestrator.record import (
     sync,
     write_run_record,
 )
-from wavealign.orchestrator.run_root import WRITTEN_FOLDERS, RunRoot
-from wavealign.orchestrator.summary import print_summary, sync_command
+from orchestrator.run_root import WRITTEN_FOLDERS, RunRoot
+from orchestrator.summary import print_summary, sync_command
 
 
 def run(cfg: DictConfig, console: Console | None = None,
@@ -49,7 +49,7 @@ def run(cfg: DictConfig, console: Console | None = None,
     in seconds (``join.CannotJoin``), and a run root that cannot be written is one line (``files.StorageError``)."""
     import ray
 
-    from wavealign.orchestrator import join
+    from orchestrator import join
 
     if cfg.ray.private_network and not netns.inside():
         raise config.ConfigError("ray.private_network=true runs through `wavealign sweep` only (it restarts the "
@@ -154,7 +154,7 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
     request leaves as ``KeyboardInterrupt`` (or as ``dispatch`` returning True); the caller ends the sweep."""
     import ray
 
-    from wavealign.orchestrator import join
+    from orchestrator import join
 
     owns_ray = not ray.is_initialized()
     label = dispatch.sweep_label(cfg.name, plan.sweep_id)

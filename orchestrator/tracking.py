@@ -39,12 +39,12 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
+from orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
+from orchestrator.files import StorageError
+from orchestrator.redact import redact
+from orchestrator.run_root import RunRoot
 from wavealign import metrics as metrics_lib  # the local name metrics is MLflow's, in the logging code
 from wavealign import variants
-from wavealign.orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
-from wavealign.orchestrator.files import StorageError
-from wavealign.orchestrator.redact import redact
-from wavealign.orchestrator.run_root import RunRoot
 from wavealign.records import order_name
 
 TAG = "wavealign."
@@ -308,7 +308,7 @@ def run_name(row: dict[str, Any]) -> str:
 
 def has_dataset(run: Run, run_root: Path) -> bool:
     """Whether ``run`` has ``run_root``'s results folder as a dataset input (``log_dataset``): what
-    ``wavealign.analysis.load`` follows from an experiment to its rows."""
+    ``analysis.load`` follows from an experiment to its rows."""
     source = _results_uri(run_root)
     return any(d.dataset.source == source for d in (run.inputs.dataset_inputs if run.inputs else []))
 

@@ -9,12 +9,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 from sweeps import run_test_sweep
 
-from wavealign import analysis
-from wavealign.analysis import figures
-from wavealign.analysis import report as analysis_report
-from wavealign.analysis.load import latest_per_configuration, with_derived_columns
-from wavealign.analysis.plotting import SIMULATED_LABEL
-from wavealign.jobs import report
+import analysis
+from analysis import figures
+from analysis import report as analysis_report
+from analysis.load import latest_per_configuration, with_derived_columns
+from analysis.plotting import SIMULATED_LABEL
+from jobs import report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

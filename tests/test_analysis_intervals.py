@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection
 
+from analysis import figures, plotting, report, tables
 from wavealign import metrics
-from wavealign.analysis import figures, plotting, report, tables
 
 
 def _row(hardware: str, stages: str, reorderer: str, kernel_ms: float, reorder_ms: float, simulated: bool,

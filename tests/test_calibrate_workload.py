@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
+from analysis.paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
 from wavealign import workloads
-from wavealign.analysis.paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
 from wavealign.workloads.clusters import HEAD_TYPES, GeneratorConfig
 
 cal = lab_studies.study("calibrate_workload")

@@ -13,7 +13,7 @@ from pathlib import Path
 import lab_studies
 import pytest
 
-from wavealign.jobs import cli
+from jobs import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -104,7 +104,7 @@ def test_with_wavealign_traceback_set_the_mistake_is_raised_to_show_where(monkey
 @pytest.mark.parametrize("columns", ["80", "200"])
 def test_a_mistake_from_the_console_script_at_any_width_is_one_line_without_traceback(columns, tmp_path):
     # a real process without a terminal, as CI runs it: nothing reads the width to wrap the line
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sync-mlflow", f"run_root={tmp_path / 'x'}"],
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "sync-mlflow", f"run_root={tmp_path / 'x'}"],
                           capture_output=True, text=True, timeout=120, cwd=REPO,
                           env={**_environment(), "COLUMNS": columns})
     assert done.returncode == 2 and done.stdout == ""

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from orchestrator import config, grid
 from wavealign import kernels, masks, measurers, registry
-from wavealign.orchestrator import config, grid
 
 CONF = Path(config.CONF_DIR)
 # a small CPU-only grid the expansion tests start from
@@ -211,8 +211,8 @@ def test_cell_ids_are_stable_and_distinct():
 
 
 def test_a_code_change_gives_new_cell_group_and_sweep_ids(monkeypatch):
+    from orchestrator import plan
     from wavealign import fingerprint
-    from wavealign.orchestrator import plan
 
     cfg = config.load(CPU_GRID)
     before, sweep_before = grid.expand(cfg).cells, plan.sweep_id(cfg)

@@ -12,8 +12,8 @@ import lab_studies
 import pytest
 import torch
 
+from orchestrator import config, grid
 from wavealign import inputs, masks, workloads
-from wavealign.orchestrator import config, grid
 
 mask_fidelity = lab_studies.study("mask_fidelity")
 

@@ -18,10 +18,10 @@ from mlflow.tracking import MlflowClient
 from rich.console import Console
 from test_bench_kernels import CPU_BENCH
 
-from wavealign import analysis
-from wavealign.jobs import cli, sync_mlflow
-from wavealign.orchestrator import config, dataset, record, sweep, tracking
-from wavealign.orchestrator.summary import runnable
+import analysis
+from jobs import cli, sync_mlflow
+from orchestrator import config, dataset, record, sweep, tracking
+from orchestrator.summary import runnable
 
 # two tiny exact reference-kernel cells on this CPU: the original and its reordered variant
 TINY = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from orchestrator import dataset
 from wavealign import pipeline
-from wavealign.orchestrator import dataset
 from wavealign.records import Cell, CellResult, Environment
 
 DATA = Path(__file__).resolve().parent / "data"

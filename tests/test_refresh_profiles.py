@@ -9,10 +9,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 from sweeps import run_test_sweep
 
-from wavealign import analysis, hardware, skip
-from wavealign.analysis import profiles, skipfit
-from wavealign.jobs import refresh_profiles
-from wavealign.orchestrator import dataset
+import analysis
+from analysis import profiles, skipfit
+from jobs import refresh_profiles
+from orchestrator import dataset
+from wavealign import hardware, skip
 from wavealign.pipeline import Cell, CellResult
 
 HARDWARE = "h100"

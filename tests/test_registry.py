@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.grid_axes import KINDS, declared_params, entry
 from wavealign import registry
-from wavealign.orchestrator.grid_axes import KINDS, declared_params, entry
 
 
 def _entries() -> list[tuple[str, str]]:

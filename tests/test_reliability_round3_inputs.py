@@ -19,10 +19,10 @@ import pytest
 import torch
 from test_reliability_runs import _parent_status, _sweep, _until
 
+from jobs import cli
+from orchestrator import config, dataset, plan, stop, watchdog
 from wavealign import bounded, kernels, launch_order, masks, sim, workloads
-from wavealign.jobs import cli
 from wavealign.masks import synthetic
-from wavealign.orchestrator import config, dataset, plan, stop, watchdog
 
 # a small CPU-only grid (2 cells) the config cases start from
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",

@@ -23,11 +23,11 @@ from omegaconf import OmegaConf
 from test_reliability_runs import _holder
 from test_reliability_stores import SWEEP, _cells, _flip_bytes, _rows
 
-from wavealign.analysis.load import latest_per_configuration
-from wavealign.jobs import cli, sync_mlflow
-from wavealign.jobs import sweep as sweep_job
-from wavealign.orchestrator import dataset, files, lock, record, run_root, sqlite_store, tracking
-from wavealign.orchestrator.redact import redact
+from analysis.load import latest_per_configuration
+from jobs import cli, sync_mlflow
+from jobs import sweep as sweep_job
+from orchestrator import dataset, files, lock, record, run_root, sqlite_store, tracking
+from orchestrator.redact import redact
 
 ONE_CELL = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
             "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]", "grid.reps=1", "grid.warmup=0",

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from jobs import cli
+from orchestrator import dataset, record, run_root, sqlite_store, tracking
 from wavealign import fingerprint, launch_order, masks
-from wavealign.jobs import cli
 from wavealign.masks import svg2
-from wavealign.orchestrator import dataset, record, run_root, sqlite_store, tracking
 from wavealign.records import Cell, CellResult
 
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
@@ -271,7 +271,7 @@ def test_a_command_line_refusal_comes_before_torch_ray_or_mlflow_load(override):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom wavealign.jobs import cli\n"
+    code = ("import sys\nfrom jobs import cli\n"
             f"status = cli.main(['sweep', '--dry-run', {override!r}, 'run_root=/nonexistent/never'])\n"
             "print(status, *(name in sys.modules for name in ('torch', 'ray', 'mlflow')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -6,10 +6,10 @@ import itertools
 import pytest
 import torch
 
+from orchestrator import config, grid
 from wavealign import kernels, launch_order, masks, reorderers, variants
 from wavealign.attention import AttentionStep
 from wavealign.masks import synthetic
-from wavealign.orchestrator import config, grid
 from wavealign.records import Cell, LaunchGeometry
 from wavealign.reorderers.curve import block_positions, curve_order, hilbert_index
 
@@ -187,7 +187,7 @@ def test_a_grid_names_the_comparison_orders_and_their_cells_know_the_latent():
 
 @pytest.mark.parametrize("name", STATIC)
 def test_table2_names_each_order_alone_and_with_stage2(name):
-    from wavealign.analysis.tables import order_label
+    from analysis.tables import order_label
 
     label = reorderers.get(name).label
     assert order_label("spatial", name) == label != name
@@ -222,7 +222,7 @@ def test_a_grid_filters_curve_on_a_token_ordered_method_and_says_why():
 def test_a_reorderer_registered_by_a_plugin_is_named_and_coloured_by_its_entry(monkeypatch):
     """Adding a reorderer (a plugin's ``register``) gives Table II and the figures its label and colour, from its
     entry alone; one that gives neither is named by its name, in a colour fixed by that name."""
-    from wavealign.analysis import figures, plotting, tables
+    from analysis import figures, plotting, tables
 
     identity = reorderers.get("identity").group
     monkeypatch.setattr(reorderers.REGISTRY, "_entries", dict(reorderers.REGISTRY._entries))

@@ -18,9 +18,9 @@ import lab_studies
 import pytest
 import torch
 
+from orchestrator import dataset
 from wavealign import inputs, kernels, launch_order, pipeline, sim
 from wavealign.masks import npz, synthetic
-from wavealign.orchestrator import dataset
 from wavealign.records import Cell
 
 validate_sim = lab_studies.study("validate_sim")

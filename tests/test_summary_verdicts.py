@@ -14,11 +14,11 @@ import pytest
 from omegaconf import OmegaConf
 from rich.console import Console
 
+from orchestrator import dataset
+from orchestrator.progress import SweepProgress, summary_lines, summary_table
+from orchestrator.record import SweepOutcome
+from orchestrator.summary import print_summary
 from wavealign import metrics
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.progress import SweepProgress, summary_lines, summary_table
-from wavealign.orchestrator.record import SweepOutcome
-from wavealign.orchestrator.summary import print_summary
 from wavealign.records import Cell, CellResult
 
 SWEEP = "0123456789abcdef"

@@ -2,7 +2,7 @@
 units in the field names) and the ``Environment`` that produced it.
 
 These dataclasses are the one definition of a row: the Parquet schema and the MLflow params, metrics and
-tags are generated from their fields (``wavealign.orchestrator.dataset``, ``wavealign.orchestrator.tracking``),
+tags are generated from their fields (``orchestrator.dataset``, ``orchestrator.tracking``),
 so a new field is one line here.
 """
 

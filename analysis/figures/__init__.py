@@ -1,4 +1,4 @@
-"""The paper's figures from a results frame (``wavealign.analysis.load``). Each figure is two steps: one function
+"""The paper's figures from a results frame (``analysis.load``). Each figure is two steps: one function
 builds the rows it draws (``PaperFigure.rows``: a DataFrame, one row per drawn point or bar, with the cells it stands
 for), and one draws exactly those rows (``PaperFigure.draw``), so that the report writes beside each figure the table
 of what it drew (``<figure>.csv``) and no figure computes a number its table lacks. A figure lacking its data is a
@@ -16,29 +16,29 @@ One module per figure, named by its key in ``FIGURES`` (``fig13_adaptive_skip``:
 
 from __future__ import annotations
 
-from wavealign.analysis.figures.common import NOTE, OVER_DENSE, OVER_ORIGINAL, OVER_ORIGINAL_NET, PaperFigure
-from wavealign.analysis.figures.fig02_speedup_vs_bound import (
+from analysis.figures.common import NOTE, OVER_DENSE, OVER_ORIGINAL, OVER_ORIGINAL_NET, PaperFigure
+from analysis.figures.fig02_speedup_vs_bound import (
     draw_speedup_vs_bound,
     speedup_vs_bound,
     speedup_vs_bound_rows,
 )
-from wavealign.analysis.figures.fig03_roofline import draw_roofline, roofline, roofline_rows
-from wavealign.analysis.figures.fig10_kernel_latency import (
+from analysis.figures.fig03_roofline import draw_roofline, roofline, roofline_rows
+from analysis.figures.fig10_kernel_latency import (
     LATENCY_AXIS,
     draw_kernel_latency,
     kernel_latency,
     kernel_latency_rows,
     median_interval,
 )
-from wavealign.analysis.figures.fig11_cache_behaviour import (
+from analysis.figures.fig11_cache_behaviour import (
     cache_behaviour,
     cache_behaviour_rows,
     draw_cache_behaviour,
 )
-from wavealign.analysis.figures.fig12_ablation import ablation, ablation_rows, draw_ablation
-from wavealign.analysis.figures.fig13_adaptive_skip import adaptive_skip, adaptive_skip_rows, draw_adaptive_skip
-from wavealign.analysis.figures.fig14_mask_pictures import draw_mask_pictures, mask_pictures, mask_pictures_rows
-from wavealign.analysis.figures.table2_reorderers import draw_reorderers, reorderer_comparison, reorderer_rows
+from analysis.figures.fig12_ablation import ablation, ablation_rows, draw_ablation
+from analysis.figures.fig13_adaptive_skip import adaptive_skip, adaptive_skip_rows, draw_adaptive_skip
+from analysis.figures.fig14_mask_pictures import draw_mask_pictures, mask_pictures, mask_pictures_rows
+from analysis.figures.table2_reorderers import draw_reorderers, reorderer_comparison, reorderer_rows
 
 FIGURES: dict[str, PaperFigure] = {
     "fig02_speedup_vs_bound": PaperFigure(speedup_vs_bound_rows, draw_speedup_vs_bound),

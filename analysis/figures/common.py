@@ -16,9 +16,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, Locator, LogLocator, MaxNLocator
 from matplotlib.transforms import Bbox
 
-from wavealign import metrics, variants
-from wavealign.analysis.load import with_derived_columns
-from wavealign.analysis.plotting import (
+from analysis.load import with_derived_columns
+from analysis.plotting import (
     NOTE_COLOR,
     VERDICT_MARK_GID,
     done_cells,
@@ -26,9 +25,10 @@ from wavealign.analysis.plotting import (
     note_figure,
     verdict_key,
 )
-from wavealign.analysis.tables import (
+from analysis.tables import (
     one_or_joined,
 )
+from wavealign import metrics, variants
 from wavealign.records import order_name
 
 DENSE = "dense"
@@ -79,7 +79,7 @@ def speedup_columns(point: metrics.Shown, over: str) -> dict:
 
 
 def figure_cells(frame: pd.DataFrame) -> pd.DataFrame:
-    """Finished cells with the derived columns of ``wavealign.analysis.load``, a ``_sim`` flag and, where variants are
+    """Finished cells with the derived columns of ``analysis.load``, a ``_sim`` flag and, where variants are
     recorded, ``launch_order`` (``records.order_name``)."""
     cells = done_cells(frame)
     if "seq_k" not in cells:

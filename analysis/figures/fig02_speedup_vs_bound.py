@@ -7,8 +7,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from wavealign import metrics
-from wavealign.analysis.figures.common import (
+from analysis.figures.common import (
     DENSE,
     FOOTNOTE,
     OVER_DENSE,
@@ -21,7 +20,7 @@ from wavealign.analysis.figures.common import (
     noted_figure,
     speedup_columns,
 )
-from wavealign.analysis.plotting import (
+from analysis.plotting import (
     NO_CELLS,
     badge_simulated,
     draw_intervals,
@@ -34,9 +33,10 @@ from wavealign.analysis.plotting import (
     panel_grid,
     whisker_tops,
 )
-from wavealign.analysis.tables import (
+from analysis.tables import (
     tolerance,
 )
+from wavealign import metrics
 
 
 def _over_dense(dense_ms: float, ms: float, dense_reps: object, reps: object, simulated: bool) -> metrics.Ratio:

@@ -8,9 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from wavealign import hardware as hardware_registry
-from wavealign import metrics
-from wavealign.analysis.figures.common import (
+from analysis.figures.common import (
     BYTES_HINT,
     IDENTITY,
     figure_cells,
@@ -22,7 +20,7 @@ from wavealign.analysis.figures.common import (
     variant_labels,
     variant_marker,
 )
-from wavealign.analysis.plotting import (
+from analysis.plotting import (
     NO_CELLS,
     badge_simulated,
     label,
@@ -31,6 +29,8 @@ from wavealign.analysis.plotting import (
     note,
     panel_grid,
 )
+from wavealign import hardware as hardware_registry
+from wavealign import metrics
 
 
 def _flops(cells: pd.DataFrame) -> pd.Series:

@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from wavealign import metrics
-from wavealign.analysis.figures.common import (
+from analysis.figures.common import (
     OVER_ORIGINAL,
     figure_cells,
     footnote,
@@ -24,7 +23,7 @@ from wavealign.analysis.figures.common import (
     speedup_columns,
     variant_labels,
 )
-from wavealign.analysis.plotting import (
+from analysis.plotting import (
     NO_CELLS,
     badge_simulated,
     bar_style,
@@ -37,10 +36,11 @@ from wavealign.analysis.plotting import (
     variant_color,
     whisker_tops,
 )
-from wavealign.analysis.tables import (
+from analysis.tables import (
     shown,
     with_speedups,
 )
+from wavealign import metrics
 
 LATENCY_TITLE = "Kernel latency with reorder overhead stacked (Fig. 9 / 10)"
 LATENCY_AXIS = "kernel ms (median, 95 % CI)"

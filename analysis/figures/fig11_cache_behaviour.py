@@ -8,8 +8,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from wavealign import metrics, variants
-from wavealign.analysis.figures.common import (
+from analysis.figures.common import (
     BYTES_HINT,
     FOOTNOTE,
     OVER_ORIGINAL,
@@ -23,7 +22,7 @@ from wavealign.analysis.figures.common import (
     noted_figure,
     speedup_columns,
 )
-from wavealign.analysis.plotting import (
+from analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
     badge_simulated,
@@ -42,10 +41,11 @@ from wavealign.analysis.plotting import (
     variant_color,
     whisker_tops,
 )
-from wavealign.analysis.tables import (
+from analysis.tables import (
     shown,
     with_speedups,
 )
+from wavealign import metrics, variants
 from wavealign.records import DEFAULT_REORDERER, NO_REORDERER
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from wavealign.analysis.figures.fig11_cache_behaviour import cache_rows, draw_cache_panels
-from wavealign.analysis.plotting import (
+from analysis.figures.fig11_cache_behaviour import cache_rows, draw_cache_panels
+from analysis.plotting import (
     STAGE_LABELS,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from wavealign.analysis.figures.common import (
+from analysis.figures.common import (
     OVER_ORIGINAL_NET,
     figure_cells,
     footnote,
@@ -15,7 +15,7 @@ from wavealign.analysis.figures.common import (
     noted_figure,
     speedup_columns,
 )
-from wavealign.analysis.plotting import (
+from analysis.plotting import (
     NO_CELLS,
     badge_simulated,
     draw_intervals,
@@ -28,7 +28,7 @@ from wavealign.analysis.plotting import (
     variant_color,
     whisker_tops,
 )
-from wavealign.analysis.tables import (
+from analysis.tables import (
     NET,
     shown,
     with_speedups,

@@ -7,15 +7,14 @@ import json
 import pandas as pd
 from matplotlib.figure import Figure
 
-from wavealign import masks
-from wavealign.analysis.figures.common import (
+from analysis.figures.common import (
     DENSE,
     figure_cells,
     identity_columns,
     note_rows,
     noted_figure,
 )
-from wavealign.analysis.plotting import (
+from analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
     missing_columns,
@@ -24,10 +23,11 @@ from wavealign.analysis.plotting import (
     panel_grid,
     row_variants,
 )
-from wavealign.analysis.rebuild import RebuiltHead, rebuild_head
-from wavealign.analysis.tables import (
+from analysis.rebuild import RebuiltHead, rebuild_head
+from analysis.tables import (
     order_label,
 )
+from wavealign import masks
 from wavealign.records import DEFAULT_REORDERER, NO_REORDERER
 
 MASK_TITLE = "Mask before and after reordering, one head (Fig. 14)"

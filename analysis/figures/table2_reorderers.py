@@ -7,14 +7,13 @@ import pandas as pd
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
-from wavealign import reorderers
-from wavealign.analysis.figures.common import (
+from analysis.figures.common import (
     OVER_ORIGINAL,
     footnote,
     note_rows,
     noted_figure,
 )
-from wavealign.analysis.plotting import (
+from analysis.plotting import (
     SIMULATED_HATCH,
     badge_simulated,
     draw_intervals,
@@ -23,9 +22,10 @@ from wavealign.analysis.plotting import (
     panel_grid,
     variant_color,
 )
-from wavealign.analysis.tables import (
+from analysis.tables import (
     table2,
 )
+from wavealign import reorderers
 from wavealign.records import NO_REORDERER
 
 REORDERERS_TITLE = "Reorderers: speedup over the original, reorder counted (bar) and kernel alone (tick) (Table II)"

@@ -46,7 +46,7 @@ DEFAULT_SAMPLE_HEADS = 4
 @dataclass(frozen=True)
 class ChooserFit:
     """What a GPU's skip profile learned of the chooser for one backend from measured candidates
-    (``refresh-profiles``, ``wavealign.analysis.chooserfit``): ``bias``,
+    (``refresh-profiles``, ``analysis.chooserfit``): ``bias``,
     per candidate, the median log of measured over predicted kernel time relative to the original's (added to a
     prediction's log), and ``margin_pct``, the predicted net gain under which the original is kept."""
 

@@ -21,7 +21,7 @@ extra=("$@")  # further overrides of sweep=beyond_h200 (t364, t148), e.g. grid.r
 OUT=${OUT:-/tmp/beyond-out}
 mkdir -p "$OUT/$step"
 export PYTHONUNBUFFERED=1 WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-cli=(python3 -m wavealign.jobs.cli)
+cli=(python3 -m jobs.cli)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader \
   > "$OUT/$step/gpu.txt" 2>&1
 

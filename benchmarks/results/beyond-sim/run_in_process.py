@@ -5,7 +5,7 @@ them): at 363,600 tokens x 40 heads a method's mask then takes many minutes a se
 and validated as the sweep does it (``orchestrator.config``), its cells expanded (``orchestrator.grid``) and each
 group run through ``wavealign.pipeline.run_group``, the sweep's own path, the groups on one mask back to back with
 one input cache (the mask is built once, on the GPU where there is one); the rows go to ``RUN_ROOT/results`` in the
-sweep's Parquet layout (``orchestrator.dataset``), where ``table.py`` and ``wavealign.analysis.load`` read them.
+sweep's Parquet layout (``orchestrator.dataset``), where ``table.py`` and ``analysis.load`` read them.
 
     python benchmarks/results/beyond-sim/run_in_process.py RUN_ROOT [KEY=VALUE ...]   # Hydra overrides, as the sweep
 """
@@ -17,8 +17,8 @@ import sys
 import time
 import uuid
 
+from orchestrator import config, dataset, grid
 from wavealign import inputs, pipeline
-from wavealign.orchestrator import config, dataset, grid
 
 
 def main(argv: list[str]) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import fit_fa4_time  # beside this file
 
+from orchestrator import dataset
 from wavealign import hardware, sim
-from wavealign.orchestrator import dataset
 
 GPU_ORDER = ("h200", "h100", "b200", "a40")
 METHOD_ORDER = ("xattention", "vsa")

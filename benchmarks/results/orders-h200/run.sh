@@ -29,7 +29,7 @@ mkdir -p "$OUT" /tmp/stage
 export PYTHONUNBUFFERED=1 WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/stage/fa4-cache
 export PYTHONPATH=/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/python_packages:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages:/tmp/site:$PWD
-cli=(python3 -m wavealign.jobs.cli)
+cli=(python3 -m jobs.cli)
 
 sweep() {  # seconds allowed, then overrides of sweep=orders_h200
   local limit=$1 root=/tmp/orders-$step

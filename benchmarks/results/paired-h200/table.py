@@ -13,8 +13,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from orchestrator import dataset
 from wavealign import metrics, variants
-from wavealign.orchestrator import dataset
 
 
 def rows(tar_path: Path) -> list[dict]:

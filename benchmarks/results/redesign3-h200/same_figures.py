@@ -35,7 +35,7 @@ SIMULATED = ["l2_hit_pct", "hbm_read_bytes", "kernel_ms_median", "reorder_ms", "
 KEY = ["backend", "hardware", "method", "variant", "seq_k"]
 READ = """
 import json, sys
-from wavealign.orchestrator import dataset
+from orchestrator import dataset
 cols = json.loads(sys.argv[2])
 rows = dataset.read(sys.argv[1]).to_pylist()
 print(json.dumps([{c: r.get(c) for c in cols} for r in rows], default=str))
@@ -75,7 +75,7 @@ def sweep(code: Path, root: Path, dry_run: bool, overrides: list[str]) -> int:
     env = {**code_env(code), "RAY_ADDRESS": "local"}
     args = ["sweep=same_figures", f"run_root={root}", "mlflow.enabled=false", "progress=false",
             *overrides, *(["--dry-run"] if dry_run else [])]
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *args], cwd=code, env=env,
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "sweep", *args], cwd=code, env=env,
                           capture_output=True, text=True, timeout=1800)
     print(f"== {root.name}: exit {done.returncode}\n{done.stdout[-1500:]}{done.stderr[-1500:]}", flush=True)
     return done.returncode
@@ -93,7 +93,7 @@ def compare(code: Path, a: Path, b: Path, out: Path) -> list[dict]:
     """``wavealign compare a b`` with ``code``; its per-cell verdicts (from its compare.csv)."""
     env = code_env(code)
     dest = out / f"compare-{a.name}-{b.name}"
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "compare", str(a), str(b), "--out", str(dest)],
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "compare", str(a), str(b), "--out", str(dest)],
                           cwd=code, env=env, capture_output=True, text=True)
     (out / f"compare-{a.name}-{b.name}.txt").write_text(done.stdout + done.stderr + f"exit {done.returncode}\n")
     with open(dest / "compare.csv") as f:

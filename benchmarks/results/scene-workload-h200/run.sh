@@ -39,7 +39,7 @@ step=${1:-}
 OUT=${OUT:-/tmp/scene-workload-out}
 mkdir -p "$OUT/$step"
 export PYTHONUNBUFFERED=1 WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-cli=(python3 -m wavealign.jobs.cli)
+cli=(python3 -m jobs.cli)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader \
   > "$OUT/$step/gpu.txt" 2>&1
 VERIFY_AT=20:25,5:10,35:40  # mid, early and late (layer, step): the robustness pairs
