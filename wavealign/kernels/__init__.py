@@ -27,6 +27,7 @@ import torch
 
 from wavealign import hardware as hardware_registry
 from wavealign.blockmask import check_int
+from wavealign.launch_order.row_order import check_launch_order
 from wavealign.records import LaunchGeometry
 from wavealign.registry import Registry
 
@@ -181,7 +182,7 @@ def _always() -> bool:
 
 
 def _checked_plan(plan: Callable[..., Launch], name: str, needs_gpu: bool) -> Callable[..., Launch]:
-    """``plan`` taking its order through ``launch_order.check_launch_order`` and, for a backend that needs a GPU,
+    """``plan`` taking its order through ``check_launch_order`` (``launch_order.row_order``) and, for a backend that needs a GPU,
     refusing q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder`` over the
     launch's (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would
     compile for minutes there before failing)."""
@@ -190,9 +191,7 @@ def _checked_plan(plan: Callable[..., Launch], name: str, needs_gpu: bool) -> Ca
 
     @functools.wraps(plan)
     def checked(mask, order, shape: LaunchShape, *args: Any, **options: Any) -> Launch:
-        from wavealign import launch_order
-
-        order = launch_order.check_launch_order(order, shape.heads, shape.q_blocks)
+        order = check_launch_order(order, shape.heads, shape.q_blocks)
         if needs_gpu and shape.device.type != "cuda":
             raise ValueError(f"backend {name!r} runs on a CUDA GPU; q/k/v are on {shape.device}: move them to "
                              f"cuda, or use a backend that runs on the CPU ({_cpu_backends()})")
