@@ -183,8 +183,8 @@ def _always() -> bool:
 
 def _checked_plan(plan: Callable[..., Launch], name: str, needs_gpu: bool) -> Callable[..., Launch]:
     """``plan`` taking its order through ``check_launch_order`` (``launch_order.row_order``) and, for a backend that
-    needs a GPU, refusing q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder`` over the
-    launch's (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would
+    needs a GPU, refusing q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder``
+    over the launch's (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would
     compile for minutes there before failing)."""
     if getattr(plan, "checks_order", False):
         return plan
