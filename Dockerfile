@@ -37,8 +37,8 @@ RUN "python${PYTHON_VERSION}" -m venv "${VIRTUAL_ENV}" \
 ARG RAY_VERSION=2.60.0
 RUN pip install --no-cache-dir "ray[default]==${RAY_VERSION}"
 WORKDIR /opt/wavealign
-# The checkout, installed editable as `make` does: orchestrator/, jobs/ and analysis/ import as wavealign.*, conf/
-# is read in place, and cluster.connect puts this directory on every Ray worker's PYTHONPATH.
+# The checkout, installed editable as `make` does: orchestrator/, jobs/ and analysis/ import by their folder names,
+# conf/ is read in place, and cluster.connect puts this directory on every Ray worker's PYTHONPATH.
 COPY pyproject.toml README.md ./
 COPY wavealign ./wavealign
 COPY orchestrator ./orchestrator

@@ -1,11 +1,11 @@
 """Analysis of sweep results: load the Parquet dataset, draw the paper's figures and tables, fit skip profiles.
 
-    from wavealign import analysis
+    import analysis
     df = analysis.load("wavealign-runs")            # or an MLflow experiment name
     fig = analysis.kernel_latency(df)                 # one function per figure, each returns a Figure
     analysis.write_report(df, "wavealign-runs/report")
 
-The package depends on the library and ``wavealign.orchestrator``, never the other way round. Its names are imported
+The package depends on the library and ``orchestrator``, never the other way round. Its names are imported
 when first read (PEP 562), so that a job reading the light ``analysis.paper`` does not load pandas and matplotlib.
 """
 
@@ -29,7 +29,7 @@ __all__ = sorted(_HOMES)
 class _Package(types.ModuleType):
     """This package, whose ``load`` stays the function: importing the submodule ``load`` would set the package's
     attribute of that name to the module (the import system's ``setattr(parent, child, module)``); a public name's
-    submodule is reached through ``sys.modules`` instead, as ``from wavealign.analysis.load import ...`` does."""
+    submodule is reached through ``sys.modules`` instead, as ``from analysis.load import ...`` does."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _HOMES and isinstance(value, types.ModuleType):

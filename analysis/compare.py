@@ -20,17 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wavealign import metrics
-from wavealign.analysis.load import (
-    is_run_root,
-    latest_per_configuration,
-    load,
-    run_root_state,
-    sweep_parent_runs,
-)
-from wavealign.analysis.plotting import bar_style
-from wavealign.analysis.report import readable
-from wavealign.orchestrator import dataset, files
+from analysis.load import latest_per_configuration, load, sweep_parent_runs
+from analysis.plotting import bar_style
+from analysis.report import readable
+from orchestrator import dataset, files
+from orchestrator.run_root import RunRoot
+from wavealign import metrics, variants
 from wavealign.records import order_name
 
 # what a cell measures, for matching across sweeps (the ids also hash the code's fingerprint, so they never match);
@@ -51,14 +46,14 @@ class Side:
     def parse(cls, argument: str, text: str) -> Side:
         """``RUN_ROOT`` or ``RUN_ROOT:SWEEP`` (a run root whose own name holds a colon is taken whole); a
         ``ValueError`` naming ``argument`` where the folder is no run root."""
-        root, sweep = Path(text), None
-        if not is_run_root(root) and ":" in text:
+        root, sweep = RunRoot(Path(text)), None
+        if not root.is_run_root() and ":" in text:
             head, _, tail = text.rpartition(":")
-            root, sweep = Path(head), tail or None
-        if not is_run_root(root):
-            raise ValueError(f"{argument} {text!r}: {root} {run_root_state(root)}; expected a sweep's run root, "
+            root, sweep = RunRoot(Path(head)), tail or None
+        if not root.is_run_root():
+            raise ValueError(f"{argument} {text!r}: {root.path} {root.state()}; expected a sweep's run root, "
                              f"optionally :SWEEP (its sweep_name or sweep_id)")
-        return cls(root, sweep)
+        return cls(root.path, sweep)
 
     def __str__(self) -> str:
         return f"{self.run_root}:{self.sweep}" if self.sweep else str(self.run_root)
@@ -104,7 +99,7 @@ class SideState:
 
 def side_state(side: Side, sweep_ids: list[str]) -> SideState:
     """The highest load per CPU among the side's sweeps' latest run records (the busiest run bounds its cells)."""
-    from wavealign.orchestrator.record import latest_run_record, sweep_folder
+    from orchestrator.record import latest_run_record, sweep_folder
 
     loads, cpus = [], None
     for sweep_id in sweep_ids:
@@ -315,7 +310,7 @@ def compare_cell(a: pd.Series, b: pd.Series, tolerance: float, a_baseline: pd.Se
     b_spreads = [metrics.spread_pct(_reps(b))]
     speedup = metrics.Ratio(math.nan, math.nan, math.nan, 0)
     speedup_verdict, basis = metrics.NO_VERDICT, "time"
-    own_a = None if metrics.is_baseline(str(identity["variant"])) else _own_speedup(a, a_baseline)
+    own_a = None if variants.of_row(b).is_baseline else _own_speedup(a, a_baseline)
     own_b = None if own_a is None else _own_speedup(b, b_baseline)
     if own_a is not None and own_b is not None:
         speedup = _speedup_ratio(own_a, own_b)
@@ -354,8 +349,8 @@ def _drift_sds(pairs: list[tuple[pd.Series, pd.Series]]) -> list[float]:
 
 
 def _baselines(rows: pd.DataFrame) -> dict[str, pd.Series]:
-    """Each group's original row (``metrics.is_baseline``), by ``group_id``: the one a cell's speedup refers to."""
-    return {row["group_id"]: row for _, row in rows.iterrows() if metrics.is_baseline(str(row["variant"]))}
+    """Each group's original row (``Variant.is_baseline``), by ``group_id``: the one a cell's speedup refers to."""
+    return {row["group_id"]: row for _, row in rows.iterrows() if variants.of_row(row).is_baseline}
 
 
 def _by_identity(rows: pd.DataFrame) -> dict[tuple[str, ...], pd.Series]:
@@ -528,14 +523,12 @@ def log_to_mlflow(comparison: Comparison, files: ComparisonFiles, tracking_uri: 
     metrics, the CSV and HTML as artifacts; returns its run id."""
     from mlflow.tracking import MlflowClient
 
-    from wavealign.analysis.load import SWEEP_KIND_TAG
-    from wavealign.orchestrator.tracking import default_tracking_uri
-
+    from analysis.load import SWEEP_KIND_TAG
     tags = {SWEEP_KIND_TAG: "compare", f"{COMPARE_TAG}tolerance": str(comparison.tolerance)}
     for name, side, sweep_ids in (("a", comparison.a, comparison.a_sweep_ids),
                                   ("b", comparison.b, comparison.b_sweep_ids)):
-        stores = dict.fromkeys([tracking_uri, *([default_tracking_uri(side.run_root)]
-                                                if (side.run_root / "mlflow.db").is_file() else [])])
+        root = RunRoot(side.run_root)
+        stores = dict.fromkeys([tracking_uri, *([root.tracking_uri] if root.store.is_file() else [])])
         parents = dict.fromkeys(run for store in stores for run in sweep_parent_runs(store, sweep_ids))
         tags.update({f"{COMPARE_TAG}{name}_run_root": str(side.run_root.resolve()),
                      f"{COMPARE_TAG}{name}_sweep_ids": ",".join(sweep_ids),
@@ -544,7 +537,7 @@ def log_to_mlflow(comparison: Comparison, files: ComparisonFiles, tracking_uri: 
     found = client.get_experiment_by_name(experiment)
     # a local store keeps the artifacts beside the comparison (MLflow's default is ./mlruns, wherever it runs)
     local = not tracking_uri.startswith(("http://", "https://", "databricks"))
-    location = (files.csv.parent / "mlartifacts").resolve().as_uri() if local else None
+    location = RunRoot(files.csv.parent).artifact_uri if local else None
     experiment_id = found.experiment_id if found else client.create_experiment(experiment, artifact_location=location)
     run = client.create_run(experiment_id, run_name=f"compare {comparison.a.run_root.name} "
                                                     f"{comparison.b.run_root.name}", tags=tags)

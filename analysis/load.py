@@ -1,8 +1,8 @@
 """Read sweep results into one pandas DataFrame: from a run root's Parquet dataset, or from an MLflow
 experiment whose sweep parent runs point at their datasets.
 
-Rows keep the dataset schema's columns (``wavealign.orchestrator.dataset.SCHEMA``), rows written before today's
-fields read in them (``orchestrator.compat``, as ``dataset.read`` reads), newest row per cell configuration (a cell
+Rows keep the dataset schema's columns (``orchestrator.dataset.SCHEMA``), rows written before today's
+fields read in them (``dataset_compat``, as ``dataset.read`` reads), newest row per cell configuration (a cell
 re-run with ``force=true``, or re-measured after a code change gave it a new id, appears once); Nsight Compute
 figures are the dataset's flat ``ncu_*`` columns.
 """
@@ -15,10 +15,10 @@ from urllib.parse import unquote, urlparse
 
 import pandas as pd
 
-from wavealign.analysis.run_root import DEFAULT_RUN_ROOT as DEFAULT_RUN_ROOT  # where a run root lives, read light
-from wavealign.analysis.run_root import is_run_root as is_run_root
-from wavealign.analysis.run_root import run_root_state as run_root_state
-from wavealign.orchestrator import compat, dataset
+from orchestrator import dataset
+from orchestrator.run_root import DEFAULT_RUN_ROOT as DEFAULT_RUN_ROOT
+from orchestrator.run_root import RESULTS, RunRoot, run_root_state
+from orchestrator.run_root import is_run_root as is_run_root
 from wavealign.records import Cell
 
 UNPLACED = "unschedulable"  # the status of a cell no node could take (``dataset.STATUSES``)
@@ -41,7 +41,7 @@ def load(runs: str | Path = DEFAULT_RUN_ROOT, tracking_uri: str | None = None,
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or _store_next_to(DEFAULT_RUN_ROOT)
         if uri is None:
             raise ValueError(f"runs={str(runs)!r} {run_root_state(runs)}, and names no MLflow experiment: no "
-                             f"tracking_uri given and no {DEFAULT_RUN_ROOT}/mlflow.db")
+                             f"tracking_uri given and no {RunRoot(DEFAULT_RUN_ROOT).store}")
         roots, sweep_ids = experiment_run_roots(str(runs), uri)
     frames = [dataset.read(root).to_pandas() for root in roots]
     if sweep_ids is not None:
@@ -81,8 +81,8 @@ def is_unplaced(frame: pd.DataFrame) -> pd.Series:
 
 def _store_next_to(run_root: Path) -> str | None:
     """The default sqlite tracking store of a run root, if it exists."""
-    db = run_root / "mlflow.db"
-    return f"sqlite:///{db.resolve()}" if db.is_file() else None
+    root = RunRoot(run_root)
+    return root.tracking_uri if root.store.is_file() else None
 
 
 def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path], set[str]]:
@@ -91,8 +91,8 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from wavealign.orchestrator import mlflow_server
-    from wavealign.orchestrator.redact import redact
+    from orchestrator import mlflow_server
+    from orchestrator.redact import redact
 
     if (reason := mlflow_server.unanswered(tracking_uri)) is not None:
         raise ValueError(f"runs={experiment!r}: MLflow at {redact(tracking_uri)} does not answer ({reason})")
@@ -110,7 +110,7 @@ def experiment_run_roots(experiment: str, tracking_uri: str) -> tuple[list[Path]
     for run in parents:
         for dataset_input in run.inputs.dataset_inputs if run.inputs else []:
             results = Path(unquote(urlparse(dataset_input.dataset.source).path))
-            if results.name == "results" and results.parent not in roots:
+            if results.name == RESULTS and results.parent not in roots:
                 roots.append(results.parent)
     if not roots and tracking_uri.startswith("sqlite:///"):  # sweeps stopped before logging their dataset
         roots.append(Path(tracking_uri.removeprefix("sqlite:///")).parent)
@@ -134,5 +134,5 @@ def sweep_parent_runs(tracking_uri: str, sweep_ids: list[str]) -> list[str]:
 def with_derived_columns(frame: pd.DataFrame) -> pd.DataFrame:
     """A frame of result rows made elsewhere than ``load`` (which reads them upgraded) in today's fields: ``seq_k``
     from the length run, a model preset's ``generator``, the ``reorderer`` of rows written before cells recorded
-    them (``orchestrator.compat``)."""
-    return compat.upgrade_frame(frame)
+    them (``dataset.upgrade_frame``, the one owner of that upgrade)."""
+    return dataset.upgrade_frame(frame)

@@ -1,7 +1,7 @@
 """The WaveAlign paper's Table I (Wan2.1-14B, 364K tokens, H100, FA4): what each method's mask looks like in
 the original row order, and how near a workload must land to be called Table I's. The one copy: the analysis's
-tables (``tables.table1_against_paper``) and the jobs (calibrate-workload, mask-fidelity, sim-paper) read it here.
-It imports nothing, so a job's ``--help`` that reads it stays light."""
+tables (``tables.table1_against_paper``) and the lab's studies (calibrate_workload, mask_fidelity, sim_paper) read it
+here. It imports nothing, so a study's ``--help`` that reads it stays light."""
 
 from __future__ import annotations
 

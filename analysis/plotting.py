@@ -201,9 +201,25 @@ def hbm_read_column(frame: pd.DataFrame) -> str | None:
     return None
 
 
+def row_variants(frame: pd.DataFrame) -> pd.Series:
+    """Each row's variant (``variants.recorded``), looked up once per distinct name, stages and skip; a row without a
+    ``variant`` (before rows named it) is its stages' forced one, a row without ``skip`` forced."""
+    names = frame["variant"] if "variant" in frame else frame["stages"].map(variants.forced)
+    stages = frame["stages"] if "stages" in frame else pd.Series(None, index=frame.index, dtype=object)
+    skips = frame["skip"] if "skip" in frame else pd.Series("force", index=frame.index)
+    keys = list(zip(names, stages, skips, strict=True))
+    found = {key: variants.recorded(*key) for key in set(keys)}
+    return pd.Series([found[key] for key in keys], index=frame.index, dtype=object)
+
+
+def is_baseline(frame: pd.DataFrame) -> pd.Series:
+    """Per row: is it its group's baseline (``Variant.is_baseline``)."""
+    return row_variants(frame).map(lambda v: v.is_baseline).astype(bool)
+
+
 def relative_to_original(frame: pd.DataFrame, column: str) -> pd.Series:
     """``column`` of each cell divided by that of the original-order cell of its group (NaN without one)."""
     if frame.empty or missing_columns(frame, ("group_id", "stages", column)):
         return pd.Series(np.nan, index=frame.index, dtype=float)
-    originals = frame[frame["stages"] == "none"].drop_duplicates("group_id").set_index("group_id")[column]
+    originals = frame[is_baseline(frame)].drop_duplicates("group_id").set_index("group_id")[column]
     return frame[column] / frame["group_id"].map(originals)

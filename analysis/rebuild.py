@@ -41,8 +41,8 @@ def rebuild_head(config: dict[str, Any]) -> RebuiltHead:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     mask, _ = inputs.build(inputs.InputRequest(spec, cell.attention.geometry.block_size, device, with_qkv=False))
     head = mask[:1]
-    stages = cell.attention.stages if cell.attention.stages != "none" else "both"
     step = AttentionStep.of(cell.attention, spec)  # the cell's own reorderer and its params
+    stages = step.variant.stages if step.variant.reorders else "both"
     return RebuiltHead(head.cpu(), launch_order.permute_mask(head, step.plan_order(head, stages)).cpu(), stages,
                        cell.attention.reorderer, cell.attention.geometry.wave_size, cell.hardware, spec.method,
                        spec.seq_len_tokens)

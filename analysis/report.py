@@ -13,11 +13,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from analysis.figures import FIGURES
+from analysis.load import is_unplaced
+from analysis.plotting import left_out_because
+from analysis.tables import TABLE_TITLES, TABLES, tolerance
 from wavealign import metrics
-from wavealign.analysis.figures import FIGURES
-from wavealign.analysis.load import is_unplaced
-from wavealign.analysis.plotting import left_out_because
-from wavealign.analysis.tables import TABLE_TITLES, TABLES, tolerance
 
 FIGURE_DPI = 110
 
@@ -203,7 +203,7 @@ def log_to_sweep_runs(files: ReportFiles, frame: pd.DataFrame, tracking_uri: str
     the run ids logged to (none when the store has no parent run of those sweeps)."""
     from mlflow.tracking import MlflowClient
 
-    from wavealign.analysis.load import sweep_parent_runs
+    from analysis.load import sweep_parent_runs
 
     sweep_ids = sorted(frame["sweep_id"].dropna().unique()) if "sweep_id" in frame else []
     if not sweep_ids:

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.plotting import done_cells, is_baseline, is_simulated, panel_grid, row_variants
 from wavealign import skip
-from wavealign.analysis.plotting import done_cells, is_simulated, panel_grid
 
 FEATURE_COLUMNS = ("num_q_blocks", "num_kv_blocks", "seq_len_tokens", "density", "nnz_mean", "nnz_cv",
                    "adjacent_jaccard", "wave_working_set_bytes", "working_set_over_l2", "num_heads")
@@ -40,7 +40,7 @@ def paired_cells(frame: pd.DataFrame, hardware: str, include_simulated: bool = F
     """One row per mask (``group_id``) of ``hardware`` (and of ``backends``, if given): its skip features,
     the original-order kernel time, and the forced WaveAlign (O+S1+S2) kernel time and reorder cost
     measured on the same device."""
-    need = ("hardware", "group_id", "stages", "skip_mode", "method", "kernel_ms_median", "reorder_ms",
+    need = ("hardware", "group_id", "stages", "skip", "method", "kernel_ms_median", "reorder_ms",
             *FEATURE_COLUMNS)
     missing = [c for c in need if c not in frame.columns]
     if missing:
@@ -51,8 +51,9 @@ def paired_cells(frame: pd.DataFrame, hardware: str, include_simulated: bool = F
         cells = cells[~is_simulated(cells)]
     if backends is not None and "backend" in cells:
         cells = cells[cells["backend"].isin(backends)]
-    original = cells[cells["stages"] == "none"].drop_duplicates("group_id").set_index("group_id")
-    aligned = cells[(cells["stages"] == "both") & (cells["skip_mode"] == "force")].drop_duplicates("group_id")
+    original = cells[is_baseline(cells)].drop_duplicates("group_id").set_index("group_id")
+    forced_both = row_variants(cells).map(lambda v: v.spatial and v.temporal and v.skip == "force").astype(bool)
+    aligned = cells[forced_both].drop_duplicates("group_id")
     aligned = aligned.set_index("group_id")
     common = original.index.intersection(aligned.index)
     pairs = original.loc[common, ["method", *FEATURE_COLUMNS]].copy()

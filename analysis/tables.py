@@ -8,18 +8,20 @@ import math
 
 import pandas as pd
 
-from wavealign import metrics, reorderers
-from wavealign.analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
-from wavealign.analysis.plotting import (
+from analysis.paper import DENSITY_TOLERANCE_PTS, L2_RATIO_TOLERANCE, L2_TOLERANCE_PTS
+from analysis.plotting import (
     NO_CELLS,
     STAGE_LABELS,
     done_cells,
+    is_baseline,
     is_simulated,
     missing_columns,
     missing_note,
     relative_to_original,
+    row_variants,
 )
-from wavealign.records import order_name
+from wavealign import metrics, reorderers
+from wavealign.records import DEFAULT_REORDERER, NO_REORDERER, SPATIAL_STAGES, TEMPORAL_STAGES, order_name
 
 GROUP_KEYS = ["hardware", "backend", "method"]
 
@@ -48,7 +50,7 @@ def ncu_characterisation(frame: pd.DataFrame) -> pd.DataFrame:
     if missing := missing_columns(frame, (*GROUP_KEYS, "stages", "density")):
         return _note_table(missing_note(missing))
     cells = done_cells(frame)
-    cells = cells[cells["stages"] == "none"]
+    cells = cells[is_baseline(cells)]
     if cells.empty:
         return _note_table("no finished original-order cells")
     cells = cells.assign(simulated=is_simulated(cells), hbm_sol_pct=_hbm_sol(cells), l2_hit_pct=_l2_hit(cells))
@@ -80,8 +82,9 @@ def table1_against_paper(frame: pd.DataFrame, paper_density: dict[str, float],
     for column in ("ncu_l2_hit_pct", "reorder_ms", "speedup_vs_original", "net_speedup_vs_original", "generator"):
         if column not in cells:
             cells = cells.assign(**{column: float("nan")})
-    original = cells[cells["stages"] == "none"]
-    reordered = cells[cells["stages"] == "both"].set_index("group_id")
+    launch = row_variants(cells)
+    original = cells[is_baseline(cells)]
+    reordered = cells[launch.map(lambda v: v.spatial and v.temporal).astype(bool)].set_index("group_id")
     controls = original[(original["method"] == "random") & original["ncu_l2_hit_pct"].notna()]
     rows = []
     for _, o in original.sort_values(["workload", "method"]).iterrows():
@@ -139,19 +142,28 @@ def distance_to_paper(table: pd.DataFrame, l2_target: str) -> dict[str, float]:
             for workload, rows in methods.groupby("workload")}
 
 
-# how Table II names each launch order: the technique, "+S2" when Stage 2 follows it
 def order_label(stages: str, reorderer: str | None) -> str:
-    """Table II's name of a launch order: "Original", "O+S2", "WaveAlign S1", "WaveAlign" (S1+S2), "MinHash",
-    "MinHash+S2", ... (a row from before reorderers were recorded is WaveAlign's)."""
-    if stages == "none":
-        return "Original"
-    if stages == "temporal" or reorderer == "identity":
-        return "O+S2" if stages in ("temporal", "both") else "Original"
-    name = reorderer if isinstance(reorderer, str) else "wavealign"
-    if name == "wavealign":
-        return "WaveAlign" if stages == "both" else "WaveAlign S1"
-    label = reorderers.get(name).label if name in reorderers.names() else name
-    return f"{label}+S2" if stages == "both" else label
+    """Table II's name of a launch order, its reorderer's registry label (``Reorderer.label``; followed by Stage 2,
+    ``Reorderer.staged_label``): "Original", "O+S2", "WaveAlign S1", "WaveAlign" (S1+S2), "MinHash", "MinHash+S2",
+    ...; a stage set without a spatial step orders by no reorderer (identity's labels), a row from before reorderers
+    were recorded is WaveAlign's, and a reorderer this code lacks goes by its name."""
+    if stages not in SPATIAL_STAGES:
+        reorderer = NO_REORDERER
+    elif not isinstance(reorderer, str):
+        reorderer = DEFAULT_REORDERER
+    temporal = stages in TEMPORAL_STAGES
+    if reorderer not in reorderers.names():
+        return f"{reorderer}+S2" if temporal else reorderer
+    entry = reorderers.get(reorderer)
+    return entry.staged_label if temporal else entry.label
+
+
+def table2_order() -> list[str]:
+    """Table II's launch orders in its order: the original's, each baseline's, then WaveAlign's, each alone and then
+    followed by Stage 2 (by their registry labels)."""
+    others = [r for r in reorderers.names() if r not in (NO_REORDERER, DEFAULT_REORDERER)]
+    entries = map(reorderers.get, (NO_REORDERER, *others, DEFAULT_REORDERER))
+    return [label for entry in entries for label in (entry.label, entry.staged_label)]
 
 
 def table2(frame: pd.DataFrame) -> pd.DataFrame:
@@ -191,9 +203,7 @@ def table2(frame: pd.DataFrame) -> pd.DataFrame:
                      "verdict": kernel.verdict, "speedup_with_overhead": net.point, "net_speedup_ci_low": net.low,
                      "net_speedup_ci_high": net.high, "net_verdict": net.verdict,
                      "hbm_sol_pct": part["hbm_sol_pct"].mean(), "l2_hit_pct": part["l2_hit_pct"].mean()})
-    others = [reorderers.get(r).label for r in reorderers.names() if r not in ("identity", "wavealign")]
-    rank = {label: i for i, label in enumerate(
-        ["Original", "O+S2", *[f"{label}{s}" for label in others for s in ("", "+S2")], "WaveAlign S1", "WaveAlign"])}
+    rank = {label: i for i, label in enumerate(table2_order())}
     table = pd.DataFrame(rows).sort_values(
         [*GROUP_KEYS, *shape, "order"], key=lambda c: c.map(lambda v: rank.get(v, len(rank))) if c.name == "order"
         else c)
@@ -228,13 +238,6 @@ def with_speedups(cells: pd.DataFrame) -> pd.DataFrame:
             metrics.speedup(original_ms, cells["kernel_ms_median"])),
         net_speedup_vs_original=cells["net_speedup_vs_original"].combine_first(
             metrics.speedup(original_ms, cells["kernel_ms_median"] + reorder_ms)))
-
-
-def is_baseline(cells: pd.DataFrame) -> pd.Series:
-    """Per cell: is it its group's baseline, the original variant (stages ``none`` in rows without a variant)."""
-    if "variant" in cells:
-        return cells["variant"].map(metrics.is_baseline).astype(bool)
-    return cells["stages"] == "none"
 
 
 def tolerance(cells: pd.DataFrame) -> float:
@@ -276,7 +279,7 @@ def kernel_benchmark(frame: pd.DataFrame) -> pd.DataFrame:
     shape = ["hardware", "seq_len_tokens", "num_heads", "head_dim"]
     dense = cells[cells["method"] == "dense"].drop_duplicates([*shape, "backend"]).set_index([*shape, "backend"])
     dense_ms = cells.set_index([*shape, "backend"]).index.map(dense["kernel_ms_median"].to_dict()).to_numpy()
-    flex = cells[(cells["backend"] == "flex") & (cells["stages"] == "none")]
+    flex = cells[(cells["backend"] == "flex") & is_baseline(cells)]
     flex_ms = cells.set_index([*shape, "method"]).index.map(
         flex.drop_duplicates([*shape, "method"]).set_index([*shape, "method"])["kernel_ms_median"].to_dict())
     flops = metrics.attention_flops(cells["seq_len_tokens"], cells["seq_len_tokens"], cells["head_dim"],

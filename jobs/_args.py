@@ -1,5 +1,5 @@
 """The command line's one convention for mistakes: a bad argument is a ``UsageError`` (or another ``ValueError``)
-whose message names the argument, the value and what was expected; ``wavealign.jobs.cli`` prints it as one line on
+whose message names the argument, the value and what was expected; ``jobs.cli`` prints it as one line on
 stderr and exits 2, before any work.
 
 One convention for arguments: every command's own options are flags (``--run-root DIR``, ``--dry-run``). The
@@ -103,7 +103,7 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
     """For a command that composes a sweep config: a ``UsageError`` for the first flag-like item that is not one of
     its ``own_flags``, with the own flag it most likely meant, else the override (``--run-root x`` -> ``run_root=x``;
     ``--tracking-uri x`` -> ``mlflow.tracking_uri=x``, the nearest of the ``known()`` config paths)."""
-    from wavealign.orchestrator.config_errors import nearest_key
+    from orchestrator.config_errors import suggest
 
     for index, item in enumerate(argv):
         if not item.startswith("-") or item.split("=")[0] in own_flags:
@@ -117,7 +117,7 @@ def respell_flags(argv: Sequence[str], known: Callable[[], Sequence[str]],
             value, item = following, f"{item} {following}"
         key = flag.lstrip("-").replace("-", "_")
         keys = known()
-        path = key if key in keys else nearest_key(key, keys) or key
+        path = key if key in keys else suggest(key, keys) or key
         spelled = f"{path}={value}" if value else f"{path}=VALUE"
         raise UsageError(f"{item}: not a flag of this command; a sweep config path is given as path=value: expected "
                          f"{spelled}")
@@ -171,7 +171,7 @@ def add_generator_argument(parser: argparse.ArgumentParser) -> None:
 def add_workload_arguments(parser: argparse.ArgumentParser, device: bool = True) -> None:
     """--model, --frames, --resolution (default: the paper's Wan2.1-14B 401 frames at 720p = 363,600 tokens),
     --generator (None: the library's default, ``workloads.generator_name``), --seed, --block-size and (``device``)
-    --device: the workload arguments mask-fidelity and calibrate-workload share."""
+    --device: the workload arguments lab/mask_fidelity.py and lab/calibrate_workload.py share."""
     parser.add_argument("--model", default="wan2.1-14b", choices=RegistryChoices(_model_names), metavar="MODEL",
                         help="a model preset of wavealign.workloads (default: %(default)s; a wrong one lists them)")
     parser.add_argument("--frames", type=int, default=401)

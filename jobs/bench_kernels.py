@@ -8,7 +8,7 @@ Every cell runs through the sweep's own path (``wavealign.pipeline.run_group`` o
 so a figure here and the same cell in any sweep are one measurement. The table (kernel and reorder ms, net
 speedup over the same backend's original order and over flex's, effective TFLOP/s, the gap to the 1/rho bound
 against the backend's dense cell, and with ``grid.measure=[ncu]`` L2 hit % and DRAM GB) is
-``wavealign.analysis.tables.kernel_benchmark`` of the sweep's rows, written beside them as ``kernels.md`` /
+``analysis.tables.kernel_benchmark`` of the sweep's rows, written beside them as ``kernels.md`` /
 ``kernels.csv``.
 """
 
@@ -19,8 +19,9 @@ import sys
 
 from rich.console import Console
 
-from wavealign.jobs._args import Parser
-from wavealign.jobs.sweep import check_before_loading, refusals
+from jobs._args import Parser
+from jobs.sweep import check_before_loading, refusals
+from orchestrator.run_root import RunRoot
 
 EXTRAS = ("sweep",)
 COMMAND = "wavealign bench-kernels"  # how its stderr lines begin
@@ -28,16 +29,16 @@ __all__ = ["main", "refusals"]
 
 
 def main(argv: list[str]) -> int:
-    from wavealign.orchestrator.config_compose import override_keys
+    from orchestrator.config_compose import override_keys
 
     overrides = Parser("bench-kernels", __doc__, config_paths=override_keys).parse_args(argv).overrides
     check_before_loading(["sweep=kernels", *overrides])
-    from wavealign.orchestrator import config
+    from orchestrator import config
 
     cfg = config.load(["sweep=kernels", *overrides])
-    from wavealign.analysis.load import load
-    from wavealign.analysis.tables import kernel_benchmark, to_markdown
-    from wavealign.jobs.sweep import EXIT_STORAGE_REFUSED, ended, run
+    from analysis.load import load
+    from analysis.tables import kernel_benchmark, to_markdown
+    from jobs.sweep import EXIT_STORAGE_REFUSED, ended, run
 
     console = Console(width=160)
     if (outcome := run(cfg, console, COMMAND)) is None:
@@ -47,7 +48,7 @@ def main(argv: list[str]) -> int:
     if not (frame["status"] == "done").any():
         return ended(cfg, outcome, COMMAND)  # nothing measured: no table (the summary said why)
     table = kernel_benchmark(frame)
-    folder = outcome.run_root / "sweeps" / outcome.sweep_id
+    folder = RunRoot(outcome.run_root).sweep(outcome.sweep_id)
     table.to_csv(folder / "kernels.csv", index=False)
     markdown = to_markdown(table)
     (folder / "kernels.md").write_text(f"{COMMAND} {shlex.join(argv)}\n\n{markdown}\n")

@@ -1,4 +1,4 @@
-"""The ``wavealign`` console script: ``wavealign <command> [args...]`` runs ``wavealign.jobs.<command>``;
+"""The ``wavealign`` console script: ``wavealign <command> [args...]`` runs ``jobs.<command>``;
 ``wavealign --version`` prints the package version and the checkout's git sha.
 
 A command is any module of this package with a ``main(argv) -> int``; dashes in the command name
@@ -134,7 +134,7 @@ def _usage() -> str:
 def refuse(name: str, message: object) -> int:
     """Print ``wavealign <name>: <message>`` as one line on stderr (never through markup), a URI's password in it
     redacted; the exit status 2."""
-    from wavealign.orchestrator.redact import redact
+    from orchestrator.redact import redact
 
     text = redact(" ".join(str(message).split()))
     print(f"wavealign {name}: {text}" if name else f"wavealign: {text}", file=sys.stderr)
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``wavealign <command>``. Ctrl-C and SIGTERM are handled from the first line on (``orchestrator.stop``),
     so a command stopped while it starts (finding its extras, importing) says so in one line and exits 130 or 143,
     as one stopped later does, instead of dying silently."""
-    from wavealign.orchestrator import stop
+    from orchestrator import stop
 
     try:  # around the handlers' block: a signal the moment they are installed is caught here too
         with stop.handling():
@@ -192,7 +192,7 @@ def _run(argv: list[str]) -> int:
             return refuse(name, _needs(extra, f"no {absent}"))
     module = None
     try:
-        module = importlib.import_module(f"wavealign.jobs.{name.replace('-', '_')}")
+        module = importlib.import_module(f"jobs.{name.replace('-', '_')}")
         return int(module.main(argv[1:]) or 0)
     except ModuleNotFoundError as exc:  # a package the command's EXTRAS do not name: say which extra brings it
         if os.environ.get("WAVEALIGN_TRACEBACK") or not exc.name or exc.name.split(".")[0] == "wavealign":

@@ -14,7 +14,7 @@ cell is slower, 2 when no cell matched, else 0.
 
 Two runs differ by more than their reps show (load, clocks, memory layout), so a cell timed beside its original in
 both runs is judged by its speedup over that original, B's against A's, and every interval is widened by a
-between-run noise floor (``wavealign.analysis.compare.compare_cell``); "ambiguous" where two runs cannot tell, with a
+between-run noise floor (``analysis.compare.compare_cell``); "ambiguous" where two runs cannot tell, with a
 warning on stderr where a run's reps spread too far for any verdict.
 """
 
@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from wavealign.jobs._args import Parser, UsageError, output_folder
+from jobs._args import Parser, UsageError, output_folder
 
 EXTRAS = ("analysis",)  # --mlflow needs MLflow too ([sweep])
 EXIT_SLOWER = 1
@@ -59,13 +59,13 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     tolerance = None if args.tolerance is None else _tolerance(args.tolerance)
     if args.mlflow:
-        from wavealign.orchestrator.config_validate import check_tracking_uri
+        from orchestrator.config_validate import check_tracking_uri
 
         check_tracking_uri("--mlflow ", args.mlflow)
     from rich.console import Console
 
+    from analysis import compare
     from wavealign import metrics
-    from wavealign.analysis import compare
 
     tolerance = metrics.TOLERANCE if tolerance is None else tolerance
     a, b = compare.Side.parse("RUN_ROOT_A", args.a), compare.Side.parse("RUN_ROOT_B", args.b)
@@ -105,10 +105,10 @@ def _log(comparison, files, tracking_uri: str | None, run_root_b: Path) -> None:
     if importlib.util.find_spec("mlflow") is None:
         print("not logged to MLflow: it is not installed (pip install 'wavealign[sweep]')")
         return
-    from wavealign.analysis.compare import log_to_mlflow
-    from wavealign.orchestrator import sqlite_store
-    from wavealign.orchestrator.redact import redact
-    from wavealign.orchestrator.tracking import default_tracking_uri
+    from analysis.compare import log_to_mlflow
+    from orchestrator import sqlite_store
+    from orchestrator.redact import redact
+    from orchestrator.tracking import default_tracking_uri
 
     uri = tracking_uri or default_tracking_uri(run_root_b)
     try:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from orchestrator.run_root import RunRoot
+
 EXTRAS = ("sweep",)
 SPLITS = ("seq_len", "method")  # hold out by sequence length or by method
 
@@ -47,8 +49,8 @@ def parser():
     """Its flags, beside the sweep config's overrides that say where the results are."""
     import argparse
 
-    from wavealign.jobs._args import Parser
-    from wavealign.orchestrator.config_compose import override_keys
+    from jobs._args import Parser
+    from orchestrator.config_compose import override_keys
 
     def names(value: str) -> list[str]:
         return [v.strip() for v in value.split(",") if v.strip()]
@@ -75,8 +77,8 @@ def parser():
 
 def parse_args(argv: list[str]) -> dict[str, Any]:
     """Its flags, with ``run_root`` and ``tracking_uri`` from the sweep config its overrides compose."""
+    from orchestrator import config
     from wavealign import hardware as hardware_registry
-    from wavealign.orchestrator import config
 
     parsed = parser().parse_args(argv)
     for name in parsed.hardware or []:
@@ -87,7 +89,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
 
 
 def _tracking_uri(args: dict[str, Any]) -> str:
-    from wavealign.orchestrator import tracking
+    from orchestrator import tracking
 
     return args["tracking_uri"] or tracking.default_tracking_uri(args["run_root"])
 
@@ -104,7 +106,7 @@ def _experiment_id(client, name: str, runs: Path, tracking_uri: str) -> str:
     if found is not None:
         return found.experiment_id
     local = not tracking_uri.startswith(("http://", "https://", "databricks"))
-    location = (runs / "mlartifacts").resolve().as_uri() if local else None
+    location = RunRoot(runs).artifact_uri if local else None
     return client.create_experiment(name, artifact_location=location)
 
 
@@ -123,7 +125,7 @@ def fit_backends(frame, hardware: str, args: dict[str, Any]) -> list[str] | None
 def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict[str, float],
                 run_id: str) -> dict[str, Any]:
     """Where a fitted profile came from: sweeps, cells, date, hardware, code versions, evaluation, MLflow."""
-    from wavealign.analysis import profiles
+    from analysis import profiles
 
     runs = Path(args["run_root"])
     measured = frame.loc[frame["hardware"] == hardware, "git_sha"].dropna().unique() if "git_sha" in frame else []
@@ -133,7 +135,7 @@ def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict
         "sweeps": sorted(str(s) for s in pairs["sweep_id"].dropna().unique()) if "sweep_id" in pairs else [],
         "cells": len(pairs), "include_simulated": args["include_simulated"],
         "backends": sorted(pairs["backend"].dropna().unique().tolist()) if "backend" in pairs else [],
-        "model": "log-linear (wavealign.analysis.skipfit)", **_code_version(), "measured_git_shas": sorted(measured),
+        "model": "log-linear (analysis.skipfit)", **_code_version(), "measured_git_shas": sorted(measured),
         "evaluation": {"split": args["split"], **{k: round(float(v), 6) for k, v in metrics.items()}},
         "mlflow": {"tracking_uri": args["_tracking_uri"], "run_id": run_id,
                    "registered_model": profiles.model_name(hardware) if args["register"] else None},
@@ -143,7 +145,7 @@ def _provenance(frame, pairs, hardware: str, args: dict[str, Any], metrics: dict
 def _write_evaluation(out_dir: Path, evaluation, hardware: str) -> None:
     import matplotlib.pyplot as plt
 
-    from wavealign.analysis import skipfit
+    from analysis import skipfit
 
     evaluation.table.to_csv(out_dir / "evaluation.csv", index=False)
     fig = skipfit.evaluation_figure(evaluation, hardware)
@@ -155,8 +157,8 @@ def _log_fit(client, run_id: str, out_dir: Path, profile, metrics: dict[str, flo
     """Params, metrics, the evaluation table and plot, and the profile (``profile/``) on the fit's run."""
     from mlflow.entities import Metric, Param
 
+    from analysis import profiles, skipfit
     from wavealign import skip
-    from wavealign.analysis import profiles, skipfit
 
     now = int(time.time() * 1000)
     params = {"hardware": profile.hardware, "split": args["split"], "include_simulated": args["include_simulated"],
@@ -172,8 +174,8 @@ def _log_fit(client, run_id: str, out_dir: Path, profile, metrics: dict[str, flo
 
 def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: str | None) -> FitOutcome:
     """Fit, evaluate, record, register and install one hardware's profile."""
+    from analysis import profiles, skipfit
     from wavealign import skip
-    from wavealign.analysis import profiles, skipfit
 
     pairs = skipfit.paired_cells(frame, hardware, args["include_simulated"], fit_backends(frame, hardware, args))
     if len(pairs) < 2:
@@ -213,8 +215,8 @@ def fit_one(frame, hardware: str, args: dict[str, Any], client, experiment_id: s
 
 def fit_chooser(frame, hardware: str, metrics: dict[str, float]) -> dict[str, dict]:
     """The order chooser's corrections on ``hardware``, per backend whose groups hold its predictions (an ``auto``
-    cell's, ``wavealign.analysis.chooserfit``), each scored with its methods held out into ``metrics``."""
-    from wavealign.analysis import chooserfit
+    cell's, ``analysis.chooserfit``), each scored with its methods held out into ``metrics``."""
+    from analysis import chooserfit
 
     section = {}
     for backend in sorted(frame.loc[frame.hardware == hardware, "backend"].dropna().unique()):
@@ -228,7 +230,7 @@ def fit_chooser(frame, hardware: str, metrics: dict[str, float]) -> dict[str, di
 
 
 def _fetch(args: dict[str, Any]) -> int:
-    from wavealign.analysis import profiles
+    from analysis import profiles
 
     uri = _tracking_uri(args)
     sources = profiles.materialise(args["fetch"], uri, args["alias"])
@@ -242,9 +244,9 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args["fetch"]:
         return _fetch(args)
-    from wavealign import analysis
+    import analysis
+    from analysis import skipfit
     from wavealign import hardware as hardware_registry
-    from wavealign.analysis import skipfit
 
     frame = analysis.load(args["run_root"], tracking_uri=args["tracking_uri"])
     known = set(hardware_registry.names())

@@ -17,7 +17,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from wavealign.jobs._args import Parser, UsageError, output_folder
+from jobs._args import Parser, UsageError, output_folder
 
 EXTRAS = ("analysis",)  # logging to MLflow too where it is installed ([sweep])
 
@@ -39,20 +39,21 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.tracking_uri is not None:  # a scheme MLflow has no store for is refused here, not after its retries
-        from wavealign.orchestrator.config_validate import check_tracking_uri
+        from orchestrator.config_validate import check_tracking_uri
 
         check_tracking_uri("--tracking-uri ", args.tracking_uri)
     if args.out is not None:
         output_folder("--out", args.out)
-    from wavealign.analysis.run_root import DEFAULT_RUN_ROOT, is_run_root, run_root_state
+    from orchestrator.run_root import DEFAULT_RUN_ROOT, RunRoot
 
     runs = args.experiment or args.run_root or DEFAULT_RUN_ROOT
-    if args.run_root is not None and not is_run_root(args.run_root):  # before pandas, matplotlib and torch load
-        raise UsageError(f"--run-root {args.run_root} {run_root_state(args.run_root)}")
-    from wavealign import analysis
-    from wavealign.analysis.figures import mask_pictures
-    from wavealign.analysis.load import is_unplaced
-    from wavealign.analysis.report import log_to_sweep_runs
+    given = None if args.run_root is None else RunRoot(args.run_root)
+    if given is not None and not given.is_run_root():  # before pandas, matplotlib and torch load
+        raise UsageError(f"--run-root {args.run_root} {given.state()}")
+    import analysis
+    from analysis.figures import mask_pictures
+    from analysis.load import is_unplaced
+    from analysis.report import log_to_sweep_runs
 
     frame = analysis.load(runs, tracking_uri=args.tracking_uri)
     unknown = sorted(set(args.mask_cell) - set(frame["cell_id"]))
@@ -77,8 +78,8 @@ def main(argv: list[str]) -> int:
     if importlib.util.find_spec("mlflow") is None:
         print("not logged to MLflow: it is not installed (pip install 'wavealign[sweep]')")
         return 0
-    from wavealign.orchestrator import sqlite_store
-    from wavealign.orchestrator.redact import redact
+    from orchestrator import sqlite_store
+    from orchestrator.redact import redact
 
     try:
         sqlite_store.prepare(uri)  # a copied run root's own store: its artifacts go to the copy

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from wavealign.jobs._args import Parser, UsageError, makeable_folder
+from jobs._args import Parser, UsageError, makeable_folder
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from wavealign.orchestrator.record import SweepOutcome
+    from orchestrator.record import SweepOutcome
 
 COMMAND = "wavealign sweep"  # how its stderr lines begin
 # the exit status of a sweep that ran (bad input, before anything runs: 2; Ctrl-C: 130; SIGTERM: 143)
@@ -42,7 +42,7 @@ OVERRIDES = """Hydra overrides of conf/config.yaml (positional PATH=VALUE), e.g.
 def parser() -> Parser:
     """The sweep's arguments: its flags, and Hydra overrides of the sweep config. Of Hydra's own flags, ``--cfg job``
     is served here; ``-m``/``--multirun`` is refused, since a list override is already an axis of the grid."""
-    from wavealign.orchestrator.config_compose import override_keys
+    from orchestrator.config_compose import override_keys
 
     parser = Parser("sweep", __doc__, config_paths=override_keys, epilog=OVERRIDES)
     parser.add_argument("--dry-run", action="store_true",
@@ -67,7 +67,7 @@ def _options(argv: list[str]) -> tuple[list[str], bool]:
 
 
 def main(argv: list[str]) -> int:
-    from wavealign.orchestrator import stop
+    from orchestrator import stop
 
     with stop.handling():  # first: a Ctrl-C or SIGTERM from here on ends the command as in every other phase
         try:
@@ -87,9 +87,8 @@ def check_before_loading(overrides: list[str], show_cfg: bool = False) -> None:
     is imported."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from wavealign.orchestrator.compat import upgrade_overrides
-    from wavealign.orchestrator.config_compose import check_override
-    from wavealign.orchestrator.config_schema import SweepConfig
+    from orchestrator.config_compose import check_override, upgrade_overrides
+    from orchestrator.config_schema import SweepConfig
 
     fields = SweepConfig.__dataclass_fields__
     given = {"run_root": fields["run_root"].default, "dry_run": fields["dry_run"].default}
@@ -106,10 +105,10 @@ def check_before_loading(overrides: list[str], show_cfg: bool = False) -> None:
 def _main(argv: list[str]) -> int:
     overrides, show_cfg = _options(argv)
     check_before_loading(overrides, show_cfg)
-    from wavealign.orchestrator import config
+    from orchestrator import config
 
     cfg = config.load(overrides)
-    from wavealign.orchestrator import netns, plan
+    from orchestrator import netns, plan
 
     console = Console()
     if not console.is_terminal:  # logs and `make run | tee`: wide enough for the summary table
@@ -135,7 +134,7 @@ def _main(argv: list[str]) -> int:
 def run(cfg: DictConfig, console: Console, command: str = COMMAND) -> SweepOutcome | None:
     """The sweep run (``orchestrator.sweep.run``) for a command that runs one; None, after one stderr line, if the
     run root refused a write before any cell ran (the command then exits ``EXIT_STORAGE_REFUSED``)."""
-    from wavealign.orchestrator import files, sweep
+    from orchestrator import files, sweep
 
     try:
         return sweep.run(cfg, console)
@@ -148,7 +147,7 @@ def ended(cfg: DictConfig, outcome: SweepOutcome, command: str = COMMAND) -> int
     """How a command that ran a sweep (``command``: ``wavealign sweep``, ``wavealign bench-kernels``) ends: one
     stderr line for each loss the sweep's summary cannot show (a run root that refused a write; rows MLflow lacks,
     with the command that logs them), then its exit status (``exit_code``)."""
-    from wavealign.orchestrator import dataset, summary
+    from orchestrator import dataset, summary
 
     if outcome.storage_error is not None:
         print(f"{command}: {outcome.storage_error}; cells that finished after it are not recorded (a resume "
@@ -167,16 +166,16 @@ def ended(cfg: DictConfig, outcome: SweepOutcome, command: str = COMMAND) -> int
 
 
 def refusals() -> tuple[type[Exception], ...]:
-    """What stops a sweep before it runs anything (exit 2, through ``wavealign.jobs.cli``), besides a bad config or
+    """What stops a sweep before it runs anything (exit 2, through ``jobs.cli``), besides a bad config or
     argument (a ``ValueError``): a run root another driver holds, a cluster it cannot join."""
-    from wavealign.orchestrator import join, lock
+    from orchestrator import join, lock
 
     return lock.RunRootBusy, join.CannotJoin
 
 
 def exit_code(outcome: SweepOutcome) -> int:
     """A sweep's exit status from its outcome (``sweep.SweepOutcome``)."""
-    from wavealign.orchestrator import stop
+    from orchestrator import stop
 
     if outcome.storage_error is not None or outcome.lost_rows:
         return EXIT_STORAGE_REFUSED

@@ -11,28 +11,28 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from wavealign.jobs._args import Parser, UsageError
+from jobs._args import Parser, UsageError
 
 EXTRAS = ("sweep",)
 
 
 def refusals() -> tuple[type[Exception], ...]:
     """What stops it before it logs anything (exit 2), besides a bad argument: a run root another driver holds."""
-    from wavealign.orchestrator import lock
+    from orchestrator import lock
 
     return (lock.RunRootBusy,)
 
 
 def main(argv: list[str]) -> int:
-    from wavealign.orchestrator.config_compose import override_keys
+    from orchestrator.config_compose import override_keys
 
     overrides = Parser("sync-mlflow", __doc__, config_paths=override_keys).parse_args(argv).overrides
-    from wavealign.orchestrator import config
+    from orchestrator import config
 
     cfg = config.load(overrides)
-    from wavealign.orchestrator import dataset, files, lock, record, sqlite_store, tracking
-    from wavealign.orchestrator.redact import redact
-    from wavealign.orchestrator.summary import runnable
+    from orchestrator import dataset, files, lock, record, sqlite_store, tracking
+    from orchestrator.redact import redact
+    from orchestrator.summary import runnable
 
     if not dataset.results_dir(cfg.run_root).is_dir():  # a typo'd root would get an empty store and "0 logged"
         raise UsageError(f"run_root={cfg.run_root!r} has no results/ folder; expected the run root of a sweep")

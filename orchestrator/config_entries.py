@@ -1,8 +1,7 @@
 """A config root's entries: ``<root>/workload/<name>.yaml``, found in ``conf/`` and then the sweep's ``conf_dirs``,
-read as written (bounded, never resolved) against ``WorkloadConfig``.
-
-Methods, backends, measurers and reorderers have no entries here: their registries name them and declare their
-parameters (``config_params``).
+read as written (bounded, never resolved) against ``WorkloadConfig`` and held to the library's rules for a workload
+(``wavealign.workloads.check_workload``). Methods, backends, measurers and reorderers have no entries here: their
+registries name them and declare their parameters.
 """
 
 from __future__ import annotations
@@ -11,14 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from wavealign.orchestrator.config_errors import describe
-from wavealign.orchestrator.config_schema import CONF_DIR, ConfigError, WorkloadConfig
-
-# the groups whose entries a config root holds, each with its schema
-SCHEMAS = {"workload": WorkloadConfig}
+from orchestrator.config_errors import explain
+from orchestrator.config_schema import CONF_DIR, ConfigError, WorkloadConfig, check_fields
 
 
 def search_dirs(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> list[Path]:
@@ -27,22 +23,19 @@ def search_dirs(cfg: DictConfig, conf_dir: Path = CONF_DIR) -> list[Path]:
 
 
 def entry_path(root: Path, group: str, name: Any) -> Path:
-    """``<root>/<group>/<name>.yaml``, where ``name`` (a workload a config names) is a plain name: no folder separator
-    and no leading dot, so that it names a file of that folder; else a ``ConfigError`` (``../../etc/x`` or
-    ``/tmp/x`` read a YAML outside every config root). Links a config root holds are its owner's to make and are
-    followed."""
+    """``<root>/<group>/<name>.yaml``, where ``name`` is a plain name (no folder separator, no leading dot), so that
+    it names a file of that folder; else a ``ConfigError`` (``../../etc/x`` or ``/tmp/x`` read a YAML outside every
+    config root). Links a config root holds are its owner's to make and are followed."""
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
         raise ConfigError(f"{group} {name!r} is not a name; expected the stem of a conf/{group}/<name>.yaml")
     return Path(root) / group / f"{name}.yaml"
 
 
 def group_entry(group: str, name: str, dirs: Sequence[Path] = (CONF_DIR,)) -> DictConfig:
-    """Read ``<dir>/<group>/<name>.yaml`` from the first of ``dirs`` that has it (``entry_path``), against its
-    schema (unknown keys and values of the wrong type are an error). The file is read through the bounded YAML reader
-    (``wavealign.bounded``: no alias bomb, no Python tags), and a value that is an interpolation
-    (``${oc.env:TOKEN}``) is refused without resolving it: an entry is plain values, and resolving one could print a
-    secret in an error."""
-    from wavealign import bounded
+    """``<dir>/<group>/<name>.yaml`` from the first of ``dirs`` that has it, against its schema and its rules. The
+    file is read through the bounded YAML reader (``wavealign.bounded``: no alias bomb, no Python tags), and an
+    interpolation (``${oc.env:TOKEN}``) is refused without resolving it: resolving one could print a secret."""
+    from wavealign import bounded, workloads
 
     found = [path for d in dirs if (path := entry_path(Path(d), group, name)).is_file()]
     if not found:
@@ -53,28 +46,28 @@ def group_entry(group: str, name: str, dirs: Sequence[Path] = (CONF_DIR,)) -> Di
     try:
         loaded = OmegaConf.create(bounded.check_yaml(bounded.read_text(path, "config entry", bounded.MAX_YAML_BYTES),
                                                      f"config entry {str(path)!r}") or {})
-        _refuse_interpolations(loaded, where)
-        entry = OmegaConf.merge(OmegaConf.structured(SCHEMAS[group]), loaded)
+        _refuse_interpolations(OmegaConf.to_container(loaded, resolve=False), where)
+        entry = OmegaConf.merge(OmegaConf.structured(WorkloadConfig), loaded)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"{where}: {describe(exc)}") from None
+        raise ConfigError(f"{where}: {explain(exc)}") from None
     if entry.name != name:
         raise ConfigError(f"{where} declares name {entry.name!r}; expected {name!r}")
+    check_fields(entry, WorkloadConfig, f"{where}: ")
+    try:
+        workloads.check_workload(entry.model, entry.captured, entry.generator, list(entry.heads), entry.layer,
+                                 entry.step)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     return entry
 
 
-def _refuse_interpolations(node: Any, where: str) -> None:
-    """A ``ConfigError`` for the first value of ``node`` that is an interpolation, named by its key and its text
-    (never resolved)."""
-    container = OmegaConf.to_container(node, resolve=False) if isinstance(node, DictConfig | ListConfig) else node
-    todo: list[tuple[str, Any]] = [("", container)]
-    while todo:
-        key, value = todo.pop()
-        if isinstance(value, dict):
-            todo += [(f"{key}.{k}" if key else str(k), v) for k, v in value.items()]
-        elif isinstance(value, list):
-            todo += [(f"{key}[{i}]", v) for i, v in enumerate(value)]
-        elif isinstance(value, str) and "${" in value:
-            raise ConfigError(f"{where}: {key}={value!r} is an interpolation; expected a plain value (a config "
-                              "root's entries are read as written, never resolved)")
+def _refuse_interpolations(value: Any, where: str, key: str = "") -> None:
+    """A ``ConfigError`` for the first value that is an interpolation, named by its key and its text."""
+    if isinstance(value, dict | list):
+        for k, v in value.items() if isinstance(value, dict) else enumerate(value):
+            _refuse_interpolations(v, where, f"{key}[{k}]" if isinstance(value, list) else f"{key}.{k}" if key else k)
+    elif isinstance(value, str) and "${" in value:
+        raise ConfigError(f"{where}: {key}={value!r} is an interpolation; expected a plain value (a config root's "
+                          "entries are read as written, never resolved)")

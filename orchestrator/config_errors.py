@@ -1,99 +1,67 @@
-"""OmegaConf's refusals in this project's words: one line naming the key, the value and what its field takes.
-
-An OmegaConf error carries what it refused (``full_key``, ``value``, the dataclass or list type that refused it), so
-the message is built from those and the schema's own types, never by reading OmegaConf's or Hydra's text. Also here:
-the nearest key a mistyped one most likely meant, over full dotted paths.
-"""
+"""Config refusals in this project's words: ``explain`` turns a Hydra or OmegaConf exception into one line naming the
+key, the value and what its field takes, built from what the exception carries (``full_key``, ``value``, the type
+that refused it) and the schema's own types, never from Hydra's text; ``suggest`` finds the key a mistyped one most
+likely meant."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import types
 import typing
 from collections.abc import Sequence
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException, ValidationError
+from omegaconf.errors import ValidationError
 
-from wavealign.orchestrator.config_schema import GridConfig, expected, field_default, plural
+from orchestrator.config_schema import GridConfig, field_default
 
-
-def describe(exc: BaseException, given: str | None = None) -> str:
-    """An OmegaConf error as one line: a value of the wrong type as ``typed`` says it, another kind as OmegaConf's
-    own message (``message``). ``given`` is the override that carried the value, as typed, where there was one."""
-    if isinstance(exc, ValidationError) and exc.full_key:
-        return typed(exc, given)
-    return message(exc)
+# how a message names what a field of each type takes, one value and several
+_ONE = {bool: "true or false", int: "an integer", float: "a number", str: "a text"}
+_SEVERAL = {bool: "switches", int: "integers", float: "numbers", str: "names"}
 
 
-def typed(exc: ValidationError, given: str | None = None) -> str:
-    """A value the schema's type refused: ``grid.reps=three: expected an integer``; a list given one value,
-    ``grid.seq_k=148: a grid axis is a list; expected grid.seq_k=[148]``; an item of a list,
-    ``grid.wave_size has inf; expected an integer or null``."""
-    path = str(exc.full_key).partition("[")[0]
-    shown = given.partition("=")[2] if given else repr(exc.value)
-    if exc.object_type is list:  # an item of a list field: its reference type is list[item]
-        return f"{path} has {exc.value!r}; expected {expected(typing.get_args(exc.ref_type)[0])}"
-    owner, key = exc.object_type, str(exc.key)
+def explain(exc: BaseException, given: str | None = None) -> str:
+    """A Hydra or OmegaConf error as one line. A value the schema's type refused: ``grid.reps=three: expected an
+    integer``; a list given one value, ``grid.seq_k=148: a grid axis is a list; expected grid.seq_k=[148]``; an item
+    of a list, ``grid.wave_size has inf; expected an integer or null``. Another error: its own message, without its
+    context lines. ``given`` is the override that carried the value, as typed."""
+    cause = exc if isinstance(exc, ValidationError) else exc.__cause__
+    if not (isinstance(cause, ValidationError) and cause.full_key):
+        return _message(exc)
+    path = str(cause.full_key).partition("[")[0]
+    shown = given.partition("=")[2] if given else repr(cause.value)
+    if cause.object_type is list:  # an item of a list field: its reference type is list[item]
+        return f"{path} has {cause.value!r}; expected {expected(typing.get_args(cause.ref_type)[0])}"
+    owner, key = cause.object_type, str(cause.key)
     hint = typing.get_type_hints(owner).get(key) if dataclasses.is_dataclass(owner) else None
     if typing.get_origin(hint) is not list:
         return f"{path}={shown}: expected {expected(hint)}"
     what = "a grid axis" if owner is GridConfig else path
     item = typing.get_args(hint)[0]
-    if _fits(exc.value, item):
+    if fits(cause.value, item):
         return f"{path}={shown}: {what} is a list; expected {path}=[{shown}]"
     example = ",".join(str(v) for v in field_default(owner, key))
     return f"{path}={shown}: {what} is a list of {plural(item)}; expected e.g. {path}=[{example}]"
 
 
-def _fits(value: Any, kind: Any) -> bool:
-    """Whether ``value`` is one item of type ``kind`` (an integer is a number; a switch is no number)."""
-    kinds = tuple(k for k in (typing.get_args(kind) or (kind,)) if k is not type(None))
-    if isinstance(value, bool):
-        return bool in kinds
-    return isinstance(value, kinds) or (float in kinds and isinstance(value, int))
-
-
-def message(exc: BaseException) -> str:
+def _message(exc: BaseException) -> str:
     """Hydra's and OmegaConf's message without their trailing full-key/object-type context lines."""
     text = str(exc) if exc.__cause__ is None else f"{exc.__cause__}\n{exc}"
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith("To append to your config")]
-    kept = [ln for ln in lines if not ln.startswith(("full_key:", "object_type=", "reference_type="))]
-    return " ".join(kept) or type(exc).__name__
+    context = ("full_key:", "object_type=", "reference_type=", "To append to your config")
+    return " ".join(ln for ln in lines if not ln.startswith(context)) or type(exc).__name__
 
 
-def not_a_key(given: str, near: str | None) -> str:
-    """The message for an override ``given`` whose key the config lacks, with the key it most likely meant."""
-    value = given.partition("=")[2]
-    expected_key = f"did you mean {near}={value}?" if near else "see wavealign sweep --cfg job for the keys"
-    return f"{given} is not a sweep config key; {expected_key}"
-
-
-def config_paths(node: DictConfig, prefix: str = "") -> list[str]:
-    """Every key of a config by its full dotted path (``grid.seq_k``, ``ray.address``)."""
-    paths = []
-    for key in node:
-        path = f"{prefix}{key}"
-        paths.append(path)
-        child = node._get_node(key)  # the node itself: an interpolation is not resolved
-        if isinstance(child, DictConfig):
-            paths += config_paths(child, f"{path}.")
-    return paths
-
-
-def nearest_key(key: str, paths: Sequence[str]) -> str | None:
-    """The path among ``paths`` a mistyped ``key`` most likely meant: one ending in the same last segment
-    (``reps`` -> ``grid.reps``; the shortest, then the first in order), else the closest full path, else the path of
-    the closest last segment; None when nothing is close."""
-    ordered = sorted(set(paths) - {key}, key=lambda p: (p.count("."), p))
+def suggest(key: str, candidates: Sequence[str]) -> str | None:
+    """The candidate a mistyped dotted ``key`` most likely meant: one ending in the same last segment (``reps`` ->
+    ``grid.reps``; the shortest, then the first in order), else the closest whole, else the one of the closest last
+    segment; None when nothing is close."""
+    ordered = sorted(set(candidates) - {key}, key=lambda p: (p.count("."), p))
     leaf = key.rpartition(".")[2]
-    same_leaf = [p for p in ordered if p.rpartition(".")[2] == leaf]
-    if same_leaf:
+    if same_leaf := [p for p in ordered if p.rpartition(".")[2] == leaf]:
         return same_leaf[0]
-    close = difflib.get_close_matches(key, ordered, n=1, cutoff=0.75)
-    if close:
+    if close := difflib.get_close_matches(key, ordered, n=1, cutoff=0.75):
         return close[0]
     by_leaf: dict[str, str] = {}
     for path in ordered:
@@ -102,15 +70,33 @@ def nearest_key(key: str, paths: Sequence[str]) -> str | None:
     return by_leaf[close[0]] if close else None
 
 
-def unknown_key(exc: OmegaConfBaseException, node: DictConfig) -> str:
-    """A key no field of its dataclass has (added with ``+``: Hydra adds keys even to a struct config), with its
-    value from ``node`` and the field it most likely meant."""
-    path = str(exc.full_key)
-    parent, _, key = path.rpartition(".")
-    fields = list(typing.get_type_hints(exc.object_type)) if dataclasses.is_dataclass(exc.object_type) else []
-    close = difflib.get_close_matches(key, fields, n=1)
-    prefix = f"{parent}." if parent else ""
-    hint = f"did you mean {prefix}{close[0]}?" if close else f"expected one of {sorted(fields)}"
-    holder = OmegaConf.select(node, parent) if parent else node
-    value = OmegaConf.to_container(holder)[key]  # type: ignore[index]
-    return f"{path}={value!r} is not a sweep config key; {hint}"
+def fits(value: Any, kind: Any) -> bool:
+    """Whether ``value`` is one value of type ``kind`` (an integer is a number, a switch no number; ``list[int]``
+    a list of integers; ``Any`` anything)."""
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return any(fits(value, one) for one in typing.get_args(kind))
+    if typing.get_origin(kind) is list:
+        return isinstance(value, list) and all(fits(v, typing.get_args(kind)[0]) for v in value)
+    if kind is Any or kind is type(None):
+        return kind is Any or value is None
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
+
+
+def expected(hint: Any) -> str:
+    """What a field of type ``hint`` takes, in a message's words: ``int | None`` -> "an integer or null",
+    ``list[float]`` -> "a list of numbers"."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is list:
+        return f"a list of {plural(args[0])}"
+    nullable = type(None) in args
+    base = next(a for a in args if a is not type(None)) if nullable else hint
+    return (f"a list of {plural(typing.get_args(base)[0])}" if typing.get_origin(base) is list
+            else _ONE.get(base, "a value")) + (" or null" if nullable else "")
+
+
+def plural(hint: Any) -> str:
+    """Several values of type ``hint``: "numbers", "integers" (null left out)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return _SEVERAL.get(args[0] if args else hint, "values")

@@ -1,12 +1,9 @@
-"""The sweep config's schema: Hydra structured configs (dataclasses with real types), the one home of every default.
+"""The sweep config's schema: Hydra structured configs (dataclasses with real types), the one home of every default,
+filed in Hydra's ConfigStore as ``sweep_schema`` (``conf/config.yaml``'s first default) when this module is imported.
 
-``conf/config.yaml`` names this schema (``sweep_schema``, filed in Hydra's ConfigStore by ``register_schema``) and a
-sweep preset; it restates none of the values below. OmegaConf checks each value against its field's type when the
-config is composed (``grid.reps=three``, a list given one value, a key no field has), so ``config_validate`` keeps
-only the rules a type cannot say: ranges, names the registries know, and rules across fields.
-
-Importing this module costs OmegaConf and Hydra's ConfigStore only: the library's variants (which import torch) are
-read when the schema is filed, after what the schema alone refuses (``config_compose.check_override``).
+Hydra checks each value against its field's type as it composes (``grid.reps=three``, a list given one value); a
+field's range or choices are its metadata (``bounds``, ``choices``), all held by one loop (``check_fields``).
+Importing this costs OmegaConf, Hydra's ConfigStore and the library's torch-free vocabulary (``wavealign.variants``).
 Follows Hydra's structured-config tutorial (hydra.cc/docs/tutorials/structured_config/schema).
 """
 
@@ -18,30 +15,43 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
 
-from wavealign import conf_dir
-from wavealign.records import CPU
+from orchestrator.run_root import DEFAULT_RUN_ROOT
+from wavealign import conf_dir, variants
+from wavealign.records import CPU, MAX_SEED, MAX_WAVE_SIZE, STAGES
 
 CONF_DIR = conf_dir()  # the checkout's conf/, or wavealign/conf in an installed wheel
+# timed repetitions (or warm-ups) of one cell: 100,000 of the shortest launch (~10 us) is already a second; more is a
+# typo that would hold a worker (and its timings' memory) for hours
+MAX_REPS = 100_000
+# the longest sequence a grid may ask for, in thousands of tokens: ten times the paper's longest (436K); a value past
+# it is nearly always tokens typed where thousands were meant, which would fill every worker's memory
+MAX_SEQ_K = 4096
 
 
 class ConfigError(ValueError):
     """A sweep config that cannot run; the message names the key, the value and what was expected."""
 
 
+def bounds(lo: float, hi: float | None = None, *, above: bool = False) -> dict[str, Any]:
+    """A field's metadata: its value (each item of a list field) in [lo, hi] (above ``lo`` where ``above``; no upper
+    bound without ``hi``)."""
+    return {"range": (lo, hi, above)}
+
+
 @dataclass
 class VariantConfig:
     """A reorder variant (``wavealign.variants``): which WaveAlign stages, and whether the skip policy may veto them."""
 
-    stages: str = "both"
-    skip: str = "force"  # "force" applies ``stages``; "policy" lets wavealign.skip fall back to "none"
+    stages: str = field(default="both", metadata={"choices": STAGES})
+    # "force" applies ``stages``; "policy" lets the skip policy fall back to "none"; "choose": the order chooser's
+    skip: str = field(default="force", metadata={"choices": variants.SKIP_MODES})
 
 
 def _library_variants() -> dict[str, VariantConfig]:
-    """The variants every sweep may name: ``wavealign.variants.VARIANTS`` ("original" is the baseline every speedup
+    """The variants every sweep may name (``wavealign.variants.VARIANTS``; "original" is the baseline every speedup
     refers to); a sweep's ``variants:`` may add its own as ``{name: {stages: spatial, skip: policy}}``."""
-    from wavealign import variants
-
     return {name: VariantConfig(v.stages, v.skip) for name, v in variants.VARIANTS.items()}
 
 
@@ -61,18 +71,19 @@ class GridConfig:
     # the spatial step of every variant that has one (stages spatial or both): WaveAlign's Stage 1 or a Table II
     # baseline (wavealign.reorderers); variants without one run once, whatever this lists
     reorderer: list[str] = field(default_factory=lambda: ["wavealign"])
-    wave_size: list[int | None] = field(default_factory=lambda: [None])  # None: the hardware's wave for the backend
-    seed: list[int] = field(default_factory=lambda: [0])
+    # None: the hardware's wave for the backend; seeds are torch's generator seeds, and an int64 column
+    wave_size: list[int | None] = field(default_factory=lambda: [None], metadata=bounds(1, MAX_WAVE_SIZE))
+    seed: list[int] = field(default_factory=lambda: [0], metadata=bounds(0, MAX_SEED))
     # e.g. {xattention: {threshold: [0.8, 0.9]}}: each listed value is an axis (a scalar is one value); each entry's
-    # keys and types are its registry entry's (config_params)
+    # keys and types are those its registry entry registers (registry.param_types)
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     backend_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     measure_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     reorderer_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    block_size: int | None = None  # None: the hardware's default block size
+    block_size: int | None = field(default=None, metadata=bounds(1, MAX_SEQ_K * 1000))  # None: the hardware's
     cpu_profile: str = "h100"  # GPU description whose wave size and skip profile "cpu" cells plan for
-    reps: int = 5
-    warmup: int = 1  # calls before the timed reps; the first call (timed apart: first_call_ms) is one of them
+    reps: int = field(default=5, metadata=bounds(1, MAX_REPS))
+    warmup: int = field(default=1, metadata=bounds(0, MAX_REPS))  # calls before the timed reps, the first among them
 
 
 @dataclass
@@ -80,14 +91,14 @@ class RayConfig:
     """Where cells run: an embedded local Ray (address None), ``auto``, or ``ray://host:port``."""
 
     address: str | None = None  # None: start a local Ray with this machine's CPUs/GPUs; `auto` or ray://host:10001
-    num_cpus: int | None = None  # embedded Ray only; None = this machine's
-    num_gpus: int | None = None
-    object_store_mb: int | None = None
-    max_retries: int = 2  # a worker that dies mid-cell is restarted and the cell retried this often
+    num_cpus: int | None = field(default=None, metadata=bounds(1))  # embedded Ray only; None = this machine's
+    num_gpus: int | None = field(default=None, metadata=bounds(0))
+    object_store_mb: int | None = field(default=None, metadata=bounds(1))
+    max_retries: int = field(default=2, metadata=bounds(0))  # a worker dead mid-cell is restarted, the cell retried
     wait_for_nodes: bool = False  # keep cells for absent GPU types waiting instead of unschedulable
-    wait_timeout_s: float = 3600.0
+    wait_timeout_s: float = field(default=3600.0, metadata=bounds(0, above=True))  # inf waits for ever
     # a worker not up this long after it is started (or back after dying) is dropped: Ray may never place it
-    worker_start_timeout_s: float = 300.0
+    worker_start_timeout_s: float = field(default=300.0, metadata=bounds(0, above=True))
     # build the inputs (mask, Q/K/V) of a worker's next group in the background while its current group is timed
     # (on a stream of their own on a GPU); off by default until it is shown not to move the kernel medians
     prefetch_inputs: bool = False
@@ -111,7 +122,7 @@ class SweepConfig:
     """The whole sweep: ``grid`` plus any ``extra_grids``, where results go, and how to run."""
 
     name: str = "custom"
-    run_root: str = "wavealign-runs"  # mlflow.db (sqlite), results/ (Parquet) and sweeps/ land here
+    run_root: str = str(DEFAULT_RUN_ROOT)  # its layout: orchestrator.run_root.RunRoot
     grid: GridConfig = field(default_factory=GridConfig)
     extra_grids: dict[str, GridConfig] = field(default_factory=dict)
     variants: dict[str, VariantConfig] = field(default_factory=_library_variants)
@@ -121,21 +132,21 @@ class SweepConfig:
     force: bool = False  # re-run them anyway
     dry_run: bool = False  # print grid size, cells per GPU type, filtered combinations, time estimate
     progress: bool = True
-    batch_cells: int = 32  # at most this many cells per Parquet file / MLflow batch (each finished group is written)
+    batch_cells: int = field(default=32, metadata=bounds(1))  # the most cells per Parquet file / MLflow batch
     # your own backends, mask methods, measurers and reorderers: importable modules that register them (on the driver
     # and every worker); the registries are the list of names a grid may use
     plugins: list[str] = field(default_factory=list)
     conf_dirs: list[str] = field(default_factory=list)  # config roots holding workload/ YAMLs (searched after conf/)
     only_cells: list[str] = field(default_factory=list)  # run just these cell ids of the grid (a row's repro command)
     # a larger sweep is refused (and --dry-run only counts it): enumerating millions of cells takes minutes
-    max_cells: int = 100_000
+    max_cells: int = field(default=100_000, metadata=bounds(1))
     overrides: list[str] = field(default_factory=list)  # filled by ``load``: the overrides composed, for repro commands
 
 
 @dataclass
 class WorkloadConfig:
     """``conf/workload/<name>.yaml``: a model preset (Q/K/V from wavealign.workloads), a captured file, or a bare
-    shape."""
+    shape; ``wavealign.workloads.check_workload`` holds its fields to each other."""
 
     name: str = "?"
     model: str | None = None  # a wavealign.workloads preset id; None = bare shape with random Q/K/V
@@ -144,9 +155,9 @@ class WorkloadConfig:
     captured: str | None = None
     resolution: str | None = None
     heads: list[int] = field(default_factory=lambda: [0])  # preset heads to take
-    num_heads: int = 1  # bare shapes
-    head_dim: int = 128
-    layer: int = 0
+    num_heads: int = field(default=1, metadata=bounds(1))  # bare shapes
+    head_dim: int = field(default=128, metadata=bounds(1))
+    layer: int = field(default=0, metadata=bounds(0))
     step: int = 0  # the synthetic generator's denoising step
     # the synthetic generator of a model preset's Q/K/V (wavealign.workloads.GENERATORS: clusters, scene); None: the
     # library's default (wavealign.workloads.DEFAULT_GENERATOR)
@@ -155,11 +166,36 @@ class WorkloadConfig:
 
 # GridConfig's list fields: the axes whose product is the grid, so an empty one means no cells
 AXES = tuple(k for k, kind in typing.get_type_hints(GridConfig).items() if typing.get_origin(kind) is list)
+ConfigStore.instance().store(name="sweep_schema", node=SweepConfig)
 
 
-def register_schema() -> None:
-    """File the schema in Hydra's ConfigStore as ``sweep_schema`` (``conf/config.yaml``'s first default)."""
-    ConfigStore.instance().store(name="sweep_schema", node=SweepConfig)
+def check_fields(node: DictConfig, schema: type, where: str = "") -> None:
+    """Every field of ``node`` (and of its dataclasses and maps of them) whose ``schema`` field declares a
+    ``range`` (lo, hi, above) or ``choices`` holds to it: ``grid.reps=0; expected an integer in [1, 100,000]``,
+    ``grid.seed has -1; ...``, ``ray.num_cpus=0; expected null or an integer >= 1``. ``where`` prefixes each key
+    (``conf/workload/x.yaml: ``)."""
+    hints = typing.get_type_hints(schema)
+    for declared in dataclasses.fields(schema):
+        kind, value, path = hints[declared.name], node[declared.name], f"{where}{declared.name}"
+        if dataclasses.is_dataclass(kind):
+            check_fields(value, kind, f"{path}.")
+        elif typing.get_origin(kind) is dict and dataclasses.is_dataclass(item := typing.get_args(kind)[1]):
+            for name, child in value.items():
+                check_fields(child, item, f"{path}.{name}.")
+        elif "choices" in declared.metadata and value not in declared.metadata["choices"]:
+            raise ConfigError(f"{path}={value!r}; expected one of {declared.metadata['choices']}")
+        elif "range" in declared.metadata:
+            lo, hi, above = declared.metadata["range"]
+            listed = typing.get_origin(kind) is list
+            for one in value if listed else [value]:
+                if one is not None and (not (lo < one if above else lo <= one) or (hi is not None and one > hi)):
+                    nullable = type(None) in typing.get_args(typing.get_args(kind)[0] if listed else kind)
+                    if hi is not None:
+                        words = f"an integer in [{lo}, {hi:,}]" + (" or null" if nullable else "")
+                    else:
+                        words = ("null or an integer " if nullable else "") + f"{'>' if above else '>='} {lo}"
+                    raise ConfigError(f"{path} has {one!r}; expected {words}" if listed else
+                                      f"{path}={one!r}; expected {words}")
 
 
 class SchemaField(typing.NamedTuple):
@@ -172,9 +208,8 @@ class SchemaField(typing.NamedTuple):
 
 
 def schema_field(path: str, schema: type = SweepConfig) -> SchemaField | None:
-    """The schema's key at the dotted ``path`` (``ray.prefetch_inputs`` -> bool of RayConfig;
-    ``extra_grids.cpu.seed`` -> list[int] of GridConfig, in a map; ``grid.method_params.xattention`` -> Any: the
-    composed config decides whether it is there); None where a dataclass on the way has no such field."""
+    """The schema's key at the dotted ``path`` (``extra_grids.cpu.seed`` -> list[int] of GridConfig, in a map;
+    ``grid.method_params.xattention`` -> Any); None where a dataclass on the way has no such field."""
     kind: Any = schema
     owner: type | None = None
     in_map = False
@@ -194,40 +229,16 @@ def schema_field(path: str, schema: type = SweepConfig) -> SchemaField | None:
 def field_default(owner: type, name: str) -> Any:
     """The default value of field ``name`` of dataclass ``owner`` (made by its factory where it has one)."""
     declared = {f.name: f for f in dataclasses.fields(owner)}[name]
-    if declared.default_factory is not dataclasses.MISSING:
-        return declared.default_factory()
-    return declared.default
+    return declared.default if declared.default_factory is dataclasses.MISSING else declared.default_factory()
 
 
-def key_paths(schema: type = SweepConfig, prefix: str = "") -> list[str]:
-    """The full dotted path of every key the schema declares (``grid.seq_k``, ``ray.address``), read from its
-    dataclasses, so without composing; the entries of its maps (a preset's ``extra_grids``, a method's parameters)
-    are a composed config's (``config_compose.config_paths``)."""
+def key_paths(node: DictConfig | None = None, prefix: str = "") -> list[str]:
+    """Every key of a config by its full dotted path (``grid.seq_k``, ``ray.address``): the schema's where ``node``
+    is None. An interpolation is not resolved."""
+    node = OmegaConf.structured(SweepConfig) if node is None else node
     paths = []
-    for key, kind in typing.get_type_hints(schema).items():
+    for key in node:
         paths.append(f"{prefix}{key}")
-        if dataclasses.is_dataclass(kind):
-            paths += key_paths(kind, f"{prefix}{key}.")
+        if isinstance(child := node._get_node(key), DictConfig):
+            paths += key_paths(child, f"{prefix}{key}.")
     return paths
-
-
-# how a message names what a field of each type takes, one value and several
-_ONE = {bool: "true or false", int: "an integer", float: "a number", str: "a text"}
-_SEVERAL = {bool: "switches", int: "integers", float: "numbers", str: "names"}
-
-
-def expected(hint: Any) -> str:
-    """What a field of type ``hint`` takes, in a message's words: ``int | None`` -> "an integer or null",
-    ``list[float]`` -> "a list of numbers"."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) is list:
-        return f"a list of {plural(args[0])}"
-    nullable = type(None) in args
-    base = next(a for a in args if a is not type(None)) if nullable else hint
-    return _ONE.get(base, "a value") + (" or null" if nullable else "")
-
-
-def plural(hint: Any) -> str:
-    """Several values of type ``hint``: "numbers", "integers" (null left out)."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return _SEVERAL.get(args[0] if args else hint, "values")

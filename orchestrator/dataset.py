@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import math
 import os
@@ -23,22 +22,27 @@ import typing
 import uuid
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from wavealign.orchestrator import compat, files
+from orchestrator import dataset_compat, files
+from orchestrator.dataset_compat import json_text as _json
+from orchestrator.run_root import RunRoot
 from wavealign.records import Cell, CellResult, Environment
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 7  # 2: generated from wavealign.records; seq_k, launch_plan_ms, net speedup, ncu occupancy, repro;
 #                    3: reorder_cost and host_reorder_ms (the reorderer columns joined late in v2);
 #                    4: inputs_prefetched;
 #                    5: measure and measure_params (wavealign.measurers): a simulated row names the backend it
 #                    models (no backend sim), and Nsight Compute is measure ncu (no ncu_requested column). Rows of
-#                    v4 and before are read as v5 writes them (``compat``);
+#                    v4 and before are read as v5 writes them (``dataset_compat``);
 #                    6: run_seq, the run of the run root that recorded a row: rows are ordered by it, not by a clock;
 #                    7: per-rep kernel times, paired timing, speedup intervals and verdicts, the GPU's clocks, power,
 #                    temperature and throttle reasons (older rows read them as missing: no interval, no verdict)
@@ -127,10 +131,6 @@ def next_run_seq(run_root: str | Path, seen: int = 0) -> int:
 ROW_BYTES = 34_000
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
-
-
 def make_row(cell: Cell, result: CellResult | None, *, sweep_id: str, sweep_name: str, status: str | None = None,
              error: str | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One dataset row from a cell and its result (None for cells that never ran, e.g. unschedulable)."""
@@ -178,7 +178,7 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema = SCHEMA) -> pa.Table
 
 
 def results_dir(run_root: str | Path) -> Path:
-    return Path(run_root) / "results"
+    return RunRoot(run_root).results
 
 
 def file_name(sweep_id: str, result_ids: list[str]) -> str:
@@ -244,8 +244,9 @@ def compact(paths: list[Path], chunk: int = 256) -> list[Path]:
 
 QUARANTINE = "_quarantine"
 REASON_SUFFIX = ".reason.txt"  # beside a quarantined file: why it was moved
-# columns of earlier versions that this one dropped, in their files (v1-v4's ncu_requested: measure ncu since v5)
-RETIRED_COLUMNS = ("ncu_requested",)
+# columns of earlier versions that this one dropped, in their files (v1-v4's ncu_requested: measure ncu since v5;
+# skip_mode: AttentionSpec.skip since, its value read from cell_json by dataset_compat)
+RETIRED_COLUMNS = ("ncu_requested", "skip_mode")
 # identity columns a row cannot be without, whatever version of the schema wrote it
 REQUIRED_COLUMNS = ("schema_version", "result_id", "sweep_id", "cell_id", "group_id", "status", "recorded_at")
 # the fewest bytes a row of ours takes in a results file: its result id alone is a uuid4's 122 random bits, which no
@@ -401,17 +402,30 @@ def _quarantine(folder: Path, relative: Path, reason: str) -> None:
 
 def read(run_root: str | Path, columns: list[str] | None = None, filter: ds.Expression | None = None) -> pa.Table:
     """Every row of the trusted files under ``<run_root>/results`` (``trusted_files``; an empty table of the schema
-    if there are none), older rows in today's fields (``compat.upgrade_table``), each result once (``distinct``). A
+    if there are none), older rows in today's fields (``dataset_compat``), each result once (``distinct``). A
     file damaged after its check (its pages fail their checksums) sends every file through the check again, once."""
-    upgrading = columns is None or any(c in compat.UPGRADED_COLUMNS for c in columns)
-    needed = [*(compat.SOURCE_COLUMNS if upgrading else []), "result_id"]
+    upgrading = columns is None or any(c in dataset_compat.UPGRADED_COLUMNS for c in columns)
+    needed = [*(dataset_compat.SOURCE_COLUMNS if upgrading else []), "result_id"]
     read_columns = None if columns is None else list(dict.fromkeys([*columns, *needed]))
     try:
         found = read_files(run_root, trusted_files(run_root), read_columns, filter)
     except (pa.ArrowException, OSError):
         found = read_files(run_root, trusted_files(run_root, recheck=True), read_columns, filter)
-    found = distinct(compat.upgrade_table(found) if upgrading else found)
+    found = distinct(dataset_compat.upgrade_table(found) if upgrading else found)
     return found if columns is None else found.select(columns)
+
+
+def upgrade_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A pandas frame of rows made elsewhere than ``read`` (which upgrades what it reads) in today's fields: the
+    columns ``dataset_compat``'s rules read or write, through ``dataset_compat.upgrade_table``."""
+    rules = (*dataset_compat.SOURCE_COLUMNS, *dataset_compat.UPGRADED_COLUMNS)
+    present = [c for c in dict.fromkeys(rules) if c in frame]
+    types = pa.schema([SCHEMA.field(c) for c in present])
+    upgraded = dataset_compat.upgrade_table(pa.Table.from_pandas(frame[present], schema=types, preserve_index=False))
+    out = frame.copy()
+    for name in set(upgraded.column_names) & set(dataset_compat.UPGRADED_COLUMNS):
+        out[name] = upgraded.column(name).to_pandas().to_numpy()
+    return out
 
 
 def read_files(run_root: str | Path, paths: list[Path], columns: list[str] | None = None,

@@ -18,13 +18,13 @@ from typing import Any
 from omegaconf import DictConfig
 from rich.console import Console
 
-from wavealign import measurers, metrics
-from wavealign.orchestrator import stop
-from wavealign.orchestrator.progress import SweepProgress
-from wavealign.orchestrator.record import Recorder
+from orchestrator import stop
+from orchestrator.progress import SweepProgress
+from orchestrator.record import Recorder
+from wavealign import measurers, metrics, variants
 from wavealign.pipeline import inputs_key
 from wavealign.placement import CPU_POOLS, POOL_WORKERS, WAITS_FOR, pool
-from wavealign.records import ORIGINAL_VARIANT, Cell
+from wavealign.records import Cell
 
 
 def sweep_label(name: str, sweep_id: str) -> str:
@@ -45,12 +45,12 @@ def queues(cells: list[Cell], grid_cells: list[Cell]) -> tuple[dict[str, deque[l
     groups: dict[str, list[Cell]] = {}
     for cell in cells:
         groups.setdefault(cell.group_id, []).append(cell)
-    originals = {c.group_id: c for c in grid_cells if c.attention.variant == ORIGINAL_VARIANT}
+    originals = {c.group_id: c for c in grid_cells if variants.of_spec(c.attention).is_baseline}
     baselines: set[str] = set()
     blocks: dict[str, list[list[Cell]]] = {}  # inputs_key -> its groups, in the order of ``cells``
     for group_id, group in groups.items():
         original = originals.get(group_id)
-        if original is not None and all(c.attention.variant != ORIGINAL_VARIANT for c in group):
+        if original is not None and all(not variants.of_spec(c.attention).is_baseline for c in group):
             group.insert(0, original)
             baselines.add(original.cell_id)
         blocks.setdefault(inputs_key(group[0]), []).append(group)
@@ -80,7 +80,7 @@ def start_pools(cfg: DictConfig, queues: dict[str, deque[list[Cell]]], recorder:
     on the CPUs the GPU actors leave: one for the cells timed on a CPU (``POOL_WORKERS``), so that no two time on one
     machine at once; as many as the CPUs left allow for simulated cells. Each actor is named after the ``sweep``
     (``sweep_label``) and its placement."""
-    from wavealign.orchestrator import cluster
+    from orchestrator import cluster
 
     inv = cluster.inventory()
     deadline = time.monotonic() + cfg.ray.wait_timeout_s

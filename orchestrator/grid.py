@@ -26,10 +26,9 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from wavealign import attention, fingerprint, kernels, masks, placement
-from wavealign.orchestrator.config_entries import group_entry, search_dirs
-from wavealign.orchestrator.config_schema import CONF_DIR, GridConfig
-from wavealign.orchestrator.grid_axes import (
+from orchestrator.config_entries import group_entry, search_dirs
+from orchestrator.config_schema import CONF_DIR, GridConfig
+from orchestrator.grid_axes import (
     axis_product,
     block_size_for,
     grids,
@@ -37,6 +36,7 @@ from wavealign.orchestrator.grid_axes import (
     param_combinations,
     profile_hardware,
 )
+from wavealign import attention, fingerprint, kernels, masks, placement, variants
 from wavealign.records import NO_REORDERER, Cell
 
 # the grid's lists that pick the blocks of cells and their launch orders (``_blocks``, ``_orders``), and the two a cell
@@ -137,7 +137,7 @@ def _orders(g: DictConfig, cfg: DictConfig) -> list[_Order]:
     orders = []
     for variant in g.variant:
         v = cfg.variants[variant]
-        if v.stages in ("spatial", "both") and v.skip != "choose":
+        if variants.Variant(variant, v.stages, v.skip).spatial and v.skip != "choose":
             orders += [_Order(variant, name, params) for name in g.reorderer
                        for params in param_combinations(param_axes("reorderer", name, g))]
         else:
@@ -234,7 +234,7 @@ def _expand_one(g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
     axes = {axis: list(g[axis]) for axis in ("seq_k", "wave_size", *PLAIN_AXES)}
     plain = [dict(zip(PLAIN_AXES, values, strict=True)) for values in itertools.product(*(axes[a] for a in PLAIN_AXES))]
     reps, warmup = int(g.reps), int(g.warmup)
-    variants = {name: (v.stages, v.skip) for name, v in cfg.variants.items()}
+    launch_variants = {name: variants.Variant(name, v.stages, v.skip) for name, v in cfg.variants.items()}
     for block in _blocks(g, orders, dirs):
         if block.filtered is not None:
             out.filtered[block.filtered] += block.size + sum(block.refused_orders.values())
@@ -254,8 +254,7 @@ def _expand_one(g: DictConfig, cfg: DictConfig, dirs: list[Path]) -> Grid:
                 **values, **shapes[block.workload, seq_k])
             group_id = stable_hash({**base, "code_version": fingerprint.code_version()})
             for order in block.orders:
-                stages, skip = variants[order.variant]
-                values = dict(variant=order.variant, stages=stages, skip_mode=skip, reorderer=order.reorderer,
+                values = dict(**launch_variants[order.variant].columns(), reorderer=order.reorderer,
                               reorderer_params=order.reorderer_params, **base)
                 cell = Cell.from_flat({**values, "cell_id": "", "group_id": group_id})
                 out.cells.append(dataclasses.replace(cell, cell_id=stable_hash(cell_identity(cell.flat()))))

@@ -47,7 +47,7 @@ def declared_params(kind: str, name: str) -> dict[str, Any]:
 def param_axes(kind: str, name: str, grid: DictConfig) -> dict[str, list[Any]]:
     """The parameter axes of ``kind`` ``name`` in a grid: each declared parameter at its default (one value), under
     ``<kind>_params.<name>`` of the grid (a list is an axis, a scalar one value). The values were checked when the
-    config loaded (``config_params``)."""
+    config loaded (``config_validate``)."""
     given = grid[f"{kind}_params"].get(name)
     listed: dict[str, Any] = OmegaConf.to_container(given) if given is not None else {}  # type: ignore[assignment]
     return {**{k: [v] for k, v in declared_params(kind, name).items()},

@@ -48,18 +48,19 @@ from ray.exceptions import AuthenticationError
 from ray.job_config import JobConfig
 
 import wavealign
+from orchestrator import cluster
+from orchestrator.config_schema import ConfigError
+from orchestrator.config_validate import RAY_ADDRESS
+from orchestrator.run_root import DEFAULT_RUN_ROOT
 from wavealign import user_config
-from wavealign.orchestrator import cluster
-from wavealign.orchestrator.config_schema import ConfigError
-from wavealign.orchestrator.config_validate import RAY_ADDRESS
 from wavealign.registry import PLUGINS_ENV
 from wavealign.skip.profile import PROFILE_DIR_ENV
 
 EMBEDDED = "local"  # ray.init's address for a fresh embedded Ray, never a stale or foreign one found here
 RAY_CLIENT_PORT = 10001  # Ray Client's default, for ray://host without a port
 # what the workers of a cluster are not sent of the checkout (runtime_env working_dir; .gitignore'd files neither)
-SHIP_EXCLUDES = (".git", ".venv", "benchmarks", "docs", "deploy", "wavealign-runs", ".devsite", ".fa4", ".vendor",
-                 ".devold", "*.egg-info", "**/__pycache__")
+SHIP_EXCLUDES = (".git", ".venv", "benchmarks", "docs", "deploy", str(DEFAULT_RUN_ROOT), ".devsite", ".fa4",
+                 ".vendor", ".devold", "*.egg-info", "**/__pycache__")
 TOKEN_HELP = ("RAY_AUTH_MODE=token and the cluster's token in RAY_AUTH_TOKEN, in the file RAY_AUTH_TOKEN_PATH names, "
               "or in ~/.ray/auth_token (`ray get-auth-token` on the head prints it)")
 

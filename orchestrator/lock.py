@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from wavealign.orchestrator import files
-from wavealign.orchestrator.redact import redact
+from orchestrator import files
+from orchestrator.redact import redact
+from orchestrator.run_root import RunRoot
 
-LOCK_NAME = ".lock"
 _MAX_HOLDER_BYTES = 64 * 1024  # what a refusal reads of ``.lock``: a holder note is a few hundred bytes
 
 
@@ -47,11 +47,11 @@ def hold(run_root: str | Path, what: str) -> Iterator[Path]:
         try:
             fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunRootBusy(f"run_root {root} is in use by {_holder(root / LOCK_NAME)}; wait for it to finish (or "
+            raise RunRootBusy(f"run_root {root} is in use by {_holder(RunRoot(root).lock)}; wait for it to finish (or "
                               "stop it), or use another run_root") from None
         except OSError as exc:  # a file system that cannot lock a folder
             raise files.storage_error(root, exc, "lock the run root") from None
-        with files.holding(root, folder), _named_holder(root / LOCK_NAME, what) as path:
+        with files.holding(root, folder), _named_holder(RunRoot(root).lock, what) as path:
             yield path
     finally:
         os.close(folder)  # closing the descriptor releases the lock

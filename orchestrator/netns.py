@@ -64,4 +64,4 @@ def loopback_up() -> None:
 if __name__ == "__main__":
     loopback_up()
     os.environ[INSIDE_ENV] = "1"
-    os.execv(sys.executable, [sys.executable, "-m", "wavealign.jobs.cli", "sweep", *sys.argv[1:]])
+    os.execv(sys.executable, [sys.executable, "-m", "jobs.cli", "sweep", *sys.argv[1:]])

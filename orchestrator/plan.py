@@ -14,11 +14,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
+from orchestrator import dataset
+from orchestrator.config import ConfigError
+from orchestrator.grid import Grid, count_cells, expand, stable_hash
 from wavealign import fingerprint, hardware, kernels, measurers, metrics
 from wavealign.blockmask import check_fits
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.config import ConfigError
-from wavealign.orchestrator.grid import Grid, count_cells, expand, stable_hash
 from wavealign.placement import CPU_POOLS, pool
 from wavealign.records import Cell
 

@@ -19,8 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from wavealign import metrics
-from wavealign.records import ORIGINAL_VARIANT, order_name
+from wavealign import metrics, variants
+from wavealign.records import order_name
 
 COUNTS = ("done", "running", "failed", "unschedulable")
 PLAIN_EVERY_S = 10.0  # how often a console that is not a terminal (a log file, CI) gets a progress line
@@ -194,16 +194,22 @@ def _spreads(done: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list[flo
     """The spreads (``metrics.spread_pct``) of the reps behind a line's speedups: its cells' and the originals' of
     their groups among ``rows``."""
     groups = {r["group_id"] for r in done}
-    originals = [r for r in rows if r["group_id"] in groups and metrics.is_baseline(r["variant"])
+    originals = [r for r in rows if r["group_id"] in groups and variants.of_row(r).is_baseline
                  and r["status"] == "done"]
     return [metrics.spread_pct(r.get("kernel_ms_reps") or []) for r in (*done, *originals)
             if not _is_simulated(r)]
 
 
-def _line_order(key: tuple) -> tuple:
-    hardware, backend, measure, method, workload, tokens, variant = key
+def _line_order(key: tuple, rows: list[dict[str, Any]]) -> tuple:
+    """Where a line goes in the summary: by its key, the baseline's line first among its launch orders."""
+    hardware, backend, measure, method, workload, tokens, order = key
     return (hardware, backend, str(measure), method, str(workload), -1 if tokens is None else tokens,
-            variant != ORIGINAL_VARIANT, variant)
+            not _is_baseline(rows), order)
+
+
+def _is_baseline(rows: list[dict[str, Any]]) -> bool:
+    """Whether a line's rows are all of the baseline variant (``Variant.is_baseline``)."""
+    return all(variants.of_row(r).is_baseline for r in rows)
 
 
 def _measure_labels(rows: list[dict[str, Any]]) -> list[str | None]:
@@ -229,7 +235,7 @@ def _grouped(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
         order = order_name(row["variant"], row.get("reorderer"))
         grouped[(row["hardware"], row["backend"], measure, row["method"], row.get("workload"),
                  row.get("seq_len_tokens"), order)].append(row)
-    return {key: grouped[key] for key in sorted(grouped, key=_line_order)}
+    return {key: grouped[key] for key in sorted(grouped, key=lambda k: _line_order(k, grouped[k]))}
 
 
 def _summary_line(key: tuple, rows: list[dict[str, Any]], every_row: list[dict[str, Any]]) -> SummaryLine:
@@ -237,7 +243,7 @@ def _summary_line(key: tuple, rows: list[dict[str, Any]], every_row: list[dict[s
     done = [r for r in rows if r["status"] == "done"]
     simulated = bool(done) and all(_is_simulated(r) for r in done)
     spreads = _spreads(done, every_row)
-    shown = _speedup(done, metrics.is_baseline(key[-1]), simulated, spreads)
+    shown = _speedup(done, _is_baseline(rows), simulated, spreads)
     widest = max((s for s in spreads if math.isfinite(s)), default=math.nan)
     return SummaryLine(*key, cells_done=len(done), kernel_ms=_median([r["kernel_ms_median"] for r in done]),
                        speedup=shown.point, ci_low=shown.low, ci_high=shown.high, verdict=shown.verdict,

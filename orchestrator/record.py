@@ -19,10 +19,11 @@ from typing import Any
 import pyarrow.dataset as ds
 from omegaconf import DictConfig
 
+from orchestrator import dataset, files, tracking
+from orchestrator.plan import SweepPlan
+from orchestrator.redact import redact
+from orchestrator.run_root import RunRoot
 from wavealign.measurers.timed import calls as timed_calls
-from wavealign.orchestrator import dataset, files, tracking
-from wavealign.orchestrator.plan import SweepPlan
-from wavealign.orchestrator.redact import redact
 from wavealign.placement import CPU_POOLS
 from wavealign.records import Cell
 
@@ -219,7 +220,7 @@ def latest_run_record(sweep_dir: Path) -> dict[str, Any] | None:
 def next_run_seq(run_root: Path) -> int:
     """The ``run_seq`` of a new run of ``run_root`` (``dataset.next_run_seq``), also past every run record: a run
     that recorded no row still took its number."""
-    seen = [_run_seq(record) for folder in (Path(run_root) / "sweeps").glob("*")
+    seen = [_run_seq(record) for folder in RunRoot(run_root).sweeps.glob("*")
             if dataset.is_sweep_id(folder.name) for record in run_records(folder)]
     return dataset.next_run_seq(run_root, max(seen, default=0))
 
@@ -229,7 +230,7 @@ def sweep_folder(run_root: Path, sweep_id: str) -> Path:
     Parquet rows, and one such as ``../../elsewhere`` must not name a folder outside the run root."""
     if not dataset.is_sweep_id(sweep_id):
         raise ValueError(f"sweep_id {sweep_id!r} is not a sweep id ({dataset.SWEEP_ID_FORMAT})")
-    return Path(run_root) / "sweeps" / sweep_id
+    return RunRoot(run_root).sweep(sweep_id)
 
 
 def ended_status(run_record: dict[str, Any] | None) -> str:

@@ -26,12 +26,12 @@ import time
 import uuid
 from pathlib import Path
 
-from wavealign.orchestrator import files, mlflow_server
-from wavealign.orchestrator.redact import redact
+from orchestrator import files, mlflow_server
+from orchestrator.redact import redact
+from orchestrator.run_root import ARTIFACTS, STORE, RunRoot
 
 _log = logging.getLogger(__name__)
 
-STORE_NAME = "mlflow.db"
 # what SQLite keeps beside a database, named after it: the rollback journal, the write-ahead log and its index
 # (https://www.sqlite.org/tempfiles.html)
 SIDE_FILES = ("-journal", "-wal", "-shm")
@@ -40,7 +40,7 @@ _URI_COLUMNS = (("experiments", "artifact_location"), ("runs", "artifact_uri"), 
                 ("logged_models", "artifact_location"), ("model_versions", "source"),
                 ("model_versions", "storage_location"))
 EMPTY_STORE_BYTES = 954_368  # a new store of MLflow 3.17's schema and no runs (measured 2026-12-02)
-_OUR_ARTIFACTS = re.compile(r"(file://.*?)/mlartifacts(?:/.*)?")
+_OUR_ARTIFACTS = re.compile(rf"(file://.*?)/{re.escape(ARTIFACTS)}(?:/.*)?")
 
 
 class StoreUnusable(RuntimeError):
@@ -73,17 +73,17 @@ def prepare(tracking_uri: str, run_root: Path | None = None) -> None:
             raise StoreUnusable(f"MLflow at {redact(tracking_uri)} does not answer ({reason})")
         return
     files.check_path(path)
-    if run_root is None and path.name == STORE_NAME and (path.parent / "results").is_dir():
+    if run_root is None and path.name == STORE and RunRoot(path.parent).results.is_dir():
         run_root = path.parent
     if not path.exists():
-        create(path, (run_root or path.parent) / "mlartifacts")
+        create(path, RunRoot(run_root or path.parent).artifacts)
         return
     reason = problem(path)  # StoreLocked
     if reason is not None:
         raise StoreUnusable(f"the store {path} {reason}: a sweep interrupted while it made the store, or another "
                             f"MLflow version; `wavealign sync-mlflow run_root={run_root or path.parent}` sets it aside "
                             "and rebuilds it from Parquet (or upgrade it: mlflow db upgrade)")
-    if run_root is not None and path.resolve() == (Path(run_root) / STORE_NAME).resolve():
+    if run_root is not None and path.resolve() == RunRoot(run_root).store.resolve():
         relocate(path, Path(run_root))
 
 

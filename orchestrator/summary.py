@@ -22,13 +22,13 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.text import Text
 
+from orchestrator import dataset, files, tracking
+from orchestrator.config_schema import MlflowConfig
+from orchestrator.plan import SweepPlan
+from orchestrator.progress import SummaryLine, summary_lines, summary_table
+from orchestrator.record import SweepOutcome
+from orchestrator.redact import redact
 from wavealign import metrics
-from wavealign.orchestrator import dataset, files, tracking
-from wavealign.orchestrator.config_schema import MlflowConfig
-from wavealign.orchestrator.plan import SweepPlan
-from wavealign.orchestrator.progress import SummaryLine, summary_lines, summary_table
-from wavealign.orchestrator.record import SweepOutcome
-from wavealign.orchestrator.redact import redact
 
 
 def print_summary(cfg: DictConfig, plan: SweepPlan, outcome: SweepOutcome, console: Console, path: Path,
@@ -121,7 +121,7 @@ def runnable(tool: str) -> str:
     to the current folder when inside it: ``.venv/bin/wavealign`` after ``make run``), else ``python -m``."""
     script = Path(sys.executable).parent / tool
     if not script.is_file():
-        module = "wavealign.jobs.cli" if tool == "wavealign" else tool
+        module = "jobs.cli" if tool == "wavealign" else tool
         return f"{shlex.quote(sys.executable)} -m {module}"
     found = shutil.which(tool)
     if found is not None and Path(found).resolve() == script.resolve():

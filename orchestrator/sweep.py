@@ -22,10 +22,10 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.markup import escape
 
-from wavealign.orchestrator import config, dataset, dispatch, files, lock, netns, sqlite_store, stop, tracking, watchdog
-from wavealign.orchestrator.plan import SweepPlan, make_plan
-from wavealign.orchestrator.progress import SweepProgress
-from wavealign.orchestrator.record import (
+from orchestrator import config, dataset, dispatch, files, lock, netns, sqlite_store, stop, tracking, watchdog
+from orchestrator.plan import SweepPlan, make_plan
+from orchestrator.progress import SweepProgress
+from orchestrator.record import (
     Recorder,
     SweepOutcome,
     end_parent_run,
@@ -34,11 +34,8 @@ from wavealign.orchestrator.record import (
     sync,
     write_run_record,
 )
-from wavealign.orchestrator.summary import print_summary, sync_command
-
-# the folders a sweep writes in its run root (MLflow's artifacts: those of a store of its own), each checked before
-# any work: writable, and not a link planted to send what it holds elsewhere
-RUN_ROOT_FOLDERS = ("results", "sweeps", "mlartifacts")
+from orchestrator.run_root import WRITTEN_FOLDERS, RunRoot
+from orchestrator.summary import print_summary, sync_command
 
 
 def run(cfg: DictConfig, console: Console | None = None,
@@ -52,7 +49,7 @@ def run(cfg: DictConfig, console: Console | None = None,
     in seconds (``join.CannotJoin``), and a run root that cannot be written is one line (``files.StorageError``)."""
     import ray
 
-    from wavealign.orchestrator import join
+    from orchestrator import join
 
     if cfg.ray.private_network and not netns.inside():
         raise config.ConfigError("ray.private_network=true runs through `wavealign sweep` only (it restarts the "
@@ -61,7 +58,7 @@ def run(cfg: DictConfig, console: Console | None = None,
         join.check_run_root(cfg.run_root)
         if not ray.is_initialized():
             join.check(cfg.ray.address)
-        files.check_writable(Path(cfg.run_root), RUN_ROOT_FOLDERS)
+        files.check_writable(Path(cfg.run_root), WRITTEN_FOLDERS)
         with lock.hold(cfg.run_root, f"wavealign sweep {cfg.name}"):
             return _run(cfg, console, on_workers)
 
@@ -81,7 +78,7 @@ def _run(cfg: DictConfig, console: Console | None,
          on_workers: Callable[[dict[str, list[dict[str, Any]]]], None] | None) -> SweepOutcome:
     console = console or Console()
     run_root = Path(cfg.run_root)
-    for top in (dataset.results_dir(run_root), run_root / "sweeps"):  # made now: one deleted mid-run is caught
+    for top in (RunRoot(run_root).results, RunRoot(run_root).sweeps):  # made now: one deleted mid-run is caught
         files.make_dir(top)
     plan = make_plan(cfg)
     uri = (cfg.mlflow.tracking_uri or tracking.default_tracking_uri(run_root)) if cfg.mlflow.enabled else None
@@ -157,7 +154,7 @@ def _run_cells(cfg: DictConfig, plan: SweepPlan, recorder: Recorder, outcome: Sw
     request leaves as ``KeyboardInterrupt`` (or as ``dispatch`` returning True); the caller ends the sweep."""
     import ray
 
-    from wavealign.orchestrator import join
+    from orchestrator import join
 
     owns_ray = not ray.is_initialized()
     label = dispatch.sweep_label(cfg.name, plan.sweep_id)

@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import queue
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -40,11 +39,13 @@ from mlflow.tracking import MlflowClient
 from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH, MAX_PARAMS_TAGS_PER_BATCH
 from omegaconf import OmegaConf
 
+from orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
+from orchestrator.files import StorageError
+from orchestrator.redact import redact
+from orchestrator.run_root import RunRoot
 from wavealign import metrics as metrics_lib  # the local name metrics is MLflow's, in the logging code
-from wavealign.orchestrator import dataset, sqlite_store  # sqlite_store bounds MLflow's retries (mlflow_server)
-from wavealign.orchestrator.files import StorageError
-from wavealign.orchestrator.redact import redact
-from wavealign.records import ORIGINAL_VARIANT, order_name
+from wavealign import variants
+from wavealign.records import order_name
 
 TAG = "wavealign."
 # on a child run whose row is no longer in Parquet (``record.sync`` finds them): MLflow is a view, and this part of it
@@ -77,7 +78,8 @@ logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def default_tracking_uri(run_root: str | Path) -> str:
-    return f"sqlite:///{Path(run_root).resolve() / 'mlflow.db'}"
+    """The store of ``run_root`` (``RunRoot.tracking_uri``)."""
+    return RunRoot(Path(run_root)).tracking_uri
 
 
 def ui_hint(tracking_uri: str, experiment_id: str | None, mlflow: str = "mlflow") -> str:
@@ -156,7 +158,7 @@ class Tracker:
                     self.client.set_experiment_tag(found.experiment_id, key, kind)
             return found.experiment_id
         local = not self.tracking_uri.startswith(("http://", "https://", "databricks"))
-        location = (Path(run_root) / "mlartifacts").resolve().as_uri() if (run_root and local) else None
+        location = RunRoot(Path(run_root)).artifact_uri if (run_root and local) else None
         return self.client.create_experiment(self.experiment_name, artifact_location=location, tags={key: kind})
 
     def parent_run(self, sweep_id: str, sweep_name: str, config_path: Path | None = None) -> str | None:
@@ -306,7 +308,7 @@ def run_name(row: dict[str, Any]) -> str:
 
 def has_dataset(run: Run, run_root: Path) -> bool:
     """Whether ``run`` has ``run_root``'s results folder as a dataset input (``log_dataset``): what
-    ``wavealign.analysis.load`` follows from an experiment to its rows."""
+    ``analysis.load`` follows from an experiment to its rows."""
     source = _results_uri(run_root)
     return any(d.dataset.source == source for d in (run.inputs.dataset_inputs if run.inputs else []))
 
@@ -391,10 +393,22 @@ def sweep_params(config: dict[str, Any]) -> list[tuple[str, str]]:
     return params
 
 
+def _shown_speedup(rows: list[dict[str, Any]], prefix: str, kind: str) -> dict[str, float]:
+    """The speedup ``rows`` show together (``metrics.aggregate`` of their ``<prefix>speedup_vs_original`` and its
+    interval, judged with the tolerance they recorded), as metrics suffixed ``_<kind>``; none where no row has one."""
+    columns = (f"{prefix}speedup_vs_original", f"{prefix}speedup_ci_low", f"{prefix}speedup_ci_high")
+    points, lows, highs = ([math.nan if r.get(c) is None else float(r[c]) for r in rows] for c in columns)
+    shown = metrics_lib.aggregate(points, lows, highs, predicted=kind == "simulated",
+                                  tolerance=metrics_lib.recorded_tolerance([r.get("verdict_tolerance") for r in rows]))
+    figures = zip(columns, (shown.point, shown.low, shown.high), strict=True)
+    return {f"{column}_{kind}": value for column, value in figures if shown.cells and math.isfinite(value)}
+
+
 def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] | None) -> dict[str, float]:
-    """A sweep parent run's metrics: ``cells_<status>`` over the newest row of each of the sweep's cells; the
-    medians of ``speedup_vs_original`` and ``net_speedup_vs_original`` over its done cells of a variant other
-    than the original, and their counts per verdict, measured and simulated apart (``_measured``,
+    """A sweep parent run's metrics: ``cells_<status>`` over the newest row of each of the sweep's cells; the one
+    ``speedup_vs_original`` and ``net_speedup_vs_original`` its done cells of a variant other than the original show
+    together, with its interval (``_ci_low``, ``_ci_high``) by ``metrics.AGGREGATE_RULE`` (``metrics.aggregate``: what
+    the summary and the report show), and their counts per verdict, measured and simulated apart (``_measured``,
     ``_simulated``); and the wall times and GPU-busy share of its latest run (``run_record``, as
     ``record.write_run_record`` writes it). A run that ran no cell (a resume with every cell done) logs its wall times
     as ``resume_<key>`` instead, so that the parent keeps the ``startup_s`` and ``dispatch_s`` of the run that
@@ -402,13 +416,11 @@ def sweep_metrics(sweep_rows: list[dict[str, Any]], run_record: dict[str, Any] |
     latest = dataset.newest_per_cell(sweep_rows)
     metrics: dict[str, float] = {f"cells_{status}": sum(r["status"] == status for r in latest.values())
                                  for status in dataset.STATUSES}
-    reordered = [r for r in latest.values() if r["status"] == "done" and r["variant"] != ORIGINAL_VARIANT]
+    reordered = [r for r in latest.values() if r["status"] == "done" and not variants.of_row(r).is_baseline]
     for kind, rows in (("measured", [r for r in reordered if not r.get("simulated")]),
                        ("simulated", [r for r in reordered if r.get("simulated")])):
-        for column in ("speedup_vs_original", "net_speedup_vs_original"):
-            values = [r[column] for r in rows if r.get(column) is not None and math.isfinite(r[column])]
-            if values:  # never one median over predictions and measurements together
-                metrics[f"{column}_median_{kind}"] = statistics.median(values)
+        for prefix in ("", "net_"):  # never one speedup over predictions and measurements together
+            metrics.update(_shown_speedup(rows, prefix, kind))
         for verdict in metrics_lib.VERDICTS:
             counted = sum((r.get("verdict") or "").split(" ")[0] == verdict for r in rows)
             if rows:

@@ -76,7 +76,7 @@ def start() -> Watchdog | None:
 
 def _spawn() -> subprocess.Popen:
     """A watchdog of this process, in a session of its own, with a pipe from this process."""
-    return subprocess.Popen([sys.executable, "-m", "wavealign.orchestrator.watchdog", str(os.getpid())],
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.watchdog", str(os.getpid())],
                             stdin=subprocess.PIPE, start_new_session=True, close_fds=True)
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from wavealign.orchestrator import config, sweep
-from wavealign.orchestrator.record import SweepOutcome
+from orchestrator import config, sweep
+from orchestrator.record import SweepOutcome
 
 
 def run_test_sweep(folder: Path, name: str, text: str, *overrides: str, cpus: int = 2) -> tuple[Path, SweepOutcome]:

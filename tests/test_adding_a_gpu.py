@@ -19,7 +19,7 @@ ENTRY = """    Hardware(name="x100", display_name="A GPU of the test", ray_accel
 PROBE = """
 import json
 from wavealign import kernels, pipeline
-from wavealign.orchestrator import config, grid
+from orchestrator import config, grid
 
 cfg = config.load(["~sweep", "grid.hardware=[x100]", "grid.backend=[fa4,triton,flex,flashinfer]",
                    "grid.measure=[simulated]", "grid.method=[planted]", "grid.workload=[shape-2h]", "grid.seq_k=[4]",

@@ -9,12 +9,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 from sweeps import run_test_sweep
 
-from wavealign import analysis
-from wavealign.analysis import figures
-from wavealign.analysis import report as analysis_report
-from wavealign.analysis.load import latest_per_configuration, with_derived_columns
-from wavealign.analysis.plotting import SIMULATED_LABEL
-from wavealign.jobs import report
+import analysis
+from analysis import figures
+from analysis import report as analysis_report
+from analysis.load import latest_per_configuration, with_derived_columns
+from analysis.plotting import SIMULATED_LABEL
+from jobs import report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -300,7 +300,7 @@ def test_report_page_titles_its_tables_and_figures_and_prints_no_snake_case_or_e
 
 
 def test_cache_figures_omit_panels_without_figures_and_say_so_once():
-    base = {"backend": "sim", "status": "done", "skip_mode": "force", "method": "planted", "kernel_ms_median": 10.0}
+    base = {"backend": "sim", "status": "done", "skip": "force", "method": "planted", "kernel_ms_median": 10.0}
     rows = [{**base, "hardware": "h100", "simulated": True, "group_id": "g", "stages": st, "l2_hit_pct": l2,
              "hbm_read_bytes": hbm} for st, l2, hbm in (("none", 20.0, 100.0), ("both", 90.0, 10.0))]
     rows += [{**base, "hardware": "cpu", "backend": "reference", "simulated": False, "group_id": "c", "stages": st}
@@ -314,7 +314,7 @@ def test_cache_figures_omit_panels_without_figures_and_say_so_once():
 
 
 def test_ablation_bars_of_a_gpu_with_two_of_the_four_stages_sit_centred_on_their_method_labels():
-    base = {"hardware": "cpu", "backend": "reference", "status": "done", "skip_mode": "force", "simulated": False}
+    base = {"hardware": "cpu", "backend": "reference", "status": "done", "skip": "force", "simulated": False}
     rows = [{**base, "method": m, "group_id": m, "stages": st, "kernel_ms_median": ms}
             for m in ("planted", "random") for st, ms in (("none", 10.0), ("both", 8.0))]
     fig = figures.ablation(pd.DataFrame(rows))
@@ -330,7 +330,7 @@ def test_ablation_bars_of_a_gpu_with_two_of_the_four_stages_sit_centred_on_their
 def test_log_axes_read_plain_numbers():
     fig, ax = plt.subplots()
     ax.plot([0.6, 0.9], [0.6, 0.9])
-    figures._log_scale(ax, "y")
+    figures.common.log_scale(ax, "y")
     fig.canvas.draw()
     labels = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()]
     assert labels and not [t for t in labels if "10^" in t or "times" in t or "×" in t]

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from matplotlib.collections import LineCollection
 
+from analysis import figures, plotting, report, tables
 from wavealign import metrics
-from wavealign.analysis import figures, plotting, report, tables
 
 
 def _row(hardware: str, stages: str, reorderer: str, kernel_ms: float, reorder_ms: float, simulated: bool,
@@ -19,7 +19,7 @@ def _row(hardware: str, stages: str, reorderer: str, kernel_ms: float, reorder_m
         kernel, net = (kernel[0], math.nan, math.nan), (net[0], math.nan, math.nan)
     return {"hardware": hardware, "backend": "reference", "method": "planted", "num_heads": 2,
             "seq_len_tokens": 2048, "density": 0.3, "status": "done", "simulated": simulated,
-            "group_id": hardware, "stages": stages, "reorderer": reorderer, "skip_mode": "force",
+            "group_id": hardware, "stages": stages, "reorderer": reorderer, "skip": "force",
             "kernel_ms_median": kernel_ms, "reorder_ms": reorder_ms, "total_ms": kernel_ms + reorder_ms,
             "speedup_vs_original": kernel[0], "speedup_ci_low": kernel[1], "speedup_ci_high": kernel[2],
             "verdict": metrics.verdict(kernel[1], kernel[2], point=kernel[0]),

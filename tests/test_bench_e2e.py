@@ -1,14 +1,18 @@
-"""``wavealign bench-e2e`` on a CPU: a tiny random Wan transformer in diffusers, a saved mask replayed in every
+"""``python lab/bench_e2e.py`` on a CPU: a tiny random Wan transformer in diffusers, a saved mask replayed in every
 self-attention layer through the reference backend, every variant run and recorded."""
 
 import json
 
+import lab_studies
 import pytest
+import torch
 
 pytest.importorskip("diffusers")
 
-from wavealign.jobs import bench_e2e
+from wavealign import masks
 from wavealign.masks import npz, synthetic
+
+bench_e2e = lab_studies.study("bench_e2e")
 
 
 def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
@@ -85,3 +89,46 @@ def test_bad_arguments_are_refused_before_any_work(argv, message, capsys, tmp_pa
     with pytest.raises(ValueError) as refused:
         bench_e2e.main([str(tmp_path / "mask.npz") if a == "MASK" else a for a in argv])
     assert message in str(refused.value)
+
+
+def test_bench_e2e_runs_radial_itself_in_every_layer_planned_once(tmp_path):
+    out = tmp_path / "e2e.json"
+    # VAE latent 3 x 8 x 14 -> tokens (3, 4, 7) = 84 = 6 blocks of 16, the last ragged
+    assert bench_e2e.main(["--config", "tiny", "--method", "radial", "--latent", "3,8,14", "--block-size", "16",
+                           "--backend", "reference", "--device", "cpu", "--variants", "never,always",
+                           "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["method"] == "radial" and record["estimator"] is None
+    assert record["density"] == pytest.approx(float(masks.get("radial").for_shape(
+        1, 6, 6, block_size=16, latent=(3, 4, 7)).float().mean()))
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert rows["always"]["planned_layers"] == 1 and rows["always"]["reordered_layers"] == 2  # 2 layers, 1 plan
+
+
+def test_bench_e2e_replays_vsa_in_cube_order_with_its_live_estimator(tmp_path):
+    mask = torch.zeros(2, 4, 4, dtype=torch.bool)
+    mask[:, :, 0] = mask[:, 1:, 2] = True
+    npz.save(tmp_path / "mask.npz", mask)
+    out = tmp_path / "e2e.json"
+    # VAE latent 4 x 16 x 32 -> tokens (4, 8, 16) = 512 = four 2 x 8 x 8 cubes
+    assert bench_e2e.main(["--config", "tiny", "--method", "vsa", "--mask", str(tmp_path / "mask.npz"),
+                           "--latent", "4,16,32", "--backend", "reference", "--device", "cpu",
+                           "--variants", "never,always", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["estimator"] == "vsa, live, mask discarded"
+    rows = {r["variant"]: r for r in record["rows"]}
+    assert rows["never"]["estimator_ms"] > 0 and rows["always"]["planned_layers"] == 2  # replayed: planned per call
+
+
+def test_bench_e2e_refuses_a_saved_mask_for_a_static_method(tmp_path):
+    with pytest.raises(ValueError, match="--method radial is static"):
+        bench_e2e.main(["--method", "radial", "--mask", str(tmp_path / "m.npz")])
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--config", "1.3b", "--device", "cpu", "--backend", "fa5"], "--backend 'fa5': expected a backend"),
+    (["--config", "1.3b", "--device", "cpu", "--block-size", "0"], "--block-size must be >= 1, got 0"),
+])
+def test_a_bad_argument_is_one_line_and_exit_2_before_any_work(argv, needle, capsys):
+    assert lab_studies.run("bench_e2e", argv) == 2
+    assert needle in capsys.readouterr().err

@@ -5,10 +5,10 @@ import pandas as pd
 import pytest
 import torch
 
+from analysis.tables import kernel_benchmark
+from jobs import bench_kernels
+from orchestrator import config, grid
 from wavealign import kernels, masks
-from wavealign.analysis.tables import kernel_benchmark
-from wavealign.jobs import bench_kernels
-from wavealign.orchestrator import config, grid
 
 CPU_BENCH = ["grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random,planted]",
              "grid.workload=[shape-2h]", "grid.seq_k=[0.512]", "grid.variant=[original,wavealign]", "grid.reps=1",

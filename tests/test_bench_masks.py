@@ -1,11 +1,12 @@
-"""``wavealign bench-masks``: its arguments refused before any work (on any machine), and on a GPU a small run's
+"""``python lab/bench_masks.py``: its arguments refused before any work (on any machine), and on a GPU a small run's
 rows, each mask checked against the method's torch code and rebuilt the same."""
 
 import json
 
+import lab_studies
 import pytest
 
-from wavealign.jobs import bench_masks
+bench_masks = lab_studies.study("bench_masks")
 
 
 @pytest.mark.parametrize("argv, message", [

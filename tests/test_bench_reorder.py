@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from wavealign.jobs import bench_reorder
+from jobs import bench_reorder
 
 
 def test_a_cpu_run_records_each_plans_wall_time_and_no_gpu_span(tmp_path, capsys):

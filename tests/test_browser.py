@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from wavealign.analysis.figures import FIGURES
-from wavealign.jobs import report
-from wavealign.orchestrator import config, sweep, tracking
+from analysis.figures import FIGURES
+from jobs import report
+from orchestrator import config, sweep, tracking
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright = pytest.importorskip("playwright.sync_api", reason="pip install 'wavealign[browser]'")

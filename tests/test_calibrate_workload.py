@@ -7,14 +7,16 @@ import concurrent.futures
 import json
 from dataclasses import replace
 
+import lab_studies
 import pytest
 import torch
 import yaml
 
+from analysis.paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
 from wavealign import workloads
-from wavealign.analysis.paper import TABLE_I_DENSITY, TABLE_I_L2_HIT_PCT
-from wavealign.jobs import calibrate_workload as cal
 from wavealign.workloads.clusters import HEAD_TYPES, GeneratorConfig
+
+cal = lab_studies.study("calibrate_workload")
 
 TINY = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p", "--block-size", "64", "--device", "cpu",
         "--workers", "1"]
@@ -160,7 +162,7 @@ def test_the_cli_writes_a_loadable_generator_with_provenance_and_residuals(tmp_p
     doc = yaml.safe_load((tmp_path / "calibrated.yaml").read_text())
     cfg = GeneratorConfig.from_dict(doc["generator"])
     assert set(cfg.mix_first_layer) == set(HEAD_TYPES)
-    assert doc["provenance"]["command"].startswith("wavealign calibrate-workload --out")
+    assert doc["provenance"]["command"].startswith("python lab/calibrate_workload.py --out")
     assert set(doc["provenance"]["residuals"]) == {*cal.METHODS, "random"}
     verify = (tmp_path / "verify.csv").read_text().splitlines()
     assert len(verify) == 1 + len(cal.METHODS) + 1  # header, a row per method of the one layer, the random control

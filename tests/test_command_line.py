@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lab_studies
 import pytest
 
-from wavealign.jobs import cli
+from jobs import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,20 +47,23 @@ MISTAKES = [
     (["report", "run_root=RUN_ROOT"], "this command takes flags: --run-root RUN_ROOT"),
     (["report", "--run_root", "RUN_ROOT"], "did you mean --run-root?"),
     (["report", "--run-root", "RUN_ROOT"], "--run-root RUN_ROOT is no such folder"),
-    (["bench-orchestration", "cells=5"], "this command takes flags: --cells 5"),
-    (["sim-paper"], "the following arguments are required: --out"),
-    (["validate-sim"], "the following arguments are required: measurements, --out"),
     (["demo", "--heads", "0"], "heads must be >= 1, got 0"),
     (["bench-reorder", "--device", "cuda:99"], "--device 'cuda:99': this machine has"),
-    (["bench-masks", "--methods", "nope"], "--methods: ['nope'] not in"),
-    (["mask-fidelity", "--heads", "0,99"], "--heads must lie in [0, 40), got '0,99'"),
-    (["calibrate-workload", "--layers", "99"], "--layers has [99]"),
-    (["calibrate-workload", "--generator", "nope"], "argument --generator: invalid choice: 'nope'"),
-    (["calibrate-workload", "--generator", "scene", "--search", "objects=-1"], "objects must be >= 0, got -1"),
-    (["mask-fidelity", "--generator", "nope"], "argument --generator: invalid choice: 'nope'"),
     (["capture", "--out", "RUN_ROOT", "--pipeline", "nowhere", "--layers", "x"], "--layers must be comma-separated"),
-    (["bench-e2e", "--forwards", "0"], "--forwards must be >= 1, got 0"),
     (["no-such-command"], "unknown command 'no-such-command'"),
+]
+# the lab's studies (python lab/<name>.py ARGV) meet the same path: (study and arguments, what the one line says)
+LAB_MISTAKES = [
+    (["bench_orchestration", "cells=5"], "this command takes flags: --cells 5"),
+    (["sim_paper"], "the following arguments are required: --out"),
+    (["validate_sim"], "the following arguments are required: measurements, --out"),
+    (["bench_masks", "--methods", "nope"], "--methods: ['nope'] not in"),
+    (["mask_fidelity", "--heads", "0,99"], "--heads must lie in [0, 40), got '0,99'"),
+    (["calibrate_workload", "--layers", "99"], "--layers has [99]"),
+    (["calibrate_workload", "--generator", "nope"], "argument --generator: invalid choice: 'nope'"),
+    (["calibrate_workload", "--generator", "scene", "--search", "objects=-1"], "objects must be >= 0, got -1"),
+    (["mask_fidelity", "--generator", "nope"], "argument --generator: invalid choice: 'nope'"),
+    (["bench_e2e", "--forwards", "0"], "--forwards must be >= 1, got 0"),
 ]
 
 
@@ -79,6 +83,18 @@ def test_a_mistake_is_one_whole_line_on_stderr_and_exit_2(argv, says, columns, t
     assert list(tmp_path.iterdir()) == []  # nothing written: no run root, no output folder
 
 
+@pytest.mark.parametrize(("argv", "says"), LAB_MISTAKES, ids=[" ".join(a) for a, _ in LAB_MISTAKES])
+def test_a_lab_study_s_mistake_is_one_line_naming_the_script_and_exit_2(argv, says, tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("WAVEALIGN_TRACEBACK", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert lab_studies.run(argv[0], argv[1:]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith(f"lab/{argv[0]}.py: "), err
+    assert says in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_with_wavealign_traceback_set_the_mistake_is_raised_to_show_where(monkeypatch):
     monkeypatch.setenv("WAVEALIGN_TRACEBACK", "1")
     with pytest.raises(ValueError, match=r"did you mean grid\.seq_k"):
@@ -88,7 +104,7 @@ def test_with_wavealign_traceback_set_the_mistake_is_raised_to_show_where(monkey
 @pytest.mark.parametrize("columns", ["80", "200"])
 def test_a_mistake_from_the_console_script_at_any_width_is_one_line_without_traceback(columns, tmp_path):
     # a real process without a terminal, as CI runs it: nothing reads the width to wrap the line
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sync-mlflow", f"run_root={tmp_path / 'x'}"],
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "sync-mlflow", f"run_root={tmp_path / 'x'}"],
                           capture_output=True, text=True, timeout=120, cwd=REPO,
                           env={**_environment(), "COLUMNS": columns})
     assert done.returncode == 2 and done.stdout == ""

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis.compare import IDENTITY
+from jobs import cli
+from orchestrator import dataset
 from wavealign import metrics
-from wavealign.analysis.compare import IDENTITY
-from wavealign.jobs import cli
-from wavealign.orchestrator import dataset
 from wavealign.records import Cell, CellResult
 
 SWEEP_A, SWEEP_B, SWEEP_B2 = "aaaaaaaaaaaaaaaa", "bbbbbbbbbbbbbbbb", "cccccccccccccccc"
@@ -24,7 +24,7 @@ STEADY = (1.0, 1.002, 0.998, 1.001, 0.999)  # per-rep times relative to a cell's
 def _cell(tokens: int, **changes) -> Cell:
     cell = Cell.from_flat(dict(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="random", variant="wavealign", stages="both",
-                               skip_mode="force", workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16,
+                               skip="force", workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16,
                                block_size=128, wave_size=4, reps=5, warmup=0))
     return cell.replaced(**changes)
 
@@ -104,7 +104,7 @@ def test_a_chosen_sweep_of_b_compares_its_cells_only_and_one_cell_alone_is_ambig
 
 
 def test_piped_without_columns_each_cell_is_one_line_never_folded_at_80(roots, tmp_path, capsys, monkeypatch):
-    from wavealign.analysis.compare import cell_labels
+    from analysis.compare import cell_labels
 
     monkeypatch.delenv("COLUMNS", raising=False)
     a, b = roots
@@ -159,7 +159,7 @@ def test_the_comparison_is_logged_to_mlflow_with_both_sweeps_parent_runs(roots, 
 
 def test_a_cell_s_label_names_its_launch_order_as_the_summary_does_and_the_csv_keeps_each_column(roots, tmp_path,
                                                                                                 capsys):
-    from wavealign.analysis.compare import IDENTITY, cell_labels
+    from analysis.compare import IDENTITY, cell_labels
 
     base = dict.fromkeys(IDENTITY, "x") | {"method": "xattention", "variant": "wavealign", "reorderer": "wavealign",
                                            "reorderer_params": "{}"}

@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from sweeps import run_test_sweep
 
+from analysis import compare
+from jobs import cli
+from orchestrator import dataset
+from orchestrator.progress import summary_lines
+from orchestrator.record import latest_run_record, sweep_folder
 from wavealign import metrics
-from wavealign.analysis import compare
-from wavealign.jobs import cli
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.progress import summary_lines
-from wavealign.orchestrator.record import latest_run_record, sweep_folder
 from wavealign.records import Cell, CellResult
 
 FALSE_POSITIVE_RATE = 1 - metrics.LEVEL  # what a 95 % interval promises at most
@@ -92,7 +92,7 @@ def _rows(sweep_id: str, times: dict[tuple[int, str], float], shape: tuple[float
     for (tokens, variant), ms in times.items():
         cell = Cell.from_flat(dict(cell_id=f"{variant}-{tokens}", group_id=f"g{tokens}", hardware="cpu",
                                    profile_hardware="h100", backend="reference", method="random", variant=variant,
-                                   stages="none" if variant == "original" else "both", skip_mode="force",
+                                   stages="none" if variant == "original" else "both", skip="force",
                                    workload="shape", seq_len_tokens=tokens, num_heads=1, head_dim=16,
                                    block_size=128, wave_size=4, reps=len(shape), warmup=0))
         result = CellResult(cell.cell_id, cell.group_id, "done", device="cpu", kernel_ms_median=ms,
@@ -174,7 +174,7 @@ def test_a_summary_line_on_reps_spread_beyond_the_limit_says_ambiguous():
 
 
 def test_the_sweep_summary_warns_once_naming_the_lines_whose_spread_withheld_their_verdict():
-    from wavealign.orchestrator.summary import spread_warning
+    from orchestrator.summary import spread_warning
 
     wide = (1.0, 2.0, 0.6, 1.5, 0.8, 1.9, 0.7, 1.2)
     rows = _rows(SWEEP_A, {(512, "original"): 10.0, (512, "wavealign"): 5.0, (1024, "original"): 10.0,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from omegaconf import OmegaConf
 
+from orchestrator import config, grid
 from wavealign import kernels, masks, measurers, registry
-from wavealign.orchestrator import config, grid
 
 CONF = Path(config.CONF_DIR)
 # a small CPU-only grid the expansion tests start from
@@ -122,15 +121,15 @@ def test_an_entry_parameter_of_the_wrong_type_is_refused_by_the_schema_its_regis
         config.load([*CPU_GRID, *overrides])
 
 
-def test_an_entry_s_parameter_types_are_read_from_its_defaults_and_its_checks():
-    """An integer default takes integers, a real one numbers; a check that passes None makes the parameter
-    nullable; a default of None leaves the type to the check."""
+def test_an_entry_s_parameter_types_are_the_ones_it_registers_else_its_scalar_defaults():
+    """An integer default takes integers, a real one numbers; a parameter whose default says no type (None) has
+    the type its entry registers."""
     flexprefill = masks.get("flexprefill")
-    assert registry.param_types(flexprefill.params, flexprefill.checks) == {
-        "gamma": float, "tau": float, "min_budget": int, "max_budget": Any}
+    assert registry.param_types("flexprefill", flexprefill.params, flexprefill.types) == {
+        "gamma": float, "tau": float, "min_budget": int, "max_budget": int | None}
     timed = measurers.get("timed")
-    assert registry.param_types(timed.params, timed.checks) == {"paired": bool, "stable_pct": float | None,
-                                                                "budget_s": float}
+    assert registry.param_types("timed", timed.params, timed.types) == {"paired": bool, "stable_pct": float | None,
+                                                                        "budget_s": float}
 
 
 def test_a_nullable_entry_parameter_takes_null():
@@ -212,8 +211,8 @@ def test_cell_ids_are_stable_and_distinct():
 
 
 def test_a_code_change_gives_new_cell_group_and_sweep_ids(monkeypatch):
+    from orchestrator import plan
     from wavealign import fingerprint
-    from wavealign.orchestrator import plan
 
     cfg = config.load(CPU_GRID)
     before, sweep_before = grid.expand(cfg).cells, plan.sweep_id(cfg)

@@ -69,7 +69,7 @@ try:
     sim.simulate(mask, None, hardware="h100", backend="fa4", head_dim=128, wave_size=4, block_size=128)
 except ModuleNotFoundError as exc:
     print("sim:", exc)
-from wavealign.jobs import cli
+from jobs import cli
 sys.exit(cli.main(["sweep", "--dry-run"]))
 """)
     assert done.returncode == 2, done.stderr
@@ -87,24 +87,13 @@ def _refused_at_once(code: str, absent: tuple[str, ...]) -> subprocess.Completed
 
 def test_report_without_the_analysis_extra_names_it_in_one_line_and_writes_nothing(tmp_path):
     done = _refused_at_once(f"""
-from wavealign.jobs import cli
+from jobs import cli
 sys.exit(cli.main(["report", "--run-root", {str(tmp_path)!r}]))
 """, ("pandas", "pyarrow", "matplotlib"))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("wavealign report: needs the [analysis] extra") and done.stderr.count("\n") == 1
     assert "pip install 'wavealign[analysis]'" in done.stderr and "Traceback" not in done.stderr
     assert list(tmp_path.iterdir()) == []
-
-
-def test_mask_fidelity_without_numba_stops_before_building_any_mask(tmp_path):
-    out = tmp_path / "mf"
-    done = _refused_at_once(f"""
-from wavealign.jobs import cli
-sys.exit(cli.main(["mask-fidelity", "--out", {str(out)!r}]))
-""", ("numba",))
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("wavealign mask-fidelity: needs the [sim] extra") and "(no numba)" in done.stderr
-    assert not out.exists()
 
 
 def _closure(requirements: list[str], extras: frozenset[str] = frozenset()) -> set[str]:
@@ -185,14 +174,14 @@ def _without_distribution(monkeypatch, hidden: str) -> None:
 
 
 def test_a_requirement_whose_module_another_distribution_provides_counts_as_installed(monkeypatch):
-    from wavealign.jobs import cli
+    from jobs import cli
 
     _without_distribution(monkeypatch, "mlflow")  # mlflow-skinny alone installs the module mlflow
     assert cli.missing_requirement("sweep") is None
 
 
 def test_a_requirement_neither_installed_nor_provided_is_named(monkeypatch):
-    from wavealign.jobs import cli
+    from jobs import cli
 
     _without_distribution(monkeypatch, "mlflow")
     real_find_spec = importlib.util.find_spec

@@ -8,8 +8,8 @@ from collections import deque
 
 import pytest
 
+from orchestrator import dispatch
 from wavealign import metrics
-from wavealign.orchestrator import dispatch
 from wavealign.pipeline import inputs_key
 from wavealign.records import Cell
 
@@ -17,7 +17,7 @@ from wavealign.records import Cell
 def cell(backend: str, seed: int, tokens: int = 1024) -> Cell:
     name = f"{backend}-{seed}" + ("" if tokens == 1024 else f"-{tokens}")
     return Cell.from_flat(dict(cell_id=name, group_id=f"g-{name}", hardware="cpu", profile_hardware="h100",
-                               backend=backend, method="dense", variant="original", stages="none", skip_mode="force",
+                               backend=backend, method="dense", variant="original", stages="none", skip="force",
                                workload="shape", seq_len_tokens=tokens, num_heads=2, head_dim=32, block_size=128,
                                wave_size=4, seed=seed))
 
@@ -105,7 +105,7 @@ SWEEP = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.meth
 def with_and_without_prefetch(tmp_path_factory):
     from rich.console import Console
 
-    from wavealign.orchestrator import config, dataset, sweep
+    from orchestrator import config, dataset, sweep
 
     rows = {}
     with pytest.MonkeyPatch.context() as mp:
@@ -156,7 +156,7 @@ def test_a_ray_worker_handed_a_group_and_the_next_runs_the_next_on_inputs_built_
     same worker process, so the next run always finds them (calls on one actor run in order)."""
     import ray
 
-    from wavealign.orchestrator import cluster
+    from orchestrator import cluster
 
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
     try:
@@ -177,7 +177,7 @@ def test_a_worker_ray_restarted_prefetches_no_more(tmp_path, monkeypatch):
 
     import ray
 
-    from wavealign.orchestrator import cluster
+    from orchestrator import cluster
 
     died = tmp_path / "died"
 

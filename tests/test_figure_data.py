@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from sweeps import run_test_sweep
 
+from analysis import figures
+from analysis.report import NO_VALUE
+from jobs import report
 from wavealign import metrics
-from wavealign.analysis import figures
-from wavealign.analysis.report import NO_VALUE
-from wavealign.jobs import report
 
 SWEEP = """# @package _global_
 name: figure-data-test

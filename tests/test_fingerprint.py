@@ -73,7 +73,7 @@ def test_the_code_version_is_the_package_version_plus_the_digest_of_the_library(
 def test_cell_and_sweep_ids_are_the_same_in_every_process(tmp_path):
     """A resumed sweep finds its done cells by id, from a new driver process: ids must not depend on the
     interpreter's string-hash seed, set order or anything else a process draws afresh."""
-    program = ("from wavealign.orchestrator import config, grid, plan\n"
+    program = ("from orchestrator import config, grid, plan\n"
                "cfg = config.load(['~sweep', 'grid.hardware=[cpu,h100]', 'grid.backend=[reference,sim]', "
                "'grid.method=[planted,random]', 'grid.workload=[shape-2h]', 'grid.seq_k=[1,2]', "
                f"'grid.variant=[original,wavealign,adaptive]', 'run_root={tmp_path}'])\n"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import dataset
+from orchestrator.progress import verdicts
 from wavealign import metrics
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.progress import verdicts
 
 pytestmark = pytest.mark.slow
 BIN = Path(sys.executable).parent
@@ -26,7 +26,7 @@ BIN = Path(sys.executable).parent
 
 def _wavealign() -> list[str]:
     script = BIN / "wavealign"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "wavealign.jobs.cli"]
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "jobs.cli"]
 
 
 def _not_activated() -> dict[str, str]:

@@ -231,8 +231,8 @@ def test_bad_capture_arguments_name_themselves(tmp_path, kwargs, needle):
 
 
 def test_a_captured_file_is_a_sweep_workload_whose_cells_run_on_its_q_k_v(tmp_path):
+    from orchestrator import config, grid
     from wavealign import pipeline
-    from wavealign.orchestrator import config, grid
 
     model = tiny_wan()
     with wa.capture(model, tmp_path / "qkv", layers=[1], steps=[1], model="tiny-wan") as recorder:
@@ -254,7 +254,7 @@ def test_a_captured_file_is_a_sweep_workload_whose_cells_run_on_its_q_k_v(tmp_pa
 
 
 def test_a_captured_workload_is_checked_before_anything_runs(tmp_path):
-    from wavealign.orchestrator import config
+    from orchestrator import config
 
     (tmp_path / "workload").mkdir()
     (tmp_path / "workload" / "gone.yaml").write_text(f"name: gone\ncaptured: {tmp_path / 'nothing.safetensors'}\n")
@@ -268,7 +268,7 @@ def test_a_captured_workload_is_checked_before_anything_runs(tmp_path):
     (["--layers", "0", "--steps", "60"], "--steps [60] must be below --num-steps 50"),
 ])
 def test_the_capture_command_refuses_bad_arguments_before_loading_a_pipeline(argv, needle, capsys):
-    from wavealign.jobs import capture
+    from jobs import capture
 
     with pytest.raises(ValueError) as refused:
         capture.main(["--pipeline", "nowhere", "--out", "x", *argv])

@@ -11,9 +11,9 @@ import socket
 import pytest
 
 import wavealign
+from jobs import cli
+from orchestrator import config, join
 from wavealign import user_config
-from wavealign.jobs import cli
-from wavealign.orchestrator import config, join
 from wavealign.registry import PLUGINS_ENV
 
 CPU_CELLS = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",

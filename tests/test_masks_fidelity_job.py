@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
+import lab_studies
 import pytest
 import torch
 
+from orchestrator import config, grid
 from wavealign import inputs, masks, workloads
-from wavealign.jobs import mask_fidelity
-from wavealign.orchestrator import config, grid
+
+mask_fidelity = lab_studies.study("mask_fidelity")
 
 SMALL = ["--model", "wan2.1-1.3b", "--frames", "5", "--resolution", "480p"]
 
@@ -26,7 +29,7 @@ def test_mask_fidelity_writes_rows_summary_and_one_png_per_method(tmp_path, caps
     assert all(0.0 < r["density"] <= 1.0 for r in rows)
     assert json.loads(next(r for r in rows if r["method"] == "spargeattn")["params"]) == {"sample_blocks": 4}
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["command"].startswith("wavealign mask-fidelity --out")
+    assert summary["command"].startswith("python lab/mask_fidelity.py --out")
     for method in mask_fidelity.METHODS:
         assert (tmp_path / f"mask_{method}.png").is_file()
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("| spargeattn |")
@@ -78,3 +81,31 @@ def test_mask_fidelity_runs_the_cells_a_sweep_of_the_same_workload_runs(tmp_path
         assert torch.equal(mask, inputs.build(swept_request)[0]), spec.method
         densities[spec.method] = mask.float().mean().item()
     assert any(0 < d < 1 for d in densities.values()), densities
+
+
+def test_mask_fidelity_at_the_papers_scale_on_a_cpu_states_its_estimate_and_asks_for_yes_before_any_work(
+        tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert lab_studies.run("mask_fidelity", []) == 2
+    out, error = capsys.readouterr()
+    assert out == "" and "32 masks of 363,600 tokens on the CPU: about" in error and "add --yes" in error
+    hours = float(re.search(r"about ([\d.]+) h", error).group(1))
+    assert hours * 3600 > mask_fidelity.CONFIRM_ABOVE_S
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing began (--out is checked, and made, first)
+
+
+def test_mask_fidelity_at_a_small_scale_prints_its_estimate_and_runs_without_yes(tmp_path, capsys):
+    argv = ["--out", str(tmp_path), "--model", "wan2.1-1.3b", "--frames", "9", "--resolution", "480p", "--heads", "1",
+            "--methods", "xattention"]
+    assert mask_fidelity.main(argv) == 0
+    assert "1 mask of" in capsys.readouterr().out and (tmp_path / "rows.csv").is_file()
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--set", "xattention.threshold=5"], "--set xattention: threshold"),
+    (["--picture-head", "-1"], "--picture-head -1: expected one of the heads measured"),
+], ids=["threshold", "picture-head"])
+def test_mask_fidelity_checks_its_values_before_the_first_head(tmp_path, capsys, argv, message):
+    out = tmp_path / "out"
+    err = lab_studies.refusal("mask_fidelity", ["--heads", "1", "--out", str(out), *argv], capsys)
+    assert message in err and not out.exists()

@@ -455,53 +455,6 @@ def test_diffusers_apply_reads_each_forwards_latent_from_the_model():
     assert not model._forward_pre_hooks  # removed with the processors
 
 
-def test_bench_e2e_runs_radial_itself_in_every_layer_planned_once(tmp_path):
-    pytest.importorskip("diffusers")
-    import json
-
-    from wavealign.jobs import bench_e2e
-
-    out = tmp_path / "e2e.json"
-    # VAE latent 3 x 8 x 14 -> tokens (3, 4, 7) = 84 = 6 blocks of 16, the last ragged
-    assert bench_e2e.main(["--config", "tiny", "--method", "radial", "--latent", "3,8,14", "--block-size", "16",
-                           "--backend", "reference", "--device", "cpu", "--variants", "never,always",
-                           "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
-    assert record["method"] == "radial" and record["estimator"] is None
-    assert record["density"] == pytest.approx(float(masks.get("radial").for_shape(
-        1, 6, 6, block_size=16, latent=(3, 4, 7)).float().mean()))
-    rows = {r["variant"]: r for r in record["rows"]}
-    assert rows["always"]["planned_layers"] == 1 and rows["always"]["reordered_layers"] == 2  # 2 layers, 1 plan
-
-
-def test_bench_e2e_replays_vsa_in_cube_order_with_its_live_estimator(tmp_path):
-    pytest.importorskip("diffusers")
-    import json
-
-    from wavealign.jobs import bench_e2e
-    from wavealign.masks import npz
-
-    mask = torch.zeros(2, 4, 4, dtype=torch.bool)
-    mask[:, :, 0] = mask[:, 1:, 2] = True
-    npz.save(tmp_path / "mask.npz", mask)
-    out = tmp_path / "e2e.json"
-    # VAE latent 4 x 16 x 32 -> tokens (4, 8, 16) = 512 = four 2 x 8 x 8 cubes
-    assert bench_e2e.main(["--config", "tiny", "--method", "vsa", "--mask", str(tmp_path / "mask.npz"),
-                           "--latent", "4,16,32", "--backend", "reference", "--device", "cpu",
-                           "--variants", "never,always", "--out", str(out)]) == 0
-    record = json.loads(out.read_text())
-    assert record["estimator"] == "vsa, live, mask discarded"
-    rows = {r["variant"]: r for r in record["rows"]}
-    assert rows["never"]["estimator_ms"] > 0 and rows["always"]["planned_layers"] == 2  # replayed: planned per call
-
-
-def test_bench_e2e_refuses_a_saved_mask_for_a_static_method(tmp_path):
-    from wavealign.jobs import bench_e2e
-
-    with pytest.raises(ValueError, match="--method radial is static"):
-        bench_e2e.main(["--method", "radial", "--mask", str(tmp_path / "m.npz")])
-
-
 # --- on the GPU ----------------------------------------------------------------------------------------------------
 
 def test_a_sweep_cell_of_a_token_ordered_method_times_its_mask_on_q_k_v_in_that_order():

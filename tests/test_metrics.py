@@ -160,7 +160,7 @@ def test_a_sweep_row_s_verdict_follows_the_spread_rule():
         return Cell(cell_id=variant, group_id="g", hardware="cpu",
                     inputs=InputSpec(workload="w", method="random", seq_len_tokens=256, num_heads=1, head_dim=32),
                     attention=AttentionSpec(variant=variant, stages="none" if variant == "original" else "both",
-                                            skip_mode="force", backend="reference",
+                                            skip="force", backend="reference",
                                             geometry=LaunchGeometry("h100", 128, 132)),
                     measurer=MeasurerSpec())
 

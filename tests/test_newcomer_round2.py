@@ -10,9 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from wavealign import analysis, pipeline
-from wavealign.jobs import cli
-from wavealign.orchestrator import dataset
+import analysis
+from jobs import cli
+from orchestrator import dataset
+from wavealign import pipeline
 from wavealign.records import Cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +23,7 @@ SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 
 def _wavealign(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     script = BIN / "wavealign"
-    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "wavealign.jobs.cli"]
+    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "jobs.cli"]
     return subprocess.run([*argv, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -49,7 +50,7 @@ def test_building_the_metadata_prints_no_setuptools_deprecation(tmp_path):
 def _cell(seed: int, hardware: str = "cpu") -> Cell:
     return Cell.from_flat(dict(cell_id=f"c{seed}{hardware}", group_id=f"g{seed}", hardware=hardware,
                                profile_hardware="h100", backend="reference", method="random", variant="original",
-                               stages="none", skip_mode="force", workload="shape", seq_len_tokens=256, num_heads=1,
+                               stages="none", skip="force", workload="shape", seq_len_tokens=256, num_heads=1,
                                head_dim=16, block_size=128, wave_size=4, seed=seed, reps=1, warmup=0))
 
 
@@ -93,7 +94,7 @@ HEAVY = ("torch", "ray", "mlflow")
 
 
 def test_help_and_a_mistyped_argument_answer_before_torch_ray_or_mlflow_is_imported():
-    program = ("import contextlib, io, sys\nfrom wavealign.jobs import cli\n"
+    program = ("import contextlib, io, sys\nfrom jobs import cli\n"
                f"for argv in {LIGHT_ANSWERS!r}:\n"
                "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
                "        try:\n"
@@ -117,33 +118,9 @@ def test_a_list_axis_given_text_that_is_no_number_suggests_a_list_that_composes(
     error = capsys.readouterr().err
     assert "[abc]" not in error
     suggested = re.search(r"expected e\.g\. (\S+)", error).group(1)
-    from wavealign.orchestrator import config
+    from orchestrator import config
 
     assert config.load(["sweep=smoke", suggested]).grid.seed == config.GridConfig().seed
-
-
-# --- mask-fidelity ----------------------------------------------------------------------------------------------
-
-def test_mask_fidelity_at_the_papers_scale_on_a_cpu_states_its_estimate_and_asks_for_yes_before_any_work(
-        tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
-    from wavealign.jobs import mask_fidelity
-
-    assert cli.main(["mask-fidelity"]) == cli.EXIT_BAD_INPUT
-    out, error = capsys.readouterr()
-    assert out == "" and "32 masks of 363,600 tokens on the CPU: about" in error and "add --yes" in error
-    hours = float(re.search(r"about ([\d.]+) h", error).group(1))
-    assert hours * 3600 > mask_fidelity.CONFIRM_ABOVE_S
-    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing began (--out is checked, and made, first)
-
-
-def test_mask_fidelity_at_a_small_scale_prints_its_estimate_and_runs_without_yes(tmp_path, capsys):
-    from wavealign.jobs import mask_fidelity
-
-    argv = ["--out", str(tmp_path), "--model", "wan2.1-1.3b", "--frames", "9", "--resolution", "480p", "--heads", "1",
-            "--methods", "xattention"]
-    assert mask_fidelity.main(argv) == 0
-    assert "1 mask of" in capsys.readouterr().out and (tmp_path / "rows.csv").is_file()
 
 
 # --- Ray: what a local run prints where, and how the dashboard names a sweep ---------------------------------------
@@ -151,7 +128,7 @@ def test_mask_fidelity_at_a_small_scale_prints_its_estimate_and_runs_without_yes
 RAY_PROGRAM = """
 import json, os, signal, sys
 import ray
-from wavealign.orchestrator import cluster, join
+from orchestrator import cluster, join
 
 label = sys.argv[1]
 join.connect(None, num_cpus=1, job_name=label)
@@ -190,7 +167,7 @@ def test_a_local_ray_keeps_stdout_clean_warns_nothing_of_its_token_and_names_the
 # --- MLflow: names that lead with what differs, an experiment of machine learning ----------------------------------
 
 def test_a_child_run_name_leads_with_method_length_and_order_and_the_experiment_is_machine_learning(tmp_path):
-    from wavealign.orchestrator import tracking
+    from orchestrator import tracking
 
     cell = _cell(0)
     row = dataset.make_row(cell, pipeline.run_cell(cell), sweep_id=SWEEP, sweep_name="smoke")
@@ -216,8 +193,8 @@ def test_an_interrupted_sweep_s_line_and_its_unplaced_cells_reasons_go_to_stderr
     from omegaconf import OmegaConf
     from rich.console import Console
 
-    from wavealign.orchestrator.record import SweepOutcome
-    from wavealign.orchestrator.summary import print_summary
+    from orchestrator.record import SweepOutcome
+    from orchestrator.summary import print_summary
 
     cell = _cell(1, "h100")
     row = _unplaced_row(cell)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from wavealign.jobs import cli
+from jobs import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "ray", "mlflow")
 # the command as the console script runs it, then which of HEAVY it had imported by the time it answered
 CHILD = f"""
 import json, sys
-from wavealign.jobs import cli
+from jobs import cli
 code = cli.main(sys.argv[1:])
 print(json.dumps({{"code": code, "loaded": [m for m in {HEAVY!r} if m in sys.modules]}}))
 """
@@ -78,8 +78,8 @@ def test_the_readme_names_the_torch_build_make_installs_and_how_to_tell_it_is_th
 
 
 def test_the_early_check_takes_an_old_spelling_the_config_upgrades():
-    from wavealign.jobs.sweep import check_before_loading
-    from wavealign.orchestrator.config_schema import ConfigError
+    from jobs.sweep import check_before_loading
+    from orchestrator.config_schema import ConfigError
 
     check_before_loading(["grid.ncu=true"], show_cfg=True)  # compat: today's grid.measure=[ncu]
     with pytest.raises(ConfigError, match=r"grid\.ncu is a switch"):

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from ray.cluster_utils import Cluster
 from rich.console import Console
 
-from wavealign.orchestrator import cluster, config, dataset, join, plan, sweep, tracking
+from orchestrator import cluster, config, dataset, join, plan, sweep, tracking
 
 REPO = Path(__file__).resolve().parent.parent
 LABEL = cluster.ACCELERATOR_LABEL
@@ -277,7 +277,7 @@ def wait_for_rows(root: Path, driver: subprocess.Popen, rows: int, timeout_s: fl
 def test_resume_after_a_killed_driver_loses_and_redoes_nothing(ray_cluster, tmp_path):
     overrides = [*TINY, f"run_root={tmp_path}", "grid.hardware=[cpu]", "grid.seed=[0,1,2,3,4,5,6,7]",
                  "grid.seq_k=[2]", "grid.reps=40", "batch_cells=1", f"ray.address={ray_cluster.address}"]
-    driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.sweep", *overrides], cwd=REPO,
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *overrides], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_rows(tmp_path, driver, 2)
     driver.kill()
@@ -308,7 +308,7 @@ def test_ctrl_c_stops_records_what_finished_and_says_how_to_resume(ray_cluster, 
                  "grid.seq_k=[2]", "grid.reps=40", "batch_cells=1", f"ray.address={ray_cluster.address}"]
     # as a sweep typed in a terminal: Ctrl-C's SIGINT at its default, even when the tests themselves run as a
     # background job, which inherits SIGINT ignored (and so would the sweep, rightly)
-    driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.sweep", *overrides], cwd=REPO, text=True,
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.sweep", *overrides], cwd=REPO, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for_rows(tmp_path, driver, 2)
@@ -343,7 +343,7 @@ def test_mlflow_server_stopped_mid_sweep_keeps_parquet_and_syncs_later(ray_clust
     assert dataset.read(tmp_path).num_rows == len(outcome.rows) == 4
 
     mlflow_server.start().wait_ready()
-    from wavealign.jobs import sync_mlflow
+    from jobs import sync_mlflow
 
     assert sync_mlflow.main([f"run_root={tmp_path}", f"mlflow.tracking_uri={mlflow_server.uri}"]) == 0
     assert set(child_runs(mlflow_server.uri, outcome.sweep_id)) == {r["result_id"] for r in outcome.rows}

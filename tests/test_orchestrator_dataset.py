@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from orchestrator import dataset
 from wavealign import pipeline
-from wavealign.orchestrator import dataset
 from wavealign.records import Cell, CellResult, Environment
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -20,7 +20,7 @@ SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 
 def tiny_cell(seed: int = 0, method: str = "random") -> Cell:
     return Cell.from_flat(dict(cell_id=f"c{seed}{method}", group_id=f"g{seed}", hardware="cpu", profile_hardware="h100",
-                               backend="reference", method=method, variant="original", stages="none", skip_mode="force",
+                               backend="reference", method=method, variant="original", stages="none", skip="force",
                                workload="shape", seq_len_tokens=256, num_heads=1, head_dim=16, block_size=128,
                                wave_size=4, seed=seed, reps=1, warmup=0))
 

@@ -185,7 +185,7 @@ def _group_rows(bias: dict[str, float], true_ms: dict[str, float], groups: int, 
 
 
 def test_the_fitted_chooser_corrects_a_candidate_the_simulator_overrates_on_every_held_out_method():
-    from wavealign.analysis import chooserfit
+    from analysis import chooserfit
 
     # measured: temporal is best; the simulator thinks spatial is 10 % faster than it is, so picks spatial
     true_ms = {"original": 100.0, "temporal": 90.0, "spatial": 93.0}

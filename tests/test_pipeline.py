@@ -18,7 +18,7 @@ from wavealign.skip import plan_cost
 def make_cell(**changes) -> Cell:
     cell = Cell.from_flat(dict(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="planted", variant="original", stages="none",
-                               skip_mode="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
+                               skip="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
                                block_size=128, wave_size=4, reps=2, warmup=0))
     return cell.replaced(**changes)
 
@@ -69,7 +69,7 @@ def test_mask_statistics_and_skip_features_are_recorded():
 
 def test_policy_variant_obeys_the_skip_decision():
     # the provisional h100 profile skips sequences below 150K tokens
-    cell = make_cell(variant="adaptive", stages="both", skip_mode="policy")
+    cell = make_cell(variant="adaptive", stages="both", skip="policy")
     result = pipeline.run_cell(cell)
     assert result.skip_reorder is False and "skip" in result.skip_reason
     assert result.stages_applied == "none" and result.reorder_applied is False

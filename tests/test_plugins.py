@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 
-from wavealign.orchestrator import dataset
+from orchestrator import dataset
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,7 +117,7 @@ def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_
                  "+grid.method_params.toy-band.width=[2]", "grid.reps=1", "grid.warmup=0", "progress=false",
                  f"plugins=[{','.join(PLUGINS)}]", "mlflow.enabled=false",
                  "ray.num_cpus=2", f"run_root={runs}"]
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO, env=env,
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     every = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()
@@ -135,7 +135,7 @@ def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_
     aligned = next(r for r in rows if r["variant"] == "wavealign")
     command = shlex.split(aligned["repro_command"])
     assert command[:2] == ["wavealign", "sweep"] and f"only_cells=[{aligned['cell_id']}]" in command
-    again = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", *command[1:]], cwd=REPO, env=env,
+    again = subprocess.run([sys.executable, "-m", "jobs.cli", *command[1:]], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     rerun = dataset.read(runs, filter=ds.field("backend") == "toy-mean").to_pylist()
@@ -145,7 +145,7 @@ def test_a_plugin_backend_method_reorderer_and_measurer_run_in_a_sweep_from_one_
 NEW_PARAMETER = """
 import json
 
-from wavealign.orchestrator import config, grid
+from orchestrator import config, grid
 
 base = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[test-stripes]",
         "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original]", "plugins=[striped_method]"]
@@ -189,7 +189,7 @@ NEW_AXIS = """
 import json
 
 from wavealign import pipeline
-from wavealign.orchestrator import config, grid
+from orchestrator import config, grid
 
 cells = grid.expand(config.load([
     "~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]", "grid.workload=[shape-2h]",

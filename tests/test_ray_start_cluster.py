@@ -28,9 +28,9 @@ import pytest
 import readme_commands
 from mlflow.tracking import MlflowClient
 
+from jobs.sweep import EXIT_CELLS_FAILED
+from orchestrator import dataset, tracking
 from wavealign import hardware
-from wavealign.jobs.sweep import EXIT_CELLS_FAILED
-from wavealign.orchestrator import dataset, tracking
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent  # the environment's scripts: `ray`, and the `python` a job's entrypoint finds
@@ -175,7 +175,7 @@ def ray_start():
 
 
 def run_cli(env: dict[str, str], *args: str, timeout_s: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout_s)
 
 
@@ -253,7 +253,7 @@ def test_the_readme_s_ray_job_submit_runs_the_sweep_in_the_cluster(ray_start, tm
     _, entrypoint = readme_commands.ray_job_submit()
     # the README's grid and run root are the paper's: this job runs the tiny grid, in a folder of the test's
     keep = [w for w in entrypoint if not w.startswith(("sweep=", "run_root="))]
-    assert keep[:4] == ["python", "-m", "wavealign.jobs.cli", "sweep"] and "ray.address=auto" in keep
+    assert keep[:4] == ["python", "-m", "jobs.cli", "sweep"] and "ray.address=auto" in keep
     submit = [str(BIN / "ray"), "job", "submit", "--address", ray_start.dashboard, "--working-dir", str(REPO), "--",
               *keep, *TINY, f"run_root={tmp_path}"]
     done = subprocess.run(submit, cwd=REPO, env=ray_start.env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
@@ -286,7 +286,7 @@ def test_a_refused_token_is_one_line_naming_ray_auth_mode_and_exit_2_before_anyt
 
 def test_a_port_that_answers_but_is_no_ray_head_is_refused_within_the_timeout(ray_start):
     dashboard = f"127.0.0.1:{ray_start.dashboard_port}"
-    code = ("from wavealign.orchestrator import join\n"
+    code = ("from orchestrator import join\n"
             f"try:\n    join.check({dashboard!r}, timeout_s=3)\nexcept join.CannotJoin as exc:\n    print(exc)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ray_start.env, capture_output=True, text=True,
                           timeout=60)  # Ray's own client waits 40 s per try
@@ -303,7 +303,7 @@ def test_a_worker_node_killed_mid_sweep_loses_no_finished_row_and_records_the_re
     overrides = [*TINY, "grid.hardware=[h100,b200]", "grid.seed=[0,1,2,3,4,5]", "grid.seq_k=[2]", "grid.reps=20",
                  "batch_cells=1", "ray.worker_start_timeout_s=15", "mlflow.enabled=false", f"run_root={run_root}",
                  f"ray.address={ray_start.address}"]
-    driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO,
+    driver = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO,
                               env=ray_start.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S

@@ -9,10 +9,11 @@ import pytest
 from mlflow.tracking import MlflowClient
 from sweeps import run_test_sweep
 
-from wavealign import analysis, hardware, skip
-from wavealign.analysis import profiles, skipfit
-from wavealign.jobs import refresh_profiles
-from wavealign.orchestrator import dataset
+import analysis
+from analysis import profiles, skipfit
+from jobs import refresh_profiles
+from orchestrator import dataset
+from wavealign import hardware, skip
 from wavealign.pipeline import Cell, CellResult
 
 HARDWARE = "h100"
@@ -55,7 +56,7 @@ def ground_truth_rows(threshold_tokens: int, noise: float = 0.03, seed: int = 0)
                                                                ("wavealign", "both", aligned, cost)):
                     cell = Cell.from_flat(dict(cell_id=f"{group}-{variant}", group_id=group, hardware=HARDWARE,
                                                profile_hardware=HARDWARE, backend="triton", method=method,
-                                               variant=variant, stages=stages, skip_mode="force", workload="shape-4h",
+                                               variant=variant, stages=stages, skip="force", workload="shape-4h",
                                                seq_len_tokens=seq_k * 1000, num_heads=4, head_dim=128, block_size=128,
                                                wave_size=132, method_params={"density": density}))
                     result = CellResult(cell_id=cell.cell_id, group_id=group, status="done",

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from jobs import cli
+from jobs import sweep as sweep_job
+from orchestrator import config, grid, plan
 from wavealign import kernels, masks
-from wavealign.jobs import cli
-from wavealign.jobs import sweep as sweep_job
-from wavealign.orchestrator import config, grid, plan
 
 # a small CPU-only grid (2 cells) the cases start from
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",

@@ -173,7 +173,7 @@ def test_a_file_that_is_not_a_capture_is_one_error_naming_it_from_its_header(tmp
 
 
 def test_a_sweep_naming_a_capture_that_is_not_one_is_refused_in_one_line(tmp_path):
-    from wavealign.orchestrator import config
+    from orchestrator import config
 
     path = _captured(tmp_path / "qkv.safetensors", {n: (1, 1, 0, 8) for n in "qkv"}, {**META, "grid": "0,1,1"})
     conf = tmp_path / "conf" / "workload"

@@ -23,11 +23,11 @@ from omegaconf import OmegaConf
 from test_reliability_runs import _holder
 from test_reliability_stores import SWEEP, _cells, _flip_bytes, _rows
 
-from wavealign.analysis.load import latest_per_configuration
-from wavealign.jobs import cli, sync_mlflow
-from wavealign.jobs import sweep as sweep_job
-from wavealign.orchestrator import dataset, files, lock, record, sqlite_store, sweep, tracking
-from wavealign.orchestrator.redact import redact
+from analysis.load import latest_per_configuration
+from jobs import cli, sync_mlflow
+from jobs import sweep as sweep_job
+from orchestrator import dataset, files, lock, record, run_root, sqlite_store, tracking
+from orchestrator.redact import redact
 
 ONE_CELL = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
             "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]", "grid.reps=1", "grid.warmup=0",
@@ -49,7 +49,7 @@ def _held_elsewhere(run_root: Path):
 def test_deleting_the_lock_file_under_a_running_driver_does_not_let_a_second_one_in(tmp_path, capsys):
     (tmp_path / "results").mkdir()
     with _held_elsewhere(tmp_path):
-        (tmp_path / lock.LOCK_NAME).unlink()
+        (tmp_path / run_root.LOCK).unlink()
         with pytest.raises(lock.RunRootBusy), lock.hold(tmp_path, "wavealign sweep mine"):
             pass
         assert cli.main(["sync-mlflow", f"run_root={tmp_path}", "mlflow.enabled=false"]) == 2
@@ -60,14 +60,14 @@ def test_deleting_the_lock_file_under_a_running_driver_does_not_let_a_second_one
 def test_replacing_the_lock_file_does_not_let_a_second_driver_in(tmp_path):
     with _held_elsewhere(tmp_path):
         (tmp_path / "other").write_text("{}")
-        os.replace(tmp_path / "other", tmp_path / lock.LOCK_NAME)
+        os.replace(tmp_path / "other", tmp_path / run_root.LOCK)
         with pytest.raises(lock.RunRootBusy, match="names no holder"), lock.hold(tmp_path, "wavealign sweep mine"):
             pass
 
 
 def test_a_driver_of_an_earlier_version_holding_only_the_lock_file_is_not_run_beside(tmp_path):
     code = ("import fcntl, os, time\n"
-            f"fd = os.open({str(tmp_path / lock.LOCK_NAME)!r}, os.O_RDWR | os.O_CREAT)\n"
+            f"fd = os.open({str(tmp_path / run_root.LOCK)!r}, os.O_RDWR | os.O_CREAT)\n"
             "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(300)\n")
     earlier = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -136,13 +136,13 @@ def test_a_lock_file_planted_as_a_link_is_not_followed(tmp_path):
     target.chmod(0o644)
     root = tmp_path / "runs"
     root.mkdir()
-    (root / lock.LOCK_NAME).symlink_to(target)
+    (root / run_root.LOCK).symlink_to(target)
     with pytest.raises(files.StorageError, match="symbolic link"), lock.hold(root, "wavealign sweep t"):
         pass
     assert target.read_text() == "keep me" and target.stat().st_mode & 0o777 == 0o644
 
 
-@pytest.mark.parametrize("planted", sweep.RUN_ROOT_FOLDERS)
+@pytest.mark.parametrize("planted", run_root.WRITTEN_FOLDERS)
 def test_a_top_folder_planted_as_a_link_is_refused_before_any_work(tmp_path, planted):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -150,7 +150,7 @@ def test_a_top_folder_planted_as_a_link_is_refused_before_any_work(tmp_path, pla
     root.mkdir()
     (root / planted).symlink_to(elsewhere)
     with pytest.raises(files.StorageError, match="symbolic link"):
-        files.check_writable(root, sweep.RUN_ROOT_FOLDERS)
+        files.check_writable(root, run_root.WRITTEN_FOLDERS)
 
 
 def test_rows_are_never_written_through_a_link_inside_a_held_run_root(tmp_path):
@@ -373,12 +373,12 @@ def _locked(store: Path):
 
 def test_a_locked_store_is_called_locked_and_never_set_aside(tmp_path, capsys):
     dataset.write(tmp_path, _rows(1))
-    store = tmp_path / sqlite_store.STORE_NAME
+    store = tmp_path / run_root.STORE
     sqlite_store.create(store, tmp_path / "mlartifacts")
     with _locked(store):
         code = sync_mlflow.main([f"run_root={tmp_path}"])
     err = capsys.readouterr().err
     assert code == 1 and len(err.strip().splitlines()) == 1 and "is locked by another process" in err
-    assert [p.name for p in tmp_path.glob("mlflow.db*")] == [sqlite_store.STORE_NAME]
+    assert [p.name for p in tmp_path.glob("mlflow.db*")] == [run_root.STORE]
     with contextlib.closing(sqlite3.connect(store)) as db:
         assert db.execute("SELECT count(*) FROM alembic_version").fetchone() == (1,)

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from jobs import cli
+from orchestrator import dataset, record, run_root, sqlite_store, tracking
 from wavealign import fingerprint, launch_order, masks
-from wavealign.jobs import cli
 from wavealign.masks import svg2
-from wavealign.orchestrator import dataset, record, sqlite_store, tracking
 from wavealign.records import Cell, CellResult
 
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
@@ -67,7 +67,7 @@ def _rows(sweep_id: str, ms: float) -> list[dict]:
     for tokens in (512, 1024, 2048):
         cell = Cell.from_flat(dict(cell_id=f"c{tokens}", group_id=f"g{tokens}", hardware="cpu",
                                    profile_hardware="h100", backend="reference", method="random",
-                                   variant="original", stages="none", skip_mode="force", workload="shape",
+                                   variant="original", stages="none", skip="force", workload="shape",
                                    seq_len_tokens=tokens, num_heads=1, head_dim=16, block_size=128, wave_size=4,
                                    reps=4, warmup=0))
         result = CellResult(cell.cell_id, cell.group_id, "done", kernel_ms_median=ms,
@@ -225,16 +225,6 @@ def test_xattention_on_meta_tensors_is_refused_naming_them():
         masks.build("xattention", q, q, q)
 
 
-# --- validate-sim: a table row's shape ---
-
-def test_validate_sim_on_a_negative_length_is_one_line_naming_the_row_and_column(tmp_path, capsys):
-    table = tmp_path / "ncu.csv"
-    table.write_text("backend,stages,mask_kind,seq_len,heads,block_size,head_dim,density,seed,l2_hit_pct,"
-                     "dram_read_bytes,kernel_ms\nflex,none,random,-5,2,128,64,0.5,0,50,1e6,1\n")
-    err = one_line(["validate-sim", str(table), "--out", str(tmp_path / "out")], capsys)
-    assert "row 0: seq_len='-5'; expected a whole number in [1, 4194304]" in err
-
-
 # --- MLflow: a sweep that measured nothing is not FINISHED ---
 
 def test_a_sweep_whose_every_cell_was_unschedulable_ends_its_parent_run_failed_saying_why(tmp_path):
@@ -270,7 +260,7 @@ def test_a_read_only_run_root_s_store_is_read_as_it_stands(tmp_path):
     for path in [moved, *moved.rglob("*")]:
         path.chmod(path.stat().st_mode & ~0o222)
     try:
-        assert sqlite_store.relocate(moved / sqlite_store.STORE_NAME, moved) == 0
+        assert sqlite_store.relocate(moved / run_root.STORE, moved) == 0
     finally:
         for path in [moved, *moved.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o200)
@@ -281,27 +271,12 @@ def test_a_command_line_refusal_comes_before_torch_ray_or_mlflow_load(override):
     import subprocess
     import sys
 
-    code = ("import sys\nfrom wavealign.jobs import cli\n"
+    code = ("import sys\nfrom jobs import cli\n"
             f"status = cli.main(['sweep', '--dry-run', {override!r}, 'run_root=/nonexistent/never'])\n"
             "print(status, *(name in sys.modules for name in ('torch', 'ray', 'mlflow')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.stdout.split() == [str(cli.EXIT_BAD_INPUT), "False", "False", "False"], done.stderr
-
-
-def test_validate_sim_refuses_a_table_row_before_torch_loads(tmp_path):
-    import subprocess
-    import sys
-
-    table = tmp_path / "ncu.csv"
-    table.write_text("backend,stages,mask_kind,seq_len,heads,block_size,head_dim,density,seed,l2_hit_pct,"
-                     "dram_read_bytes,kernel_ms\nflex,none,random,-5,2,128,64,0.5,0,50,1e6,1\n")
-    code = ("import sys\nfrom wavealign.jobs import cli\n"
-            f"status = cli.main(['validate-sim', {str(table)!r}, '--out', {str(tmp_path / 'out')!r}])\n"
-            "print(status, 'torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
-    assert done.stdout.split() == [str(cli.EXIT_BAD_INPUT), "False"], done.stderr
 
 
 def test_a_sweep_s_own_read_leaves_a_later_schema_version_s_file_in_place_and_reads_the_rest(two_roots):

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from jobs import cli
+from orchestrator import dataset, lock, run_root
 from wavealign import pipeline
-from wavealign.jobs import cli
-from wavealign.orchestrator import dataset, lock
 from wavealign.records import Cell
 
 SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 def _rows(n: int) -> list[dict]:
     cells = [Cell.from_flat(dict(cell_id=f"c{i}", group_id=f"g{i}", hardware="cpu", profile_hardware="h100",
                                  backend="reference", method="random", variant="original", stages="none",
-                                 skip_mode="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
+                                 skip="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
                                  block_size=128, wave_size=4, reps=1, warmup=0,
                                  method_params={"density": 0.5, "seed": i})) for i in range(n)]
     return [dataset.make_row(c, pipeline.run_cell(c), sweep_id=SWEEP, sweep_name="t") for c in cells]
@@ -61,7 +61,7 @@ def test_the_cells_of_a_quarantined_file_are_not_done_so_a_resume_runs_them_agai
 
 def _holder(run_root: Path) -> subprocess.Popen:
     """Another process holding the run root's lock until killed."""
-    code = ("from wavealign.orchestrator import lock\nimport time\n"
+    code = ("from orchestrator import lock\nimport time\n"
             f"with lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n"
             "    print('held', flush=True)\n    time.sleep(300)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
@@ -80,7 +80,7 @@ def test_a_second_driver_on_a_run_root_is_refused_naming_the_holder(tmp_path):
         holder.kill()
         holder.wait()
     with lock.hold(tmp_path, "wavealign sweep mine"):  # the kernel released the dead holder's lock
-        assert json.loads((tmp_path / lock.LOCK_NAME).read_text())["pid"] == os.getpid()
+        assert json.loads((tmp_path / run_root.LOCK).read_text())["pid"] == os.getpid()
 
 
 def test_sigterm_stops_a_sweep_like_ctrl_c_keeping_rows_summary_and_run_record(tmp_path):
@@ -89,7 +89,7 @@ def test_sigterm_stops_a_sweep_like_ctrl_c_keeping_rows_summary_and_run_record(t
                  "grid.workload=[shape-2h]", "grid.seq_k=[2.048]", "grid.seed=[0,1,2,3,4,5]",
                  "grid.variant=[original]", "grid.reps=40", "grid.warmup=0", "progress=false",
                  "mlflow.enabled=false", "ray.num_cpus=1", f"run_root={runs}"]
-    proc = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list((runs / "results").rglob("*.parquet")):  # the first group is done: cells are running
@@ -110,7 +110,7 @@ def test_an_mlflow_store_deleted_mid_sweep_is_named_in_one_line_and_no_row_is_lo
                  "grid.workload=[shape-2h]", "grid.seq_k=[2.048]", "grid.seed=[0,1,2,3]", "grid.variant=[original]",
                  "grid.reps=20", "grid.warmup=0", "progress=false", "ray.num_cpus=1", "batch_cells=1",
                  f"run_root={runs}"]
-    proc = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not list((runs / "results").rglob("*.parquet")):  # MLflow is in use: rows are being logged
@@ -132,7 +132,7 @@ SMALL = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.meth
 
 
 def _sweep(runs: Path, *overrides: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *SMALL, f"run_root={runs}",
+    return subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *SMALL, f"run_root={runs}",
                              *overrides], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "RAY_ADDRESS": "local"})
 
@@ -145,7 +145,7 @@ def _until(proc: subprocess.Popen, reached, what: str) -> None:
 
 
 def _ray_started(proc: subprocess.Popen) -> bool:
-    from wavealign.orchestrator import watchdog
+    from orchestrator import watchdog
 
     names = []
     for pid in watchdog.descendants(proc.pid):
@@ -157,7 +157,7 @@ def _ray_started(proc: subprocess.Popen) -> bool:
 def _parent_status(runs: Path) -> str:
     from mlflow.tracking import MlflowClient
 
-    from wavealign.orchestrator import tracking
+    from orchestrator import tracking
 
     client = MlflowClient(tracking.default_tracking_uri(runs))
     (run,) = client.search_runs([client.get_experiment_by_name("wavealign").experiment_id],
@@ -194,7 +194,7 @@ def test_a_signal_before_the_sweep_began_is_one_line(tmp_path):
 
 def test_a_signal_the_moment_the_handlers_are_installed_is_one_line_and_puts_the_old_handlers_back(
         monkeypatch, capsys):
-    from wavealign.orchestrator import stop
+    from orchestrator import stop
 
     installed = stop.install
 
@@ -212,7 +212,7 @@ def test_a_signal_the_moment_the_handlers_are_installed_is_one_line_and_puts_the
 def test_a_stop_request_whose_interrupt_was_swallowed_still_stops_the_dispatch_loop():
     from collections import deque
 
-    from wavealign.orchestrator import dispatch, stop
+    from orchestrator import dispatch, stop
 
     queued = deque([["a group"]])
     with stop.handling():
@@ -223,7 +223,7 @@ def test_a_stop_request_whose_interrupt_was_swallowed_still_stops_the_dispatch_l
 
 
 def test_a_signal_while_the_sweep_ends_is_noted_not_raised():
-    from wavealign.orchestrator import stop
+    from orchestrator import stop
 
     with stop.handling():
         with stop.deferred():
@@ -236,7 +236,7 @@ def test_a_signal_while_the_sweep_ends_is_noted_not_raised():
 
 
 def test_a_further_signal_stops_the_wait_for_mlflow_s_logging_and_the_rows_stay_in_parquet(tmp_path):
-    from wavealign.orchestrator import tracking
+    from orchestrator import tracking
 
     rows = [{**row, "result_id": f"r{i}"} for i, row in enumerate(_rows(1) * 300)]  # minutes of sqlite round trips
     paths = dataset.write(tmp_path, rows)
@@ -250,7 +250,7 @@ def test_a_further_signal_stops_the_wait_for_mlflow_s_logging_and_the_rows_stay_
 
 
 def test_a_driver_killed_outright_takes_its_embedded_ray_and_workers_with_it(tmp_path):
-    from wavealign.orchestrator import watchdog
+    from orchestrator import watchdog
 
     runs = tmp_path / "runs"
     proc = _sweep(runs, "mlflow.enabled=false", "grid.reps=150")
@@ -265,7 +265,7 @@ def test_a_driver_killed_outright_takes_its_embedded_ray_and_workers_with_it(tmp
 
 
 def test_a_stop_request_lost_in_a_callback_that_swallows_exceptions_prints_no_traceback(capsys):
-    from wavealign.orchestrator import stop
+    from orchestrator import stop
 
     class SwallowsOnCollection:
         def __del__(self):

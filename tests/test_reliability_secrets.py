@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from wavealign.jobs import cli, sync_mlflow
-from wavealign.orchestrator import files
-from wavealign.orchestrator.redact import redact
+from jobs import cli, sync_mlflow
+from orchestrator import files
+from orchestrator.redact import redact
 
 SECRET = "s3cretTOKEN"
 
@@ -67,7 +67,7 @@ def test_no_password_reaches_the_results_the_sweep_folder_the_lock_or_the_mlflow
 
 def test_the_recorded_repro_command_keeps_the_uri_without_its_password(swept):
     root, _, _ = swept
-    from wavealign.orchestrator import dataset
+    from orchestrator import dataset
 
     (command,) = dataset.read(root).column("repro_command").to_pylist()
     assert "mlflow.tracking_uri=http://alice:***@127.0.0.1:9" in command
@@ -85,7 +85,7 @@ def test_the_files_that_may_hold_configuration_are_owner_and_group_only(swept):
 
 
 def test_the_lock_file_names_its_holder_s_command_without_the_password(tmp_path, monkeypatch):
-    from wavealign.orchestrator import lock
+    from orchestrator import lock
 
     monkeypatch.setattr(sys, "argv", ["wavealign", "sweep", f"mlflow.tracking_uri=https://bob:{SECRET}@mlflow.lab"])
     with lock.hold(tmp_path, "wavealign sweep t") as path:
@@ -95,12 +95,12 @@ def test_the_lock_file_names_its_holder_s_command_without_the_password(tmp_path,
 
 
 def test_with_a_private_network_the_embedded_ray_listens_in_a_namespace_of_its_own(tmp_path):
-    from wavealign.orchestrator import netns, watchdog
+    from orchestrator import netns, watchdog
 
     if (reason := netns.unavailable(None, None)) is not None:
         pytest.skip(reason)
     repo = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", "~sweep", "grid.hardware=[cpu]",
+    proc = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", "~sweep", "grid.hardware=[cpu]",
                              "grid.backend=[reference]", "grid.method=[random]", "grid.workload=[shape-2h]",
                              "grid.seq_k=[2.048]", "grid.seed=[0,1]", "grid.variant=[original]", "grid.reps=40",
                              "progress=false", "ray.num_cpus=1", "mlflow.enabled=false", "ray.private_network=true",

@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 import pytest
 from mlflow.tracking import MlflowClient
 
+from jobs import cli, report, sync_mlflow
+from jobs import sweep as sweep_job
+from orchestrator import dataset, files, record, sqlite_store, tracking
 from wavealign import pipeline
-from wavealign.jobs import cli, report, sync_mlflow
-from wavealign.jobs import sweep as sweep_job
-from wavealign.orchestrator import dataset, files, record, sqlite_store, tracking
 from wavealign.records import Cell
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 def _cells(n: int, start: int = 0) -> list[Cell]:
     return [Cell.from_flat(dict(cell_id=f"c{i}", group_id=f"g{i}", hardware="cpu", profile_hardware="h100",
                                 backend="reference", method="random", variant="original", stages="none",
-                                skip_mode="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
+                                skip="force", workload="shape-2h", seq_len_tokens=256, num_heads=1, head_dim=16,
                                 block_size=128, wave_size=4, reps=1, warmup=0,
                                 method_params={"density": 0.5, "seed": i})) for i in range(start, start + n)]
 
@@ -124,7 +124,7 @@ def test_the_commands_go_on_past_a_damaged_file(tmp_path, capsys):
     _rewrite(victim, lambda t: t.drop_columns(["sweep_id"]))  # crashed the start-up sync before
     assert sync_mlflow.main([f"run_root={tmp_path}"]) == 0
     assert "logged 1 missing rows over 1 sweeps" in capsys.readouterr().out
-    from wavealign import analysis
+    import analysis
 
     assert analysis.load(tmp_path)["cell_id"].tolist() == ["c1"]
 
@@ -289,7 +289,7 @@ def test_a_store_interrupted_while_it_is_made_leaves_no_store_behind(tmp_path, m
 
 def test_two_drivers_making_one_fresh_store_at_once_both_use_it(tmp_path):
     uri = f"sqlite:///{tmp_path / 'shared' / 'mlflow.db'}"
-    code = ("import sys\nfrom wavealign.orchestrator import sqlite_store\nfrom mlflow.tracking import MlflowClient\n"
+    code = ("import sys\nfrom orchestrator import sqlite_store\nfrom mlflow.tracking import MlflowClient\n"
             "sqlite_store.prepare(sys.argv[1])\nMlflowClient(sys.argv[1]).create_experiment(sys.argv[2])\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, uri, f"e{i}"], cwd=REPO, stderr=subprocess.PIPE,
                               text=True) for i in range(2)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -19,9 +20,14 @@ def unimported(monkeypatch):
         monkeypatch.delitem(sys.modules, name, raising=False)
 
 
-def test_importing_the_old_name_warns_naming_the_new_one(unimported):
-    with pytest.warns(DeprecationWarning, match=r"wavealign\.reorder is renamed wavealign\.launch_order"):
+def test_importing_the_old_name_warns_once_naming_the_new_one(unimported):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         importlib.import_module("wavealign.reorder")
+        importlib.import_module("wavealign.reorder")  # imported already: no second warning
+        importlib.import_module("wavealign.reorder.plan_graphs")
+    assert [(w.category, str(w.message).split(":")[0]) for w in caught] == [
+        (DeprecationWarning, "wavealign.reorder is renamed wavealign.launch_order")]
 
 
 def test_the_old_name_is_the_new_module_itself_with_its_submodules(unimported):

@@ -14,7 +14,7 @@ BASELINES = ("hypergraph", "minhash", "lsh", "clustering")
 
 
 def test_the_registry_has_the_eleven_reorderers_each_a_sweep_may_name(tmp_path):
-    from wavealign.orchestrator import config
+    from orchestrator import config
 
     assert reorderers.names() == sorted(["identity", "wavealign", *BASELINES, "random", "longest-first", "curve",
                                          "rounds", "balanced"])

@@ -6,10 +6,10 @@ import itertools
 import pytest
 import torch
 
+from orchestrator import config, grid
 from wavealign import kernels, launch_order, masks, reorderers, variants
 from wavealign.attention import AttentionStep
 from wavealign.masks import synthetic
-from wavealign.orchestrator import config, grid
 from wavealign.records import Cell, LaunchGeometry
 from wavealign.reorderers.curve import block_positions, curve_order, hilbert_index
 
@@ -164,7 +164,7 @@ def test_orders_blind_to_position_run_on_a_token_ordered_mask():
 @pytest.mark.parametrize("method", masks.available())
 def test_a_cell_s_step_knows_whether_its_method_builds_in_its_own_token_order(method):
     cell = Cell.from_flat(dict(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h200", backend="reference",
-                               method=method, variant="spatial", stages="spatial", skip_mode="force", workload="w",
+                               method=method, variant="spatial", stages="spatial", skip="force", workload="w",
                                seq_len_tokens=1560, num_heads=2, head_dim=128, block_size=128, wave_size=132))
     assert AttentionStep.of(cell.attention, cell.inputs).token_ordered == (masks.get(method).token_order is not None)
 
@@ -187,7 +187,7 @@ def test_a_grid_names_the_comparison_orders_and_their_cells_know_the_latent():
 
 @pytest.mark.parametrize("name", STATIC)
 def test_table2_names_each_order_alone_and_with_stage2(name):
-    from wavealign.analysis.tables import order_label
+    from analysis.tables import order_label
 
     label = reorderers.get(name).label
     assert order_label("spatial", name) == label != name
@@ -222,13 +222,13 @@ def test_a_grid_filters_curve_on_a_token_ordered_method_and_says_why():
 def test_a_reorderer_registered_by_a_plugin_is_named_and_coloured_by_its_entry(monkeypatch):
     """Adding a reorderer (a plugin's ``register``) gives Table II and the figures its label and colour, from its
     entry alone; one that gives neither is named by its name, in a colour fixed by that name."""
-    from wavealign.analysis import figures, tables
+    from analysis import figures, plotting, tables
 
     identity = reorderers.get("identity").group
     monkeypatch.setattr(reorderers.REGISTRY, "_entries", dict(reorderers.REGISTRY._entries))
     reorderers.register("by-plugin", identity, {}, "a test's reorderer", reference="-", label="Plugin", color="navy")
     reorderers.register("bare", identity, {}, "a test's reorderer without a label", reference="-")
     assert tables.order_label("both", "by-plugin") == "Plugin+S2"
-    assert figures._technique_color("Plugin+S2") == "navy"
+    assert figures.table2_reorderers.technique_color("Plugin+S2") == "navy"
     assert tables.order_label("spatial", "bare") == "bare"
-    assert figures._technique_color("bare") == figures.variant_color("bare")
+    assert figures.table2_reorderers.technique_color("bare") == plotting.variant_color("bare")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from jobs import cli
+from orchestrator import config, grid
 from wavealign import inputs, pipeline, workloads
-from wavealign.jobs import cli
-from wavealign.orchestrator import config, grid
 from wavealign.workloads.rope import positions
 from wavealign.workloads.scene import SceneConfig, draw_scene, object_centres, scene_at
 

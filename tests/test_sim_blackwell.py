@@ -85,7 +85,7 @@ def test_kernel_time_adds_the_exposed_share_of_the_shorter_of_compute_and_memory
 
 def test_a_simulated_b200_cell_is_labelled_simulated_and_plans_its_order_over_units():
     cell = Cell.from_flat(dict(cell_id="orig", group_id="g0", hardware="b200", profile_hardware="b200", backend="fa4",
-                               method="planted", variant="original", stages="none", skip_mode="force", workload="shape",
+                               method="planted", variant="original", stages="none", skip="force", workload="shape",
                                seq_len_tokens=128 * 64, num_heads=2, head_dim=128, block_size=128, wave_size=148,
                                reps=1, warmup=0, measure="simulated", method_params={"density": 0.25, "prototypes": 8}))
     original, aligned = pipeline.run_group([cell, cell.replaced(cell_id="wa", variant="wavealign", stages="both")])

@@ -1,10 +1,13 @@
-"""`wavealign sim-paper` on a miniature cell: it writes the table beside the paper's figures."""
+"""`python lab/sim_paper.py` on a miniature cell: it writes the table beside the paper's figures."""
 
 from __future__ import annotations
 
 import json
 
-from wavealign.jobs import sim_paper
+import lab_studies
+
+sim_paper = lab_studies.study("sim_paper")
+
 
 
 def test_sim_paper_writes_predictions_beside_the_papers_figures(tmp_path):

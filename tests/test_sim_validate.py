@@ -1,4 +1,4 @@
-"""`wavealign validate-sim`: measured cells (an NCU table, or a sweep's Parquet rows) run again on backend sim
+"""`python lab/validate_sim.py`: measured cells (an NCU table, or a sweep's Parquet rows) run again on backend sim
 through the pipeline; MAE, DRAM ratio and rankings are reported.
 
 The "measurements" here are fabricated from the simulator itself (plus a known perturbation), only to
@@ -10,15 +10,20 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import subprocess
+import sys
+from pathlib import Path
 
+import lab_studies
 import pytest
 import torch
 
+from orchestrator import dataset
 from wavealign import inputs, kernels, launch_order, pipeline, sim
-from wavealign.jobs import validate_sim
 from wavealign.masks import npz, synthetic
-from wavealign.orchestrator import dataset
 from wavealign.records import Cell
+
+validate_sim = lab_studies.study("validate_sim")
 
 SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
 
@@ -133,7 +138,7 @@ def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
     rows = []
     for stages, variant in (("none", "original"), ("both", "wavealign")):
         cell = Cell.from_flat(dict(cell_id=variant, group_id="g", hardware="h200", profile_hardware="h200",
-                                   backend="flex", method="planted", variant=variant, stages=stages, skip_mode="force",
+                                   backend="flex", method="planted", variant=variant, stages=stages, skip="force",
                                    workload="shape-2h", seq_len_tokens=2048, num_heads=2, head_dim=128, block_size=128,
                                    wave_size=WAVE, method_params={"density": 0.3, "seed": 4}, measure="ncu"))
         [predicted] = pipeline.run_group([cell.replaced(measure="simulated")])
@@ -145,3 +150,32 @@ def test_a_sweeps_profiled_rows_validate_from_its_parquet(tmp_path):
     assert validate_sim.main([str(tmp_path / "runs"), "--out", str(tmp_path / "out")]) == 0
     report = (tmp_path / "out" / "validation.md").read_text()
     assert "L2 hit MAE: 3.00 points" in report and "| flex | planted | 2048 |" in report
+
+
+def test_validate_sim_on_a_negative_length_is_one_line_naming_the_row_and_column(tmp_path, capsys):
+    table = tmp_path / "ncu.csv"
+    table.write_text("backend,stages,mask_kind,seq_len,heads,block_size,head_dim,density,seed,l2_hit_pct,"
+                     "dram_read_bytes,kernel_ms\nflex,none,random,-5,2,128,64,0.5,0,50,1e6,1\n")
+    err = lab_studies.refusal("validate_sim", [str(table), "--out", str(tmp_path / "out")], capsys)
+    assert "row 0: seq_len='-5'; expected a whole number in [1, 4194304]" in err
+
+
+def test_validate_sim_refuses_a_table_row_before_torch_loads(tmp_path):
+    table = tmp_path / "ncu.csv"
+    table.write_text("backend,stages,mask_kind,seq_len,heads,block_size,head_dim,density,seed,l2_hit_pct,"
+                     "dram_read_bytes,kernel_ms\nflex,none,random,-5,2,128,64,0.5,0,50,1e6,1\n")
+    code = ("import sys\nimport lab_studies\n"
+            f"status = lab_studies.run('validate_sim', [{str(table)!r}, '--out', {str(tmp_path / 'out')!r}])\n"
+            "print(status, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parent)
+    assert done.stdout.split() == ["2", "False"], done.stderr
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_a_validation_table_nested_deep_is_one_line(tmp_path, capsys, suffix):
+    table = tmp_path / f"ncu{suffix}"
+    table.write_text(("[" if suffix == ".json" else "") + "[" * 50_000 + "]" * 50_000 + ("]" if suffix == ".json"
+                                                                                         else "\n"))
+    err = lab_studies.refusal("validate_sim", [str(table), "--out", str(tmp_path / "out")], capsys)
+    assert "nests JSON arrays and objects" in err and "expected at most 64" in err

@@ -12,10 +12,10 @@ import pytest
 from rich.console import Console
 
 import wavealign
+from jobs import cli
+from orchestrator import config, dataset, plan
+from orchestrator.progress import summary_table
 from wavealign import environment, metrics, pipeline
-from wavealign.jobs import cli
-from wavealign.orchestrator import config, dataset, plan
-from wavealign.orchestrator.progress import summary_table
 from wavealign.records import Cell, CellResult
 
 SWEEP = "0123456789abcdef"  # a sweep id of plan.sweep_id's format
@@ -27,7 +27,7 @@ LENGTHS = (512, 1024)
 def make_cell(**changes) -> Cell:
     cell = Cell.from_flat(dict(cell_id="c0", group_id="g0", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="planted", variant="original", stages="none",
-                               skip_mode="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
+                               skip="force", workload="shape", seq_len_tokens=1024, num_heads=2, head_dim=32,
                                block_size=128, wave_size=4, reps=2, warmup=0))
     return cell.replaced(**changes)
 
@@ -217,7 +217,7 @@ def test_version_without_a_git_checkout_prints_the_version_alone(capsys, monkeyp
 def test_sweep_cfg_job_prints_the_composed_config_and_runs_nothing(capsys, tmp_path):
     from omegaconf import OmegaConf
 
-    from wavealign.jobs import sweep as sweep_job
+    from jobs import sweep as sweep_job
 
     assert sweep_job.main(["--cfg", "job", "grid.seq_k=[2,3]", f"run_root={tmp_path}"]) == 0
     printed = OmegaConf.create(capsys.readouterr().out)
@@ -232,7 +232,7 @@ def test_sweep_cfg_job_prints_the_composed_config_and_runs_nothing(capsys, tmp_p
     (["--dryrun"], "--dryrun: not a flag of this command; did you mean --dry-run?"),
 ])
 def test_sweep_refuses_hydra_flags_it_does_not_serve_clearly(argv, needle, capsys):
-    from wavealign.jobs import cli
+    from jobs import cli
 
     assert cli.main(["sweep", *argv]) == 2
     assert needle in capsys.readouterr().err
@@ -242,7 +242,7 @@ def test_every_command_that_reads_a_run_root_calls_it_run_root():
     import subprocess
     import sys
 
-    helps = {name: subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", name, "--help"], capture_output=True,
+    helps = {name: subprocess.run([sys.executable, "-m", "jobs.cli", name, "--help"], capture_output=True,
                                   text=True, timeout=120).stdout for name in ("sweep", "report", "refresh-profiles",
                                                                                "sync-mlflow")}
     assert "run_root=" in helps["sweep"] and "--run-root" in helps["report"]
@@ -260,8 +260,8 @@ def test_the_gpu_busy_share_is_timed_kernel_time_over_the_gpu_workers_dispatch_t
     from omegaconf import OmegaConf
     from rich.console import Console
 
-    from wavealign.orchestrator.record import SweepOutcome, write_run_record
-    from wavealign.orchestrator.summary import print_summary
+    from orchestrator.record import SweepOutcome, write_run_record
+    from orchestrator.summary import print_summary
 
     timed = {"status": "done", "timer": "cuda_events", "warmup": 1, "reps": 3, "kernel_ms_median": 100.0}
     failed = {**timed, "status": "failed", "cell_id": "c", "hardware": "h200", "backend": "fa4", "method": "random",
@@ -290,8 +290,8 @@ def summary_of(tmp_path, rows: list[dict], cells: list[Cell]) -> str:
 
     from omegaconf import OmegaConf
 
-    from wavealign.orchestrator.record import SweepOutcome
-    from wavealign.orchestrator.summary import print_summary
+    from orchestrator.record import SweepOutcome
+    from orchestrator.summary import print_summary
 
     dataset.write(tmp_path, rows)
     outcome = SweepOutcome(sweep_id=SWEEP, run_root=tmp_path, tracking_uri=None, rows=rows)
@@ -345,8 +345,8 @@ def test_a_sweep_that_measured_something_prints_its_table_and_the_report_hint(tm
 def test_a_sweep_s_exit_status_says_what_it_could_not_do(counts, interrupted, terminated_by, code):
     from collections import Counter
 
-    from wavealign.jobs import sweep as sweep_job
-    from wavealign.orchestrator.record import SweepOutcome
+    from jobs import sweep as sweep_job
+    from orchestrator.record import SweepOutcome
 
     outcome = SweepOutcome(sweep_id=SWEEP, run_root=Path("."), tracking_uri=None, counts=Counter(counts),
                            interrupted=interrupted, terminated_by=terminated_by)
@@ -354,7 +354,7 @@ def test_a_sweep_s_exit_status_says_what_it_could_not_do(counts, interrupted, te
 
 
 def test_a_sweep_of_gpu_cells_on_a_machine_without_that_gpu_exits_4_saying_why(tmp_path, capsys):
-    from wavealign.jobs import sweep as sweep_job
+    from jobs import sweep as sweep_job
 
     code = sweep_job.main(["~sweep", "grid.hardware=[h100]", "grid.backend=[reference]", "grid.method=[random]",
                            "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "progress=false", "mlflow.enabled=false",

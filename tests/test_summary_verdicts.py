@@ -14,11 +14,11 @@ import pytest
 from omegaconf import OmegaConf
 from rich.console import Console
 
+from orchestrator import dataset
+from orchestrator.progress import SweepProgress, summary_lines, summary_table
+from orchestrator.record import SweepOutcome
+from orchestrator.summary import print_summary
 from wavealign import metrics
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.progress import SweepProgress, summary_lines, summary_table
-from wavealign.orchestrator.record import SweepOutcome
-from wavealign.orchestrator.summary import print_summary
 from wavealign.records import Cell, CellResult
 
 SWEEP = "0123456789abcdef"
@@ -29,7 +29,7 @@ def row(variant: str, speedup: float, low: float = math.nan, high: float = math.
     """A done row of hand-set figures, through the dataset's own row maker; its verdict as the pipeline gives it."""
     cell = Cell.from_flat(dict(cell_id=f"{variant}-{seed}-{tokens}", group_id=f"g{seed}-{tokens}", hardware="h100",
                                profile_hardware="h100", backend="fa4", method="random", variant=variant, stages="both",
-                               skip_mode="force", workload="shape", seq_len_tokens=tokens, num_heads=2, head_dim=64,
+                               skip="force", workload="shape", seq_len_tokens=tokens, num_heads=2, head_dim=64,
                                block_size=128, wave_size=4, reps=10, warmup=1, seed=seed))
     baseline = variant == "original"
     result = CellResult(cell_id=cell.cell_id, group_id=cell.group_id, status="done", simulated=simulated,

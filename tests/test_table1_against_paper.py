@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from wavealign.analysis.tables import distance_to_paper, table1_against_paper
+from analysis.tables import distance_to_paper, table1_against_paper
 
 PAPER_DENSITY = {"minference": 0.183, "flexprefill": 0.294}
 PAPER_L2 = {"minference": 21.7, "flexprefill": 14.7, "random": 10.6, "dense": 46.5}

@@ -1,7 +1,7 @@
 """A wheel that works anywhere: built from this checkout and installed into a fresh virtual environment, it holds the
-library, the sweep (``wavealign.orchestrator``, ``.jobs``, ``.analysis``) and its configs, adds no generic top-level
-package, and runs ``wavealign sweep`` from a folder outside the checkout. In a checkout the sweep packages have the
-same names, and no code imports them by their bare folder names."""
+library, the sweep (``orchestrator``, ``jobs``, ``analysis``, each named as its folder) and its configs, and runs
+``wavealign sweep`` from a folder outside the checkout. The code imports the sweep packages by those names only; the
+old ``wavealign.*`` names are deprecated aliases of the same modules."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from wavealign import fingerprint
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-# package -> the repository folder it is built from
-SOURCES = {"wavealign": "wavealign", **PYPROJECT["tool"]["setuptools"]["package-dir"]}
-BARE_NAMES = ("orchestrator", "jobs", "analysis")
+# package -> the repository folder it is built from: each top-level package its own folder, conf/ as declared
+TOP_LEVEL = sorted({p.split(".")[0] for p in PYPROJECT["tool"]["setuptools"]["packages"]})
+SOURCES = {**{name: name for name in TOP_LEVEL}, **PYPROJECT["tool"]["setuptools"]["package-dir"]}
+SWEEP_PACKAGES = ("orchestrator", "jobs", "analysis")
 # one exact reference-kernel cell on this CPU: 512 tokens, 2 heads, the original order, one repetition
 ONE_CELL = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
             "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]", "grid.reps=1",
@@ -90,16 +91,16 @@ def _env(venv: Path) -> dict[str, str]:
     return {**env, "PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])}
 
 
-def test_the_wheel_installs_one_top_level_package_wavealign(wheel):
+def test_the_wheel_installs_the_library_and_the_sweep_packages_by_their_folder_names(wheel):
     with zipfile.ZipFile(wheel) as whl:
         names = whl.namelist()
         dist_info = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
         top_level = whl.read(f"{dist_info}/top_level.txt").decode().split()
-    assert {n.split("/")[0] for n in names} == {"wavealign", dist_info}
-    assert top_level == ["wavealign"]
+    assert {n.split("/")[0] for n in names} == {"wavealign", *SWEEP_PACKAGES, dist_info}
+    assert sorted(top_level) == sorted(["wavealign", *SWEEP_PACKAGES]) == TOP_LEVEL
 
 
-def test_the_wheel_holds_every_module_yaml_and_kernel_source_of_the_checkout_under_wavealign(wheel):
+def test_the_wheel_holds_every_module_yaml_and_kernel_source_of_the_checkout(wheel):
     expected = set()
     for package, folder in SOURCES.items():
         for path in (REPO / folder).rglob("*"):
@@ -107,8 +108,8 @@ def test_the_wheel_holds_every_module_yaml_and_kernel_source_of_the_checkout_und
                 expected.add("/".join([*package.split("."), *path.relative_to(REPO / folder).parts]))
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
-    assert {"wavealign/conf/config.yaml", "wavealign/conf/sweep/smoke.yaml", "wavealign/jobs/cli.py",
-            "wavealign/orchestrator/config.py", "wavealign/analysis/load.py", "wavealign/mask_bytes.cu",
+    assert {"wavealign/conf/config.yaml", "wavealign/conf/sweep/smoke.yaml", "jobs/cli.py",
+            "orchestrator/config.py", "analysis/load.py", "wavealign/mask_bytes.cu",
             "wavealign/reorderers/wavealign/stage1.cu", "wavealign/conf/workload/shape-2h.yaml"} <= expected
     assert sorted(expected - names) == []
 
@@ -118,16 +119,16 @@ def test_the_installed_wheel_not_the_checkout_is_imported_and_has_the_checkout_s
 import importlib.util, json
 import wavealign
 from wavealign import fingerprint
-from wavealign.orchestrator import config
+from orchestrator import config
 print(json.dumps({"file": wavealign.__file__, "checkout": wavealign.CHECKOUT and str(wavealign.CHECKOUT),
                   "conf_dir": str(config.CONF_DIR), "code_version": fingerprint.code_version(),
-                  "bare": [n for n in ("orchestrator", "jobs", "analysis") if importlib.util.find_spec(n)]}))
+                  "sweep": [importlib.util.find_spec(n).origin for n in ("orchestrator", "jobs", "analysis")]}))
 """
     found = json.loads(_run([venv / "bin" / "python", "-c", probe], cwd=outside, env=_env(venv)).stdout)
     assert Path(found["file"]).is_relative_to(venv), found
     assert found["checkout"] is None
     assert Path(found["conf_dir"]).is_relative_to(venv) and (Path(found["conf_dir"]) / "config.yaml").is_file()
-    assert found["bare"] == []
+    assert all(Path(origin).is_relative_to(venv) for origin in found["sweep"]), found
     # the sweep's parts are not the library: a wheel and a checkout of the same code give the same cell ids
     assert found["code_version"] == fingerprint.code_version()
 
@@ -139,7 +140,7 @@ def test_wavealign_sweep_dry_run_runs_outside_the_checkout(venv, outside):
 
 
 def test_a_one_cell_cpu_sweep_runs_outside_the_checkout_and_records_its_row(venv, outside):
-    from wavealign.orchestrator import dataset
+    from orchestrator import dataset
 
     runs = outside / "runs"
     started = time.monotonic()
@@ -154,10 +155,12 @@ def test_a_one_cell_cpu_sweep_runs_outside_the_checkout_and_records_its_row(venv
     assert row["git_sha"] is None  # an installed wheel has no checkout to name
 
 
-def test_the_code_imports_the_sweep_packages_only_by_their_wavealign_names():
-    # a module imported under two names runs twice: its registries fill twice and its classes differ
+def test_the_code_imports_the_sweep_packages_only_by_their_folder_names():
+    # a module imported under two names runs twice: its registries fill twice and its classes differ. Only the
+    # deprecated aliases (wavealign/_renamed.py) name the old ones
+    old_names = {f"wavealign.{name}" for name in SWEEP_PACKAGES}
     found = []
-    for folder in ("wavealign", *SOURCES.values(), "tests", "benchmarks"):
+    for folder in sorted({*SOURCES.values(), "tests", "benchmarks"}):
         for path in sorted((REPO / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
                 if isinstance(node, ast.Import):
@@ -167,16 +170,27 @@ def test_the_code_imports_the_sweep_packages_only_by_their_wavealign_names():
                 else:
                     continue
                 found += [f"{path.relative_to(REPO)}:{node.lineno} {m}" for m in modules
-                          if m.split(".")[0] in BARE_NAMES]
+                          if ".".join(m.split(".")[:2]) in old_names or (
+                              m == "wavealign" and {a.name for a in node.names} & set(SWEEP_PACKAGES))]
     assert found == []
 
 
-def test_a_checkout_gives_the_sweep_packages_their_wavealign_names():
-    from wavealign.orchestrator import config
+def test_a_checkout_imports_each_sweep_package_from_its_folder():
+    from orchestrator import config
 
     assert wavealign.CHECKOUT == REPO
     assert Path(config.__file__).resolve() == REPO / "orchestrator" / "config.py"
     assert config.CONF_DIR == wavealign.conf_dir() == REPO / "conf"
+
+
+@pytest.mark.parametrize("name", SWEEP_PACKAGES)
+def test_the_old_name_of_a_sweep_package_is_a_deprecated_alias_of_the_same_module(name):
+    import importlib
+
+    sys.modules.pop(f"wavealign.{name}", None)
+    with pytest.warns(DeprecationWarning, match=rf"wavealign\.{name} is deprecated: import {name} instead"):
+        old = importlib.import_module(f"wavealign.{name}")
+    assert old is importlib.import_module(name)
 
 
 @pytest.mark.parametrize("name", ["wavealign.wavealign", "wavealign.wavealign.kernels", "wavealign.tests",

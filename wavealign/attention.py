@@ -9,7 +9,7 @@ launch -> its run, the output in the original row order (bitwise what running wi
 A sweep cell (``wavealign.pipeline``) prepares the step on its group's mask and hands it to its measurer (timed,
 simulated, profiled); model code calls ``wavealign.integrations.attention.BlockSparseAttention``, which builds the
 method's mask from the live Q/K and runs this step on it (``integrations.diffusers``, ``integrations.vllm_omni``,
-``bench-e2e``). The variant (``wavealign.variants``) is the one vocabulary both speak.
+``lab/bench_e2e.py``). The variant (``wavealign.variants``) is the one vocabulary both speak.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from wavealign import inputs, kernels, launch_order, masks, reorderers, skip, variants
 from wavealign.instruments.timing import synced_clock
 from wavealign.kernels import Launch, LaunchShape
-from wavealign.records import DEFAULT_REORDERER, AttentionSpec, InputSpec, LaunchGeometry
+from wavealign.records import DEFAULT_REORDERER, SPATIAL_STAGES, AttentionSpec, InputSpec, LaunchGeometry
 
 T = TypeVar("T")
 # times a plan: timer(plan, device, warmup) -> (plan's value, ms); ``warmup`` says a first call may hold a compile
@@ -95,7 +95,7 @@ class AttentionStep:
     @classmethod
     def of(cls, spec: AttentionSpec, on: InputSpec) -> AttentionStep:
         """The step ``spec`` describes, on the inputs ``on`` (their seed, latent video and token order)."""
-        return cls(backend=spec.backend, variant=variants.Variant(spec.variant, spec.stages, spec.skip_mode),
+        return cls(backend=spec.backend, variant=variants.recorded(spec.variant, spec.stages, spec.skip),
                    geometry=spec.geometry, reorderer=spec.reorderer, reorderer_params=spec.reorderer_params,
                    backend_params=spec.backend_params, seed=on.seed, latent=inputs.latent(on),
                    token_ordered=masks.get(on.method).token_order is not None)
@@ -137,7 +137,7 @@ class AttentionStep:
             c = launch_order.candidates.get(candidate)
             stages, reorderer, params = c.stages, c.reorderer, dict(c.params)
         declared = reorderers.get(reorderer).params
-        if stages in ("spatial", "both") and (refused := order_refused(reorderer, self.token_ordered)):
+        if stages in SPATIAL_STAGES and (refused := order_refused(reorderer, self.token_ordered)):
             raise ValueError(refused)
         facts = {"latent": self.latent, "block_size": self.geometry.block_size}
         params.update({k: facts[k] for k in reorderers.STEP_PARAMS if k in declared})

@@ -14,11 +14,10 @@ from typing import Any
 import torch
 
 from wavealign import nvrtc
+from wavealign.records import MAX_SEED as MAX_SEED
 
 KVIndices = tuple[torch.Tensor, torch.Tensor]
 MaskLike = torch.Tensor | KVIndices
-# torch.Generator.manual_seed's range, non-negative: the seeds of Stage 1's start block and of the masks
-MAX_SEED = 2**63 - 1
 # the row counts on a CUDA GPU: one warp per row, 8 warps (256 threads) per block
 ROW_NNZ = nvrtc.Program((nvrtc.MASK_BYTES,), ("row_nnz",))
 ROW_NNZ_THREADS = 256

@@ -5,8 +5,8 @@ It hashes every ``.py`` file under ``wavealign/`` (kernels, reorder, masks, pipe
 blank lines and trailing spaces dropped, so editing comments does not invalidate results but any statement or
 docstring change does. Text, not an AST dump, so the same code hashes alike on every Python version. The
 ``.yaml`` data the code runs on (the calibrated workload generator, skip profiles) is hashed the same way.
-The sweep's own parts (``wavealign.SWEEP_PARTS``), which a wheel installs inside ``wavealign/``, are not the library
-and are left out, so a wheel and a checkout of the same code give the same fingerprint. The user's installed files
+The sweep's configs, which a wheel installs as ``wavealign/conf`` (``CONFIGS``), are not the library and are left out,
+so a wheel and a checkout of the same code give the same fingerprint. The user's installed files
 (``wavealign.user_config``: fitted skip profiles and workload generators, read before the packaged ones) change what
 the library does too, so where there are any their digest is part of the fingerprint.
 """
@@ -23,6 +23,7 @@ import wavealign
 from wavealign import user_config
 
 PACKAGE_DIR = Path(wavealign.__file__).resolve().parent
+CONFIGS = "conf"  # the folder of the sweep's configs inside an installed wheel's package (pyproject.toml's package-dir)
 
 
 def _normalized(source: str) -> str:
@@ -45,7 +46,7 @@ def source_digest(root: Path = PACKAGE_DIR, suffixes: tuple[str, ...] = (".py", 
     paths = [p for suffix in suffixes for p in root.rglob(f"*{suffix}")]
     for path in sorted(paths, key=lambda p: p.relative_to(root).as_posix()):
         parts = path.relative_to(root).parts
-        if "__pycache__" in parts or parts[0] in wavealign.SWEEP_PARTS:
+        if "__pycache__" in parts or parts[0] == CONFIGS:
             continue
         if not path.is_file():  # a FIFO, socket or device named *.yaml: reading it would wait forever (a FIFO)
             continue

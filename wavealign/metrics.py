@@ -53,9 +53,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from wavealign.records import ORIGINAL_VARIANT
-
-BASELINE_VARIANT = ORIGINAL_VARIANT  # the variant every speedup of a group refers to, timed beside it
 LEVEL = 0.95  # the confidence level of every interval
 TOLERANCE = 0.01  # a speedup within 1 +- 1 % is the same time: the verdicts' default band (grid.verdict_tolerance)
 TUKEY_FENCE = 1.5  # log ratios beyond 1.5 IQR of their quartiles are outliers (Tukey's fences)
@@ -78,11 +75,6 @@ AGGREGATE_RULE = ("several cells on one line or bar: the geometric mean of their
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 _Z975 = 1.959964
-
-
-def is_baseline(variant: str) -> bool:
-    """Whether a row of ``variant`` is the baseline its group's speedups refer to."""
-    return variant == BASELINE_VARIANT
 
 
 def speedup(baseline_ms, ms):

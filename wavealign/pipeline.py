@@ -5,9 +5,12 @@
 
 A worker calls ``run_group`` for cells sharing one mask (``group_id``): the inputs are built once and every variant is
 measured back to back on the same device, so speedups are ratios from one run. Its ``InputCache`` keeps the inputs
-for its next group on the same inputs and builds the next group's in the background (``then``). Every job that
-measures a cell (the sweep, ``bench-kernels``, ``validate-sim``, ``mask-fidelity``) goes through here. This module
-knows nothing of Ray, Hydra or MLflow; the records it returns are ``wavealign.records`` dataclasses.
+for its next group on the same inputs and builds the next group's in the background (``then``). Every sweep cell
+goes through here (``sweep``, and the sweeps ``bench-kernels`` and ``lab/bench_orchestration.py`` run), and so does
+``lab/validate_sim.py``'s; the other studies and ``bench-reorder`` call their part directly (``lab/mask_fidelity.py``,
+``lab/calibrate_workload.py`` and ``lab/bench_masks.py`` build a method's masks through ``masks.build_for_heads``, as
+``wavealign.inputs`` builds a cell's). This module knows nothing of Ray, Hydra or MLflow; the records it returns are
+``wavealign.records`` dataclasses.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import traceback
 
 import torch
 
-from wavealign import environment, measurers, metrics, placement, skip
+from wavealign import environment, measurers, metrics, placement, skip, variants
 from wavealign.attention import AttentionStep
 from wavealign.inputs import QKV, InputCache, InputRequest, launch_shape
 from wavealign.inputs import key as input_key
@@ -154,7 +157,7 @@ def _speedups(cells: list[Cell], results: list[CellResult]) -> None:
     for r in results:
         if r.status == "done":
             r.total_ms = r.reorder_ms + r.kernel_ms_median
-    baseline = next((r for c, r in zip(cells, results, strict=True) if metrics.is_baseline(c.attention.variant)
+    baseline = next((r for c, r in zip(cells, results, strict=True) if variants.of_spec(c.attention).is_baseline
                      and r.status == "done" and r.kernel_ms_median > 0), None)
     if baseline is None:
         return

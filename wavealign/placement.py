@@ -9,9 +9,12 @@ sparse masks (``wavealign.kernels``); a measurer whether it models a GPU from a 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from wavealign import kernels, measurers
+from wavealign.blockmask import check_fits
 from wavealign.records import CPU, Cell
 
 # The pool of CPU workers that run the cells a measurer models from a CPU (simulated): their figures do not depend on
@@ -37,6 +40,13 @@ def hardware_refused(hardware: str, backend: str, measure: str) -> str | None:
     if not kernel.supports(hardware):
         return f"backend {backend} does not run on {hardware} (supports {list(kernel.supported_hardware)})"
     return None
+
+
+def refused_everywhere(backend: str, hardware: list[str], measures: list[str]) -> str | None:
+    """Why ``backend`` runs on none of ``hardware`` with any of ``measures`` (each reason once, in order), or None
+    where it runs somewhere (the combinations that cannot are filtered when a grid expands)."""
+    reasons = [hardware_refused(hw, backend, measure) for measure in measures for hw in hardware]
+    return None if None in reasons else "; ".join(dict.fromkeys(reasons))  # type: ignore[arg-type]
 
 
 def method_refused(backend: str, method: str) -> str | None:
@@ -74,3 +84,13 @@ def device(cell: Cell) -> torch.device:
         return torch.device("cpu")
     raise RuntimeError(f"cell {cell.cell_id} runs backend {cell.attention.backend!r} on hardware {cell.hardware!r}, "
                        "but this worker has no CUDA GPU")
+
+
+def check_cell_fits(what: str, heads: int, tokens: int, head_dim: int, block_size: int) -> None:
+    """A cell of ``heads`` x ``tokens`` x ``head_dim`` with ``block_size``-token blocks fits in this machine's memory,
+    where a sweep on its embedded Ray runs it: at least its Q, K and V (2 bytes a number, as on a GPU) and its bool
+    block mask; else a ValueError naming ``what`` (``blockmask.check_fits``). A workload of 1e8 heads or a block size
+    of 1 (a 530 GB mask at 364K tokens) is refused before it runs, not by a worker's out-of-memory kill."""
+    blocks = math.ceil(tokens / block_size)
+    check_fits(f"{what} ({heads} heads x {tokens:,} tokens x {head_dim}, block_size {block_size})",
+               3 * 2 * heads * tokens * head_dim + heads * blocks * blocks)

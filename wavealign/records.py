@@ -2,7 +2,7 @@
 units in the field names) and the ``Environment`` that produced it.
 
 These dataclasses are the one definition of a row: the Parquet schema and the MLflow params, metrics and
-tags are generated from their fields (``wavealign.orchestrator.dataset``, ``wavealign.orchestrator.tracking``),
+tags are generated from their fields (``orchestrator.dataset``, ``orchestrator.tracking``),
 so a new field is one line here.
 """
 
@@ -19,6 +19,14 @@ CPU = "cpu"  # the placement of cells that run on a worker's CPU instead of a GP
 ORIGINAL_VARIANT = "original"  # the variant every speedup of a group refers to
 DEFAULT_REORDERER = "wavealign"  # WaveAlign's own Stage 1: the spatial step a variant uses unless told otherwise
 NO_REORDERER = "identity"  # what a variant without a spatial stage records: its order never depends on one
+# the launch-order stages a variant runs (wavealign.launch_order, wavealign.variants)
+STAGES = ("none", "spatial", "temporal", "both")
+SPATIAL_STAGES = ("spatial", "both")  # the stage sets that run a reorderer (Stage 1, or a baseline's)
+TEMPORAL_STAGES = ("temporal", "both")  # the stage sets that run Stage 2
+# torch.Generator.manual_seed's range, non-negative (an int64 column): the seeds of Stage 1's start block and masks
+MAX_SEED = 2**63 - 1
+# a wave beyond int32 is no GPU's, and Stage 2's sort key holds the bucket index above bit 31
+MAX_WAVE_SIZE = 2**31 - 1
 
 
 def order_name(variant: str, reorderer: str | None) -> str:
@@ -66,12 +74,13 @@ class LaunchGeometry:
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """The attention step a cell runs (``wavealign.attention.AttentionStep``): its variant (``wavealign.variants``:
-    ``stages`` and ``skip_mode``), the spatial step's reorderer, the backend and the launch geometry."""
+    """The attention step a cell runs (``wavealign.attention.AttentionStep``): its variant (``wavealign.variants``,
+    as ``Variant.columns`` records it: its name, ``stages`` and ``skip``), the spatial step's reorderer, the backend
+    and the launch geometry."""
 
     variant: str
     stages: str  # launch_order.STAGES; "spatial" and "both" run ``reorderer``, "temporal" and "both" Stage 2
-    skip_mode: str  # "force": apply ``stages``; "policy": the skip policy may fall back to "none"
+    skip: str  # variants.SKIP_MODES: "force" applies ``stages``; "policy" lets the skip policy fall back to "none"
     backend: str  # the kernel that runs (or whose launch is simulated)
     geometry: LaunchGeometry
     # the spatial step (wavealign.reorderers) and its params; NO_REORDERER when ``stages`` has none

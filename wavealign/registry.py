@@ -2,9 +2,9 @@
 
 Adding a method or backend is one module that registers itself; nothing else changes, because every
 submodule of the package is imported on first lookup, and a sweep takes its names, parameters and their types
-(``param_types``) from the registry. A module outside the package (a user's own backend or method) is imported
-too when ``WAVEALIGN_PLUGINS`` names it (comma-separated importable module names; the sweep sets it from its
-``plugins`` key, on every worker).
+(``param_types``: what each entry registers) from the registry. A module outside the package (a user's own backend
+or method) is imported too when ``WAVEALIGN_PLUGINS`` names it (comma-separated importable module names; the sweep
+sets it from its ``plugins`` key, on every worker).
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 PLUGINS_ENV = "WAVEALIGN_PLUGINS"
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def plugin_modules() -> list[str]:
@@ -34,6 +36,21 @@ def import_plugins() -> None:
             raise ImportError(f"{PLUGINS_ENV} names module {name!r}, which cannot be imported: {exc}") from exc
 
 
+def add_plugins(names: list[str]) -> None:
+    """Import the modules ``names`` (a sweep's ``plugins``) here and, through ``WAVEALIGN_PLUGINS``, on every worker
+    this process starts; a name that is not a dotted module name, or a module that cannot be imported, is an
+    error."""
+    if not names:
+        return
+    for name in names:
+        if not MODULE_NAME.fullmatch(name):
+            raise ValueError(f"plugins has {name!r}; expected the dotted name of an importable module "
+                             "(my_package.backends), not a path")
+    known = plugin_modules()
+    os.environ[PLUGINS_ENV] = ",".join([*known, *(name for name in names if name not in known)])
+    import_plugins()
+
+
 def resolve_params(what: str, defaults: Mapping[str, Any], checks: Mapping[str, Callable[[str, Any], Any]],
                    given: Mapping[str, Any]) -> dict[str, Any]:
     """An entry's parameters: ``defaults`` overridden by ``given``, each through its check (``check(name, value)``
@@ -46,25 +63,20 @@ def resolve_params(what: str, defaults: Mapping[str, Any], checks: Mapping[str, 
     return {key: checks[key](key, value) if key in checks else value for key, value in merged.items()}
 
 
-def param_types(defaults: Mapping[str, Any], checks: Mapping[str, Callable[[str, Any], Any]]) -> dict[str, Any]:
-    """An entry's parameter schema: each parameter's type, read from what the entry already declares. The default
-    gives it (``bool``, ``int``, ``float`` or ``str``: an integer default takes integers, a real one any number), and
-    ``| None`` is added where the parameter's check passes None (``optional(check)``); a default of None or a
-    container gives ``Any``, whose check alone says what it takes. A sweep's config holds the values it is given to
-    this schema (naming the entry) before the entry's own checks see them."""
-    types: dict[str, Any] = {}
-    for key, default in defaults.items():
-        kind = next((t for t in (bool, int, float, str) if type(default) is t), Any)
-        types[key] = kind | None if kind is not Any and key in checks and _passes_none(checks[key], key) else kind
-    return types
+SCALARS = (bool, int, float, str)
 
 
-def _passes_none(check: Callable[[str, Any], Any], key: str) -> bool:
-    try:
-        check(key, None)
-    except (ValueError, TypeError):
-        return False
-    return True
+def param_types(what: str, defaults: Mapping[str, Any], types: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameter schema entry ``what`` (e.g. "method 'minference'") registers: the type it gives a parameter in
+    its ``types`` (``{"budget": float | None}``), else its default's, a bool, int, float or str (an integer default
+    takes integers, a real one any number). A default of None or a container says no type: without one in ``types``
+    it is a ValueError, so no parameter goes unchecked. A sweep's config holds its values to this schema."""
+    if unknown := sorted(set(types) - set(defaults)):
+        raise ValueError(f"{what} gives types for {unknown}, which are not among its params {sorted(defaults)}")
+    schema = {key: types.get(key, type(default)) for key, default in defaults.items()}
+    if untyped := sorted(key for key, kind in schema.items() if key not in types and kind not in SCALARS):
+        raise ValueError(f"{what} params {untyped} have defaults of no scalar type; expected their types in its types")
+    return schema
 
 
 class Registry(Generic[T]):

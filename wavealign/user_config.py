@@ -1,9 +1,9 @@
 """The user's configuration directory: where commands install what they fit, read before the packaged defaults.
 
-``wavealign refresh-profiles`` installs skip profiles in ``profiles/`` and ``wavealign calibrate-workload --install``
-a fitted workload generator in ``workloads/``; the library reads a file there before the packaged one of the same
-name (``wavealign/profiles/``, ``wavealign/workloads/``), which stays a read-only default: no command writes into
-the installed package.
+``wavealign refresh-profiles`` installs skip profiles in ``profiles/`` and ``python lab/calibrate_workload.py
+--install`` a fitted workload generator in ``workloads/``; the library reads a file there before the packaged one of
+the same name (``wavealign/profiles/``, ``wavealign/workloads/``), which stays a read-only default: no command writes
+into the installed package.
 
 The folder is ``$WAVEALIGN_HOME``, else ``$XDG_CONFIG_HOME/wavealign``, else ``~/.config/wavealign`` (the XDG Base
 Directory specification's default for ``$XDG_CONFIG_HOME``). Each function reads the environment when called, so a
@@ -34,6 +34,6 @@ def profiles_dir() -> Path:
 
 
 def workloads_dir() -> Path:
-    """Where the user's fitted workload generators are (``scene.yaml``, ``calibrated.yaml``): ``calibrate-workload
-    --install`` writes them here."""
+    """Where the user's fitted workload generators are (``scene.yaml``, ``calibrated.yaml``):
+    ``lab/calibrate_workload.py --install`` writes them here."""
     return home() / "workloads"

@@ -27,6 +27,7 @@ import torch
 
 from wavealign import hardware as hardware_registry
 from wavealign.blockmask import check_int
+from wavealign.launch_order.row_order import check_launch_order
 from wavealign.records import LaunchGeometry
 from wavealign.registry import Registry
 
@@ -126,7 +127,7 @@ class ExecutionFacts:
     block_m: int
     block_n: int
     # fraction of the SM's dense bf16 peak the inner MMA loop reaches (round figures: FA3/FA4 ~75% of the
-    # H100 peak dense, Triton-based kernels ~50-60%), to be calibrated by ``wavealign validate-sim``
+    # H100 peak dense, Triton-based kernels ~50-60%), to be calibrated by ``python lab/validate_sim.py``
     mma_efficiency: float
     # per K/V block cost outside the MMAs: index load, softmax bookkeeping, pipeline bubble
     block_overhead_s: float
@@ -181,18 +182,16 @@ def _always() -> bool:
 
 
 def _checked_plan(plan: Callable[..., Launch], name: str, needs_gpu: bool) -> Callable[..., Launch]:
-    """``plan`` taking its order through ``launch_order.check_launch_order`` and, for a backend that needs a GPU,
-    refusing q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder`` over the
-    launch's (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would
+    """``plan`` taking its order through ``check_launch_order`` (``launch_order.row_order``) and, for a backend that
+    needs a GPU, refusing q/k/v off a CUDA device: wherever a launch is planned, an order that is not a ``RowOrder``
+    over the launch's (H, MB) is refused before any work, and so is a GPU kernel asked to run on the CPU (``flex`` would
     compile for minutes there before failing)."""
     if getattr(plan, "checks_order", False):
         return plan
 
     @functools.wraps(plan)
     def checked(mask, order, shape: LaunchShape, *args: Any, **options: Any) -> Launch:
-        from wavealign import launch_order
-
-        order = launch_order.check_launch_order(order, shape.heads, shape.q_blocks)
+        order = check_launch_order(order, shape.heads, shape.q_blocks)
         if needs_gpu and shape.device.type != "cuda":
             raise ValueError(f"backend {name!r} runs on a CUDA GPU; q/k/v are on {shape.device}: move them to "
                              f"cuda, or use a backend that runs on the CPU ({_cpu_backends()})")
@@ -234,6 +233,8 @@ class Backend:
     # check_options(options, block_size) raises ValueError naming a launch option ``plan`` would refuse; the sweep
     # runs it when it validates the config, before any cell is built (None: the planner's signature is the check)
     check_options: Callable[[Mapping[str, Any], int], None] | None = None
+    # the types of params whose default says none (``registry.param_types``)
+    types: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "plan", _checked_plan(self.plan, self.name, self.needs_gpu))

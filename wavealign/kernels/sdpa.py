@@ -62,4 +62,5 @@ register(Backend(
     needs_gpu=False,
     dense_only=True,
     check_options=check_options,
+    types={"kernel": str | None},
 ))

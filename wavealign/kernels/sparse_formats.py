@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 import torch
 
 from wavealign import blockmask
-from wavealign.launch_order import RowOrder
+from wavealign.launch_order.row_order import RowOrder
 
 T = TypeVar("T")
 

@@ -421,6 +421,8 @@ def _descriptors(q, k, v, out, cfg: KernelConfig):
 EXECUTION = ExecutionFacts(128, 128, mma_efficiency=0.55, block_overhead_s=40e-9)
 # the KernelConfig fields a sweep tunes (None keeps the tuned value for the head dim: TUNING.md)
 TUNED_OPTIONS = ("block_m", "block_n", "num_warps", "num_stages", "use_tma")
+# their types: any value, for check_options to say what each takes (a field's type, a tile's rules)
+TUNED_TYPES = dict.fromkeys(TUNED_OPTIONS, Any)
 
 
 def is_available() -> bool:
@@ -439,6 +441,6 @@ BACKEND = register(Backend(
     is_available=is_available,
     # head_order (sequential: query blocks fastest, heads one after another; parallel: heads fastest), and the
     # KernelConfig fields a sweep tunes
-    params={"head_order": keyword_defaults(plan)["head_order"], **dict.fromkeys(TUNED_OPTIONS)},
+    params={"head_order": keyword_defaults(plan)["head_order"], **dict.fromkeys(TUNED_OPTIONS)}, types=TUNED_TYPES,
     check_options=check_options,
 ))

@@ -72,5 +72,6 @@ register(Backend(
     ncu_kernels=r"_block_sparse_attn_fwd",
     is_available=streaming.is_available,
     params={"grid": None, **dict.fromkeys(streaming.TUNED_OPTIONS)},
+    types={"grid": int | None, **streaming.TUNED_TYPES},
     check_options=check_options,
 ))

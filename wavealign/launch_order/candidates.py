@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from wavealign.records import SPATIAL_STAGES
+
 SCHEDULERS = ("streaming", "static-persistent")  # the same words as kernels.SCHEDULERS, which imports torch
 STATIC = ("static-persistent",)
 ORIGINAL = "original"
@@ -70,7 +72,7 @@ def candidate_name(stages: str, reorderer: str, params: Mapping[str, Any] | None
     for c in CANDIDATES:
         if c.stages != stages:
             continue
-        if stages not in ("spatial", "both"):
+        if stages not in SPATIAL_STAGES:
             return c.name
         if c.reorderer == reorderer and all(given.get(k) == v for k, v in
                                             {**reorderers.get(reorderer).params, **c.params}.items()

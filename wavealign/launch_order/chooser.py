@@ -36,6 +36,7 @@ from wavealign import kernels, reorderers
 from wavealign.blockmask import MaskLike, as_dense, check_int
 from wavealign.launch_order import candidates as registry
 from wavealign.launch_order import pairing as pairing_mod
+from wavealign.records import SPATIAL_STAGES
 
 # heads whose L2 the prediction replays (the schedule is always the whole launch's): 4 of a 40-head layer keep a live
 # choice to ~1 s of host CPU per layer (benchmarks/results/orders-h200/), taken once per (layer, shape)
@@ -45,7 +46,7 @@ DEFAULT_SAMPLE_HEADS = 4
 @dataclass(frozen=True)
 class ChooserFit:
     """What a GPU's skip profile learned of the chooser for one backend from measured candidates
-    (``refresh-profiles``, ``wavealign.analysis.chooserfit``): ``bias``,
+    (``refresh-profiles``, ``analysis.chooserfit``): ``bias``,
     per candidate, the median log of measured over predicted kernel time relative to the original's (added to a
     prediction's log), and ``margin_pct``, the predicted net gain under which the original is kept."""
 
@@ -120,7 +121,7 @@ def eligible(backend: str, hardware: str, *, latent: tuple[int, int, int] | None
     for c in registry.CANDIDATES:
         if wanted is not None and c.name not in wanted:
             continue
-        positional = "latent" in reorderers.get(c.reorderer).params and c.stages in ("spatial", "both")
+        positional = "latent" in reorderers.get(c.reorderer).params and c.stages in SPATIAL_STAGES
         if scheduler in c.schedulers and not (positional and (latent is None or token_ordered)):
             out.append(c)
     return out

@@ -14,8 +14,9 @@ mask never materialises Q/K; ``build`` on Q/K then draws the mask for q's shape.
 
 Methods tuned per head (SpargeAttn, MInference) declare ``model``, ``layer`` and ``heads`` among their params
 (``IDENTITY_PARAMS``) to key their per-head configs; ``build_for_heads`` fills them from the workload, so a
-sweep cell, ``mask-fidelity`` and ``calibrate-workload`` build a head's mask the same way. Their ``tuned_config``
-takes a ``TunedConfigs`` store: a live pipeline keeps one, so each head is tuned on its first build only.
+sweep cell, ``lab/mask_fidelity.py`` and ``lab/calibrate_workload.py`` build a head's mask the same way. Their
+``tuned_config`` takes a ``TunedConfigs`` store: a live pipeline keeps one, so each head is tuned on its first build
+only.
 
 A method that reads token positions in the latent video (Radial's frame bands, VSA's cubes) declares ``latent``
 (default None), filled the same way with the workload's (T, H, W) in tokens, flattened frame-major (token
@@ -87,6 +88,7 @@ class MaskMethod:
     checks: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     reference: Callable[..., torch.Tensor] | None = None
     token_order: Callable[..., TokenOrder] | None = None
+    types: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))  # registry.param_types
 
     @property
     def needs_qk(self) -> bool:
@@ -183,12 +185,13 @@ def register(name: str, build: Callable[..., torch.Tensor] | None, params: dict[
              from_shape: Callable[..., torch.Tensor] | None = None,
              checks: dict[str, Callable[[str, Any], Any]] | None = None,
              reference: Callable[..., torch.Tensor] | None = None,
-             token_order: Callable[..., TokenOrder] | None = None) -> MaskMethod:
+             token_order: Callable[..., TokenOrder] | None = None, types: dict[str, Any] | None = None) -> MaskMethod:
     """File a method under ``name``; called once by the method's own module. A method that needs no Q/K
     gives ``from_shape`` and no ``build``; ``checks`` name params of ``params`` (a check across params, such as
     a minimum below a maximum, stays in the builder); ``reference`` is its torch build when ``build`` has GPU
     kernels; ``token_order`` the order a method builds its mask in (its ``build`` then takes q, k, v in that order
-    and a ``token_order`` keyword)."""
+    and a ``token_order`` keyword); ``types`` the types of params whose default says none
+    (``registry.param_types``)."""
     if (build is None) == (from_shape is None):
         raise ValueError(f"method {name!r} must give exactly one of build (from Q/K) or from_shape")
     if token_order is not None and build is None:
@@ -197,7 +200,7 @@ def register(name: str, build: Callable[..., torch.Tensor] | None, params: dict[
         raise ValueError(f"method {name!r} has checks for {unknown}, which are not among its params {sorted(params)}")
     method = MaskMethod(name, build or _on_qkv_shape(from_shape, positional="latent" in params),
                         MappingProxyType(dict(params)), description, from_shape, MappingProxyType(dict(checks or {})),
-                        reference, token_order)
+                        reference, token_order, MappingProxyType(dict(types or {})))
     if (build or from_shape).__module__ == "__main__":
         # ``python -m wavealign.masks.<name>``: the registry imports the module again under its real name
         return method

@@ -187,7 +187,7 @@ masks.register("flexprefill", build, PARAMS, "query-aware / vertical-slash by JS
                "(FlexPrefill)", checks={"gamma": check_fraction, "tau": partial(check_number, lo=0.0, hi=1.0),
                                         "min_budget": partial(check_int, lo=0),
                                         "max_budget": optional(partial(check_int, lo=1))},
-               reference=reference)
+               reference=reference, types={"max_budget": int | None})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -19,7 +19,7 @@ recalls on sampled query blocks and the best recall wins; as upstream, an A-shap
 vertical-slash with the same sizes and a block-sparse winner as vertical-slash (1000, 6096). A density
 ``budget`` (a FLOPs cap, off by default) restricts the choice to candidates that fit it.
 With ``search`` (the default) ``build`` searches every head it has no config for, so any caller (a sweep
-cell, ``mask-fidelity``) gets the searched mask; ``search=False`` applies the fixed pattern params. Results
+cell, ``lab/mask_fidelity.py``) gets the searched mask; ``search=False`` applies the fixed pattern params. Results
 can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended, or kept in a
 ``masks.TunedConfigs`` store across builds (what the integrations do: a live layer searches once, then predicts).
 ``docs/methods.md`` compares every step with upstream.
@@ -273,7 +273,7 @@ def search(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 
 
 
 masks.register("minference", build, PARAMS, "vertical-slash / A-shape / block-sparse, searched per head (MInference)",
-               checks=CHECKS, reference=reference)
+               checks=CHECKS, reference=reference, types={"budget": float | None, "tuned_config": str | None})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

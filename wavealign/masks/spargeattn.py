@@ -15,7 +15,7 @@ The paper runs SpargeAttn with a per-head tuned config: ``tune_head`` searches `
 and, for each, bisects ``cdfthreshd`` for the smallest value whose output L1 error
 sum|o - o_dense| / sum|o_dense| on sampled query blocks stays under ``l1_bound``; the sparsest passing
 setting wins. With ``autotune`` (the default) ``build`` tunes every head it has no config for, so any caller
-(a sweep cell, ``mask-fidelity``) gets the tuned mask; ``autotune=False`` uses the fixed thresholds. Tuned
+(a sweep cell, ``lab/mask_fidelity.py``) gets the tuned mask; ``autotune=False`` uses the fixed thresholds. Tuned
 configs can be cached per (model, layer, head) in a JSON file (``tuned_config``), read first and extended, or kept
 in a ``masks.TunedConfigs`` store across builds (what the integrations do: a live layer tunes once, then predicts).
 
@@ -282,7 +282,7 @@ def autotune(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int 
 
 
 masks.register("spargeattn", build, PARAMS, "pooled Q/K + self-similarity + cdf threshold (SpargeAttn)",
-               checks=CHECKS, reference=reference)
+               checks=CHECKS, reference=reference, types={"tuned_config": str | None})
 
 if __name__ == "__main__":
     from wavealign.masks._draw import main

@@ -145,7 +145,7 @@ def build(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 1
 
 masks.register("vsa", build, PARAMS, "top-k key cubes per query cube by cube-mean Q . K, in cube order (VSA)",
                checks={"sparsity": check_sparsity, "cube": check_cube},
-               token_order=token_order)
+               token_order=token_order, types={"cube": list[int]})
 
 if __name__ == "__main__":
     import sys

@@ -62,6 +62,8 @@ class Measurer:
     # how many times measuring a cell runs (or models) its launch: the multiplier of the cell's scheduling cost
     # (the dispatcher's order, the dry run's time estimate)
     runs: Callable[[MeasurerSpec], int] = lambda spec: 1
+    # the types of params whose default says none (``registry.param_types``)
+    types: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``params`` (a cell's ``measure_params``), each checked."""

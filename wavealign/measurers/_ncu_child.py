@@ -1,7 +1,7 @@
 """The program ``ncu`` profiles (``measurers.ncu``): ``python -m wavealign.measurers._ncu_child CELLS.json`` builds
 the group's inputs once on the GPU; per cell it plans the order and the launch, warms up, then runs one launch
-between profiler start/stop, opened by the marker kernel. The cells are the group's, each with the stages it applied
-forced (their flat view, ``Cell.flat``)."""
+between profiler start/stop, opened by the marker kernel. The cells are the group's as the grid built them (their
+flat view, ``Cell.flat``), each with the stages it applied and the candidate its chooser picked (``measurers.ncu``)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ from wavealign.records import Cell
 
 
 def main(spec_path: str) -> int:
-    cells = [Cell.from_flat(c) for c in json.loads(Path(spec_path).read_text())["cells"]]
+    launches = json.loads(Path(spec_path).read_text())["launches"]
+    cells = [Cell.from_flat(launch["cell"]) for launch in launches]
     device = torch.device("cuda")
     first = cells[0]
     mask, qkv = inputs.build(inputs.InputRequest(first.inputs, first.attention.geometry.block_size, device,
                                                  with_qkv=True))
-    for cell in cells:
-        step, stages = AttentionStep.of(cell.attention, cell.inputs), cell.attention.stages
-        order = None if stages == "none" else step.plan_order(mask, stages)
+    for cell, replayed in zip(cells, launches, strict=True):
+        step, stages = AttentionStep.of(cell.attention, cell.inputs), replayed["stages"]
+        order = None if stages == "none" else step.plan_order(mask, stages, replayed["candidate"])
         launch = step.launch(mask, order, inputs.launch_shape(cell.inputs, cell.attention.geometry, qkv, device))
         ncu.profile_one_launch(lambda launch=launch: launch.run(*qkv), marker=True)
     return 0

@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from wavealign import kernels, measurers
 from wavealign.instruments import ncu
-from wavealign.launch_order import candidates
 from wavealign.measurers import Measurement, timed
-from wavealign.records import Cell
 
 
 def time_and_profile(done: list[Measurement]) -> None:
@@ -24,14 +22,12 @@ def time_and_profile(done: list[Measurement]) -> None:
     profile(done)
 
 
-def _as_applied(m: Measurement) -> Cell:
-    """The cell with the order it applied, forced (the stages it ran; a chosen candidate's own reorderer too): the
-    child launches what was timed, on the same inputs."""
-    attention = replace(m.cell.attention, stages=m.result.stages_applied, skip_mode="force")
-    if m.step.variant.skip == "choose":
-        c = candidates.get(m.result.order_candidate)
-        attention = replace(attention, reorderer=c.reorderer, reorderer_params=dict(c.params))
-    return replace(m.cell, attention=attention)
+def _replayed(m: Measurement) -> dict[str, Any]:
+    """What the child replays of a measured cell: the cell as the grid built it (its flat view), the stages it applied
+    and the candidate the chooser picked (None unless its variant chooses), planned as the ``simulated`` measurer
+    plans them: the launch that was timed, on the same inputs."""
+    chosen = m.result.order_candidate if m.step.variant.skip == "choose" else None
+    return {"cell": m.cell.flat(), "stages": m.result.stages_applied, "candidate": chosen}
 
 
 def profile(done: list[Measurement]) -> None:
@@ -42,10 +38,10 @@ def profile(done: list[Measurement]) -> None:
         for m in done:
             m.result.ncu_unavailable = "Nsight Compute profiles GPU cells; this cell ran on the CPU"
         return
-    cells = [_as_applied(m) for m in done]
+    replays = [_replayed(m) for m in done]
     with tempfile.TemporaryDirectory(prefix="wavealign-ncu-") as tmp:
         spec = Path(tmp) / "cells.json"
-        spec.write_text(json.dumps({"cells": [c.flat() for c in cells]}))
+        spec.write_text(json.dumps({"launches": replays}))
         records, _ = ncu.collect([sys.executable, "-m", "wavealign.measurers._ncu_child", str(spec)],
                                  Path(tmp) / "cells", occupancy=True)
     if isinstance(records, ncu.NcuUnavailable):
@@ -53,9 +49,9 @@ def profile(done: list[Measurement]) -> None:
             m.result.ncu_unavailable = records.reason
         return
     per_cell = ncu.split_at_markers(records)
-    if len(per_cell) != len(cells):
+    if len(per_cell) != len(replays):
         for m in done:
-            m.result.ncu_unavailable = f"ncu returned {len(per_cell)} marked launches for {len(cells)} cells"
+            m.result.ncu_unavailable = f"ncu returned {len(per_cell)} marked launches for {len(replays)} cells"
         return
     for m, launches in zip(done, per_cell, strict=True):
         result = m.result

@@ -84,4 +84,4 @@ MEASURER = measurers.register(measurers.Measurer(
     checks={"l2_partitions": or_none(one_of((1, 2))),
             "row_jitter": lambda name, value: check_number(name, value, 0.0, sim.MAX_ROW_JITTER),
             "seed": check_seed},
-    needs_qkv=False, models_gpu=True, predicted=True))
+    needs_qkv=False, models_gpu=True, predicted=True, types={"l2_partitions": int | None}))

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from wavealign import gpu_state, measurers, metrics
+from wavealign import gpu_state, measurers
 from wavealign.instruments import timing
 from wavealign.masks import check_flag, check_number, optional
 from wavealign.measurers import Measurement
@@ -58,7 +58,7 @@ def time_group(group: list[Measurement]) -> None:
     first = pending[0]
     params = measurers.get("timed").resolve(first.cell.measurer.measure_params)
     device = first.device
-    baseline = next((i for i, m in enumerate(pending) if metrics.is_baseline(m.step.variant.name)), None)
+    baseline = next((i for i, m in enumerate(pending) if m.step.variant.is_baseline), None)
     before = gpu_state.read(device)
     start = time.perf_counter()
     rounds = timing.time_rounds(
@@ -93,4 +93,5 @@ measurers.register(measurers.Measurer(
     params=PARAMS,
     checks={"paired": check_flag,
             "stable_pct": optional(lambda name, value: check_number(name, value, 0.0, 100.0, lo_open=True)),
-            "budget_s": lambda name, value: check_number(name, value, 0.0, 3600.0)}))
+            "budget_s": lambda name, value: check_number(name, value, 0.0, 3600.0)},
+    types={"stable_pct": float | None}))

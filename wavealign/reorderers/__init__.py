@@ -18,7 +18,7 @@ Each ``register`` call also gives the ``label`` and ``color`` that tables and fi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -38,12 +38,15 @@ class Reorderer:
     checks: Mapping[str, Callable[[str, Any], Any]]
     description: str
     reference: str
-    label: str  # how tables and figures name it (Table II: "MinHash"; "MinHash+S2" followed by Stage 2)
+    label: str  # how tables and figures name it (Table II: "MinHash")
+    staged_label: str  # how they name it followed by Stage 2 (Table II: "MinHash+S2")
     color: str | None  # its colour in figures (a matplotlib colour); None: one fixed by its name
     # a compiled host library with no JIT times its first call; torch code is timed after a warm-up call
     needs_warmup: bool = True
     # its CUDA path never waits for the GPU, so a plan on a CUDA mask can be captured as one CUDA graph
     cuda_graph: bool = False
+    # the types of params whose default says none (``registry.param_types``)
+    types: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def resolve(self, params: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by ``params``, each checked; an unknown name is an error listing the known."""
@@ -59,15 +62,19 @@ STEP_PARAMS = ("latent", "block_size")
 def register(name: str, group: Callable[..., torch.Tensor], params: dict[str, Any], description: str,
              reference: str, checks: dict[str, Callable[[str, Any], Any]] | None = None,
              needs_warmup: bool = True, cuda_graph: bool = False, label: str | None = None,
-             color: str | None = None) -> Reorderer:
-    """File a reorderer under ``name`` (``label`` and ``color``: how tables and figures show it, default its name
-    and a colour fixed by it); called once by its own module."""
+             staged_label: str | None = None, color: str | None = None, types: dict[str, Any] | None = None
+             ) -> Reorderer:
+    """File a reorderer under ``name`` (``label``, ``staged_label`` and ``color``: how tables and figures show it,
+    alone and followed by Stage 2, default its name, that name + "+S2", and a colour fixed by its name; ``types``:
+    the types of params whose default says none); called once by its own module."""
     checks = dict(checks or {})
     missing = sorted(set(params) - set(checks))
     if missing:
         raise ValueError(f"reorderer {name!r} gives no check for parameter(s) {missing}")
+    label = label or name
     entry = Reorderer(name, group, MappingProxyType(dict(params)), MappingProxyType(checks), description, reference,
-                      label or name, color, needs_warmup, cuda_graph)
+                      label, staged_label or f"{label}+S2", color, needs_warmup, cuda_graph,
+                      MappingProxyType(dict(types or {})))
     return REGISTRY.register(name)(entry)
 
 

@@ -100,4 +100,4 @@ reorderers.register(
     "query blocks along a 3D Hilbert curve over their mean latent (t, h, w) position (static, mask-blind)",
     reference="Skilling, Programming the Hilbert curve, AIP Conf. Proc. 707 (2004)",
     checks={"latent": check_latent, "block_size": functools.partial(check_int, lo=1)}, label="Hilbert curve",
-    color="teal")
+    color="teal", types={"latent": list[int] | None})

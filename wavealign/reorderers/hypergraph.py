@@ -109,4 +109,4 @@ reorderers.register(
     reference="Mt-KaHyPar (Gottesbueren et al., ACM TOPC 2024); km1 (connectivity - 1), KaHyPar's default objective",
     checks={"objective": _choice(OBJECTIVES),
             "preset": _choice(PRESETS), "threads": _threads},
-    needs_warmup=False, label="Hypergraph", color="tab:purple")
+    needs_warmup=False, label="Hypergraph", color="tab:purple", types={"threads": int | None})

@@ -14,4 +14,4 @@ def group(mask: torch.Tensor, *, wave_size: int, seed: int) -> torch.Tensor:
 
 
 reorderers.register("identity", group, {}, "the original order (the baseline every speedup refers to)",
-                    reference="-", label="Original", color="tab:gray")
+                    reference="-", label="Original", staged_label="O+S2", color="tab:gray")

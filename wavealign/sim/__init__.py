@@ -22,8 +22,8 @@ Model (issue 6; every approximation is listed in ``simulate``'s docstring):
 >>> r = sim.simulate(mask, order=None, hardware="h100", backend="flex", head_dim=128)
 >>> r.l2_hit_ratio, r.hbm_read_bytes, r.kernel_time_s
 
-``python -m wavealign.sim`` simulates and times a synthetic 364K-token cell. ``wavealign validate-sim``
-compares predictions with Nsight Compute; ``wavealign sim-paper`` with the paper's Table I and Fig. 11.
+``python -m wavealign.sim`` simulates and times a synthetic 364K-token cell. ``python lab/validate_sim.py``
+compares predictions with Nsight Compute; ``python lab/sim_paper.py`` with the paper's Table I and Fig. 11.
 """
 
 from __future__ import annotations
@@ -329,7 +329,7 @@ def fit_row_jitter(mask: MaskLike, target_pct: float, *, hardware: str | hardwar
                    upper: float = 0.04) -> float:
     """The ``row_jitter`` in [0, ``upper``] at which the simulated L2 hit of ``mask`` (in the original order) meets a
     measured ``target_pct``, by ``steps`` bisections: the hit falls as the jitter grows. Fitted on a dense mask,
-    whose equal rows stay in lock-step without it (sim-paper: 98% against the H100's measured 46.5%). A target the
+    whose equal rows stay in lock-step without it (sim_paper: 98% against the H100's measured 46.5%). A target the
     range cannot reach gives a jitter near its nearer end: simulate the result to see how close it came."""
     lo, hi = 0.0, upper
     for _ in range(check_int("steps", steps, lo=1)):

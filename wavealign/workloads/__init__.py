@@ -7,6 +7,7 @@ structure (by name: ``scene``, the default, and ``clusters``), and a loader for 
 """
 
 from wavealign.workloads.captured import FORMAT, CapturedHeader, CapturedQKV, load_captured, read_header, save_captured
+from wavealign.workloads.checks import check_workload
 from wavealign.workloads.clusters import (
     HEAD_TYPES,
     GeneratorConfig,
@@ -27,7 +28,8 @@ from wavealign.workloads.scene import SceneConfig
 __all__ = [
     "DEFAULT_GENERATOR", "FORMAT", "GENERATORS", "HEAD_TYPES", "MODELS", "CapturedHeader", "CapturedQKV",
     "GeneratorConfig", "HeadProfile", "HeadSpec", "HeadTypesConfig", "ModelSpec", "RopeAxes", "SceneConfig",
-    "Workload", "apply_rope", "default_config", "generator", "generator_name", "generator_names", "head_specs",
+    "Workload", "apply_rope", "check_workload",
+    "default_config", "generator", "generator_name", "generator_names", "head_specs",
     "head_types", "iter_heads", "load_captured", "models", "positions", "preset", "read_header", "save_captured",
     "synthetic",
 ]

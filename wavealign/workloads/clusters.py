@@ -26,7 +26,7 @@ This is the *cluster* generator (``GeneratorConfig``, named ``clusters``); the h
 generator (``scene.py``), which replaces the per-head clusters by one moving scene per video. ``iter_heads`` and
 ``synthetic`` run either: the config's ``basis`` and ``span`` are its content.
 
-``GeneratorConfig.calibrated()`` is the cluster generator ``wavealign calibrate-workload`` fitted to the paper's
+``GeneratorConfig.calibrated()`` is the cluster generator ``python lab/calibrate_workload.py`` fitted to the paper's
 Table I densities and L2 hit rates (``calibrated.yaml`` beside this file, with its provenance, unless the user
 installed their own fit: ``HeadTypesConfig.calibrated_path``);
 ``GeneratorConfig()`` is the hand-set starting point the fit begins from. A caller that names no config gets
@@ -166,7 +166,7 @@ class HeadTypesConfig(abc.ABC):
 
     @classmethod
     def calibrated_path(cls) -> Path | None:
-        """The fitted values this generator is read from: the user's (``calibrate-workload --install`` writes
+        """The fitted values this generator is read from: the user's (``lab/calibrate_workload.py --install`` writes
         ``user_config.workloads_dir() / <CALIBRATED_PATH's name>``) before the packaged ``CALIBRATED_PATH``; None
         where neither exists."""
         return next((path for path in (user_config.workloads_dir() / cls.CALIBRATED_PATH.name, cls.CALIBRATED_PATH)
@@ -185,14 +185,14 @@ def _calibrated(cls: type[HeadTypesConfig], path: str, mtime_ns: int) -> HeadTyp
     document = bounded.load_yaml(path, "calibrated generator")
     if not isinstance(document, dict) or not isinstance(document.get("generator"), dict):
         raise ValueError(f"calibrated generator {path!r}: expected a mapping with a 'generator' mapping, as "
-                         "`wavealign calibrate-workload` writes")
+                         "`python lab/calibrate_workload.py` writes")
     return cls.from_dict(document["generator"])
 
 
 @dataclass(frozen=True)
 class GeneratorConfig(HeadTypesConfig):
     """The per-head cluster generator's knobs (``clusters``): each head its own objects, as smooth random fields;
-    ``calibrated.yaml`` holds the values ``calibrate-workload`` fitted to Table I."""
+    ``calibrated.yaml`` holds the values ``lab/calibrate_workload.py`` fitted to Table I."""
 
     GENERATOR: ClassVar[str] = "clusters"
     CALIBRATED_PATH: ClassVar[Path] = Path(__file__).with_name("calibrated.yaml")

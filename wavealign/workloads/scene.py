@@ -62,7 +62,7 @@ from wavealign.workloads.rope import apply_rope, positions
 @dataclass(frozen=True)
 class SceneConfig(HeadTypesConfig):
     """The scene generator's knobs, beside the head types' (``HeadTypesConfig``); ``scene.yaml`` holds the values
-    ``calibrate-workload --generator scene`` fitted to Table I. Lengths are in latent tokens."""
+    ``lab/calibrate_workload.py --generator scene`` fitted to Table I. Lengths are in latent tokens."""
 
     GENERATOR: ClassVar[str] = "scene"
     CALIBRATED_PATH: ClassVar[Path] = Path(__file__).with_name("scene.yaml")

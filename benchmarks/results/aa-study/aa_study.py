@@ -1,6 +1,6 @@
 """The A/A study of ``wavealign compare``: several sweeps of one identical config, every pair compared; no cell
 changed, so every faster or slower verdict is a false positive, and their share must stay within the 5 % a 95 %
-interval promises (``wavealign.analysis.compare.COMPARE_RULE``).
+interval promises (``analysis.compare.COMPARE_RULE``).
 
     python benchmarks/results/aa-study/aa_study.py RUN_ROOT RUN_ROOT [RUN_ROOT ...] --out DIR
 
@@ -18,10 +18,10 @@ import os
 import sys
 from pathlib import Path
 
+from analysis import compare
+from orchestrator import dataset
+from orchestrator.progress import summary_lines
 from wavealign import metrics
-from wavealign.analysis import compare
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.progress import summary_lines
 
 CALLED = ("faster", "slower")
 

@@ -8,9 +8,9 @@ import itertools
 import sys
 from collections import Counter
 
-from wavealign.analysis import compare
-from wavealign.orchestrator import dataset
-from wavealign.orchestrator.progress import summary_lines
+from analysis import compare
+from orchestrator import dataset
+from orchestrator.progress import summary_lines
 
 roots = sys.argv[1:]
 c = Counter()

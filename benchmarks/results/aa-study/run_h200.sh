@@ -59,7 +59,7 @@ for ((i = 0; i < RUNS; i++)); do roots+=("$work/runs/run$i"); done
 "$PYTHON" benchmarks/results/aa-study/aa_study.py "${roots[@]}" --out "$dest" | tee "$dest/aa-stdout.md"
 # one pair through the command itself, as a user runs it (its table, warnings and exit status)
 set +e
-"$PYTHON" -m wavealign.jobs.cli compare "${roots[0]}" "${roots[1]}" --out "$dest/compare-run0-run1" \
+"$PYTHON" -m jobs.cli compare "${roots[0]}" "${roots[1]}" --out "$dest/compare-run0-run1" \
   > "$dest/compare-run0-run1.txt" 2>&1
 echo "exit status: $?" >> "$dest/compare-run0-run1.txt"
 set -e

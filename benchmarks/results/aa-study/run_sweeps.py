@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from wavealign.orchestrator import config, sweep
+from orchestrator import config, sweep
 
 
 def main(argv: list[str]) -> int:

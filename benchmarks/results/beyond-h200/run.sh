@@ -21,7 +21,7 @@ extra=("$@")  # further overrides of sweep=beyond_h200 (t364, t148), e.g. grid.r
 OUT=${OUT:-/tmp/beyond-out}
 mkdir -p "$OUT/$step"
 export PYTHONUNBUFFERED=1 WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-cli=(python3 -m wavealign.jobs.cli)
+cli=(python3 -m jobs.cli)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader \
   > "$OUT/$step/gpu.txt" 2>&1
 
@@ -49,7 +49,7 @@ case "$step" in
     sweep "${SWEEP_LIMIT:-560}" 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' "${extra[@]}" ;;
   e2e)
     for method in ${METHODS:-xattention vsa radial}; do
-      timeout "${E2E_LIMIT:-280}" "${cli[@]}" bench-e2e --frames 401 --method "$method" --variants never,always \
+      timeout "${E2E_LIMIT:-280}" python3 lab/bench_e2e.py --frames 401 --method "$method" --variants never,always \
         --forwards 1 --out "$OUT/$step/e2e_${method}_363600.json" > "$OUT/$step/e2e_$method.log" 2>&1
       echo "bench-e2e $method rc=$?"
       tail -n 12 "$OUT/$step/e2e_$method.log"

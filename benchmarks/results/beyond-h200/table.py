@@ -1,6 +1,6 @@
 """The table and figure of sweep=beyond_h200 from its run roots: per mask family, length and launch order, the
 density, kernel time (median, and its IQR over the repetitions as a % of it) and plan time, the kernel and net
-speedup over the original order (``wavealign.analysis.table2``, the report's own Table II), Nsight Compute's L2 hit
+speedup over the original order (``analysis.table2``, the report's own Table II), Nsight Compute's L2 hit
 and HBM read against the original order's, and the cells that did not run (with why).
 
     python benchmarks/results/beyond-h200/table.py OUT RUN_ROOT_OR_TAR...   # writes OUT/beyond_h200.{csv,md,png}
@@ -19,8 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from wavealign import analysis
-from wavealign.analysis.tables import order_label, to_markdown
+import analysis
+from analysis.tables import order_label, to_markdown
 
 KEYS = ["method", "num_heads", "seq_len_tokens"]
 

@@ -25,7 +25,7 @@ here=benchmarks/results/beyond-sim
 case "$step" in
   validate)
     rm -rf /tmp/t1 && mkdir -p /tmp/t1 && cp -r benchmarks/results/table1-fa4-h200/results-ncu /tmp/t1/results
-    timeout 540 python3 -m wavealign.jobs.cli validate-sim /tmp/t1 --out "$OUT/$step" > "$OUT/$step/$step.log" 2>&1
+    timeout 540 python3 lab/validate_sim.py /tmp/t1 --out "$OUT/$step" > "$OUT/$step/$step.log" 2>&1
     echo "validate-sim rc=$?"
     tail -n 12 "$OUT/$step/$step.log" ;;
   sim)

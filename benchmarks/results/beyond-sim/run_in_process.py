@@ -5,7 +5,7 @@ them): at 363,600 tokens x 40 heads a method's mask then takes many minutes a se
 and validated as the sweep does it (``orchestrator.config``), its cells expanded (``orchestrator.grid``) and each
 group run through ``wavealign.pipeline.run_group``, the sweep's own path, the groups on one mask back to back with
 one input cache (the mask is built once, on the GPU where there is one); the rows go to ``RUN_ROOT/results`` in the
-sweep's Parquet layout (``orchestrator.dataset``), where ``table.py`` and ``wavealign.analysis.load`` read them.
+sweep's Parquet layout (``orchestrator.dataset``), where ``table.py`` and ``analysis.load`` read them.
 
     python benchmarks/results/beyond-sim/run_in_process.py RUN_ROOT [KEY=VALUE ...]   # Hydra overrides, as the sweep
 """
@@ -17,8 +17,8 @@ import sys
 import time
 import uuid
 
+from orchestrator import config, dataset, grid
 from wavealign import inputs, pipeline
-from wavealign.orchestrator import config, dataset, grid
 
 
 def main(argv: list[str]) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str]) -> int:
     sweep_id = uuid.uuid4().hex[:16]
     cache = inputs.InputCache()
     # the groups on one mask next to each other, so the cache builds it once
-    ordered = sorted(cells, key=lambda c: (inputs.key(c), c.group_id))
+    ordered = sorted(cells, key=lambda c: (pipeline.inputs_key(c), c.group_id))
     print(f"{cfg.name}: {len(cells)} cells in {len({c.group_id for c in cells})} groups -> {run_root}", flush=True)
     for _, cells_of_group in itertools.groupby(ordered, key=lambda c: c.group_id):
         group = list(cells_of_group)
@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
                                                                                               strict=True)]
         dataset.write(run_root, rows)
         failed = [r.error for r in results if r.status != "done"]
-        print(f"{group[0].hardware} {group[0].method} {len(group)} cells, {time.perf_counter() - start:.1f} s"
+        print(f"{group[0].hardware} {group[0].inputs.method} {len(group)} cells, {time.perf_counter() - start:.1f} s"
               + (f"; failed: {failed}" if failed else ""), flush=True)
     return 0
 

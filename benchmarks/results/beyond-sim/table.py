@@ -5,7 +5,7 @@ against Nsight Compute beside them.
 
 Each row is one cell's newest result (``orchestrator.dataset``); its order is named from its variant and reorderer;
 HBM read and speedups refer to the original order of the same mask on the same GPU. ``VALIDATION_CSV`` is
-``wavealign validate-sim``'s validation.csv for the H200 rows the simulator is checked on.
+``lab/validate_sim.py``'s validation.csv for the H200 rows the simulator is checked on.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import fit_fa4_time  # beside this file
 
+from orchestrator import dataset
 from wavealign import hardware, sim
-from wavealign.orchestrator import dataset
 
 GPU_ORDER = ("h200", "h100", "b200", "a40")
 METHOD_ORDER = ("xattention", "vsa")

@@ -34,7 +34,7 @@ def wall_s(argv: list) -> float:
 
 def every_command() -> list[list]:
     """Each command's ``--help`` and ``--bogus``."""
-    from wavealign.jobs import cli
+    from jobs import cli
 
     return [[BIN / "wavealign", name, flag] for name in sorted(cli.commands()) for flag in ("--help", "--bogus")]
 

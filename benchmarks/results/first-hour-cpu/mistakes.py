@@ -1,5 +1,5 @@
 """Time how long a command takes to answer a mistake (issue 49, item 3): each command line run RUNS times in a fresh
-process from CHECKOUT (``python -m wavealign.jobs.cli``, so the same environment serves a checkout before and after a
+process from CHECKOUT (``python -m jobs.cli``, so the same environment serves a checkout before and after a
 change), the median wall time, its exit status and the start of its one stderr line, as a Markdown table, with the
 load average at the start and end.
 
@@ -28,7 +28,7 @@ def answer(checkout: Path, argv: list[str], cwd: Path) -> tuple[float, int, str]
     """(wall seconds, exit status, first stderr line) of ``wavealign *argv`` run from ``cwd``."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", *argv], cwd=cwd, env=env,
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, check=False)
     lines = [ln for ln in done.stderr.splitlines() if ln.startswith("wavealign")] or done.stderr.splitlines() or [""]
     return time.perf_counter() - start, done.returncode, lines[0]

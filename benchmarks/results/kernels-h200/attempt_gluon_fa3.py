@@ -332,9 +332,9 @@ def _check_and_time(out_dir: Path | None, check: bool, time_it: bool) -> None:
     (stops there if it is wrong), then both timed dense and 25 % random. Each result is printed and saved as it
     comes, so a hang (a barrier never completed) still leaves the earlier ones."""
     from wavealign import blockmask
+    from wavealign.instruments.timing import time_cuda
     from wavealign.kernels import LaunchShape, triton_blocksparse
     from wavealign.masks import synthetic
-    from wavealign.measure.timing import time_cuda
 
     rows = []
     env = {"torch": torch.__version__, "triton": triton.__version__, "gpu": torch.cuda.get_device_name()}

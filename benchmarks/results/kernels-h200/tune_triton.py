@@ -18,12 +18,12 @@ from pathlib import Path
 
 import torch
 
-from wavealign import blockmask, kernels, launch_order
+from wavealign import blockmask, kernels, launch_order, metrics
+from wavealign.instruments import ncu
+from wavealign.instruments.timing import time_cuda, time_first_call_ms
 from wavealign.kernels import flex as flex_backend
 from wavealign.kernels.triton_blocksparse import KernelConfig, attention
 from wavealign.masks import synthetic
-from wavealign.measure import derived, ncu
-from wavealign.measure.timing import time_cuda, time_first_call_ms
 
 # round 2 (round 1 is in TUNING.md): after the FMA softmax and P V accumulated inside the dot
 CONFIGS_128 = [
@@ -51,7 +51,7 @@ def sweep_dense(rows: list, head_dim: int, configs, seq_len: int = 65536, heads:
     q, k, v = _qkv(heads, seq_len, head_dim)
     mb = -(-seq_len // 128)
     kv = blockmask.to_kv_indices(torch.ones(heads, mb, mb, dtype=torch.bool, device="cuda"))
-    flops = derived.attention_flops(seq_len, seq_len, head_dim, heads)
+    flops = metrics.attention_flops(seq_len, seq_len, head_dim, heads)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
     for c in configs:
         try:
@@ -59,7 +59,7 @@ def sweep_dense(rows: list, head_dim: int, configs, seq_len: int = 65536, heads:
             err = float((attention(q, k, v, kv, config=c).float() - ref.float()).norm() / ref.float().norm())
             t = time_cuda(lambda c=c: attention(q, k, v, kv, config=c), reps=5, warmup=1)
             rows.append({"part": "dense", "head_dim": head_dim, "config": _cfg_name(c), "ms": t.median_ms,
-                         "iqr_ms": t.iqr_ms, "tflops": derived.effective_tflops(flops, t.median_ms),
+                         "iqr_ms": t.iqr_ms, "tflops": metrics.tflops(flops, t.median_ms),
                          "rel_err": err, "compile_ms": compile_ms})
         except Exception as exc:  # a config Triton can't compile is a result too
             rows.append({"part": "dense", "head_dim": head_dim, "config": _cfg_name(c), "error": repr(exc)[:300]})
@@ -68,7 +68,7 @@ def sweep_dense(rows: list, head_dim: int, configs, seq_len: int = 65536, heads:
 
 def baselines_dense(rows: list, head_dim: int = 128, seq_len: int = 65536, heads: int = 8) -> None:
     q, k, v = _qkv(heads, seq_len, head_dim)
-    flops = derived.attention_flops(seq_len, seq_len, head_dim, heads)
+    flops = metrics.attention_flops(seq_len, seq_len, head_dim, heads)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
@@ -76,7 +76,7 @@ def baselines_dense(rows: list, head_dim: int = 128, seq_len: int = 65536, heads
             with sdpa_kernel(backend):
                 t = time_cuda(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), reps=5)
             rows.append({"part": "dense", "head_dim": head_dim, "config": name, "ms": t.median_ms,
-                         "tflops": derived.effective_tflops(flops, t.median_ms)})
+                         "tflops": metrics.tflops(flops, t.median_ms)})
         except Exception as exc:
             rows.append({"part": "dense", "config": name, "error": repr(exc)[:300]})
         print(rows[-1], flush=True)
@@ -86,7 +86,7 @@ def baselines_dense(rows: list, head_dim: int = 128, seq_len: int = 65536, heads
     compile_ms = time_first_call_ms(lambda: run(q, k, v, kv))
     t = time_cuda(lambda: run(q, k, v, kv), reps=5)
     rows.append({"part": "dense", "head_dim": head_dim, "config": "flex", "ms": t.median_ms,
-                 "tflops": derived.effective_tflops(flops, t.median_ms), "compile_ms": compile_ms})
+                 "tflops": metrics.tflops(flops, t.median_ms), "compile_ms": compile_ms})
     print(rows[-1], flush=True)
 
 
@@ -98,7 +98,7 @@ def sweep_sparse(rows: list, configs, seq_len: int = 363600, heads: int = 2, fle
         mask = make(heads, mb, mb, 0.25, seed=0).cuda()
         kv = blockmask.to_kv_indices(mask)
         rho = blockmask.density(mask)
-        flops = derived.attention_flops(seq_len, seq_len, 128, heads, rho)
+        flops = metrics.attention_flops(seq_len, seq_len, 128, heads, rho)
         order = launch_order.plan(mask, wave_size=132, stages="both")
         for c in configs:
             for name, o in (("none", None), ("both", order)):
@@ -106,7 +106,7 @@ def sweep_sparse(rows: list, configs, seq_len: int = 363600, heads: int = 2, fle
                     t = time_cuda(lambda c=c, o=o: attention(q, k, v, kv, o, config=c), reps=3,  # noqa: B023
                                   warmup=1)
                     rows.append({"part": "sparse", "mask": kind, "stages": name, "config": _cfg_name(c),
-                                 "ms": t.median_ms, "tflops": derived.effective_tflops(flops, t.median_ms)})
+                                 "ms": t.median_ms, "tflops": metrics.tflops(flops, t.median_ms)})
                 except Exception as exc:
                     rows.append({"part": "sparse", "mask": kind, "stages": name, "config": _cfg_name(c),
                                  "error": repr(exc)[:300]})
@@ -122,7 +122,7 @@ def sweep_sparse(rows: list, configs, seq_len: int = 363600, heads: int = 2, fle
             time_first_call_ms(fn)
             t = time_cuda(fn, reps=3, warmup=1)
             rows.append({"part": "sparse", "mask": kind, "stages": name, "config": "flex", "ms": t.median_ms,
-                         "tflops": derived.effective_tflops(flops, t.median_ms)})
+                         "tflops": metrics.tflops(flops, t.median_ms)})
             print(rows[-1], flush=True)
 
 

@@ -36,8 +36,8 @@ def synced_ms(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 def main() -> None:
+    from orchestrator import config, grid
     from wavealign import pipeline
-    from wavealign.orchestrator import config, grid
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", required=True, help="names this code version in the output")

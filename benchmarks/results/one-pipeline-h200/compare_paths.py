@@ -37,7 +37,7 @@ def child(code: str) -> list[dict]:
         wave = 264 if backend == "flashinfer" else 132  # 2 CTAs/SM for FlashInfer's FA2 prefill on the H200
         cells = [pipeline.Cell(cell_id=f"{backend}-{variant}", group_id=backend, hardware="h200",
                                profile_hardware="h200", backend=backend, method=method, variant=variant,
-                               stages=stages, skip_mode="force", workload="shape-8h", wave_size=wave, seed=0,
+                               stages=stages, skip="force", workload="shape-8h", wave_size=wave, seed=0,
                                method_params=params, backend_params=options, reps=10, warmup=2, **SHAPE)
                  for variant, stages in (("original", "none"), ("wavealign", "both"))]
         for cell, r in zip(cells, pipeline.run_group(cells), strict=True):

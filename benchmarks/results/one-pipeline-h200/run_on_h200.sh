@@ -12,12 +12,12 @@ if [ "$1" = 1 ]; then
     tests/test_kernels_triton.py tests/test_skip.py 2>&1 | tail -15
   python benchmarks/results/one-pipeline-h200/compare_paths.py --old /tmp/old --out "$OUT/compare.json"
 else
-  python -m wavealign.jobs.cli bench-kernels grid.backend=[triton,flex,fa4,flashinfer] grid.method=[random,planted] \
+  python -m jobs.cli bench-kernels grid.backend=[triton,flex,fa4,flashinfer] grid.method=[random,planted] \
     grid.seq_k=[147.6] grid.variant=[original,wavealign] grid.ncu=true \
     extra_grids.dense.backend=[triton,flex,fa4,flashinfer,sdpa] extra_grids.dense.seq_k=[147.6] \
     mlflow.enabled=false progress=false run_root=/tmp/runs 2>&1 | tail -40
   tar czf "$OUT/runs.tgz" -C /tmp runs
   # issue 12, item 6: the simulator against the Table I NCU run, each measured cell run again on backend sim
   mkdir -p /tmp/t1 && cp -r benchmarks/results/table1-fa4-h200/results-ncu /tmp/t1/results
-  python -m wavealign.jobs.cli validate-sim /tmp/t1 --out "$OUT/table1-validation" 2>&1 | tail -12
+  python -m jobs.cli validate-sim /tmp/t1 --out "$OUT/table1-validation" 2>&1 | tail -12
 fi

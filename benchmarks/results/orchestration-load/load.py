@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 sys.path.insert(0, str(REPO))
 
-from wavealign.orchestrator import watchdog  # noqa: E402  (the checkout first, as the sweep runs it)
+from orchestrator import watchdog  # noqa: E402  (the checkout first, as the sweep runs it)
 
 WAVE_SIZES = 100
 
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
                      f"grid.wave_size=[{','.join(map(str, range(1, WAVE_SIZES + 1)))}]", "grid.reps=1",
                      "grid.warmup=0", "mlflow.enabled=false", "progress=false", f"ray.address={address}",
                      f"run_root={run_root}"]
-        driver = subprocess.Popen([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=REPO, env=ENV,
+        driver = subprocess.Popen([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=REPO, env=ENV,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         counter = RowCounter(run_root / "results")
         timeline, killed_at, begun = [], None, time.monotonic()
@@ -166,7 +166,7 @@ def _check(run_root: Path, args: argparse.Namespace, returncode: int, cluster_up
     """What the dataset holds against the grid, and the figures of the run."""
     from collections import Counter
 
-    from wavealign.orchestrator import dataset
+    from orchestrator import dataset
 
     rows = dataset.read(run_root).to_pylist()
     (record_path,) = sorted(run_root.glob("sweeps/*/run-*.json"))[-1:]

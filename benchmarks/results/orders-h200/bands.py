@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
+from orchestrator import config, grid
 from wavealign import inputs, pipeline, sim
 from wavealign.launch_order import chooser, pairing
-from wavealign.orchestrator import config, grid
 
 EXPOSED = (0.1, 0.21, 0.4)  # the borrowed band, and the H200's fitted share (kernels/fa4.py)
 FIELDS = ("hardware", "backend", "method", "seq_k", "l2_partitions", "candidate", "exposed", "kernel_ms",

@@ -29,7 +29,7 @@ mkdir -p "$OUT" /tmp/stage
 export PYTHONUNBUFFERED=1 WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1 FLASH_ATTENTION_CUTE_DSL_CACHE_DIR=/tmp/stage/fa4-cache
 export PYTHONPATH=/tmp/fa4:/tmp/fa4/nvidia_cutlass_dsl/python_packages:/tmp/fa4/nvidia_cutlass_dsl/dsl_packages:/tmp/site:$PWD
-cli=(python3 -m wavealign.jobs.cli)
+cli=(python3 -m jobs.cli)
 
 sweep() {  # seconds allowed, then overrides of sweep=orders_h200
   local limit=$1 root=/tmp/orders-$step
@@ -84,7 +84,7 @@ case "$step" in
     echo "pairing rc=$?"
     tail -n 10 "$OUT/pairing.log" ;;
   e2e)
-    timeout "${E2E_LIMIT:-570}" "${cli[@]}" bench-e2e --frames 401 --method "${METHOD:-radial}" \
+    timeout "${E2E_LIMIT:-570}" python3 lab/bench_e2e.py --frames 401 --method "${METHOD:-radial}" \
       --variants "${VARIANTS:-never,auto}" --forwards 1 --out "$OUT/e2e_${METHOD:-radial}_363600.json" \
       > "$OUT/e2e_${METHOD:-radial}.log" 2>&1
     echo "e2e rc=$?"

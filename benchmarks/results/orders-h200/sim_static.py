@@ -17,9 +17,9 @@ import time
 
 import torch
 
+from orchestrator import config, grid
 from wavealign import inputs, sim
 from wavealign.attention import AttentionStep
-from wavealign.orchestrator import config, grid
 
 
 def main(out: str, overrides: list[str], l2_partitions: int | None = None) -> int:

@@ -17,9 +17,9 @@ import time
 
 import torch
 
+from orchestrator import config, grid
 from wavealign import inputs
 from wavealign.launch_order import chooser
-from wavealign.orchestrator import config, grid
 
 STEPS = range(0, 50, 10)
 BACKENDS = ("fa4", "triton-static")

@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   > "$OUT/gpu.txt" 2>&1
 for run in run1 run2; do
   mkdir -p "$OUT/$run"
-  timeout "${SWEEP_LIMIT:-240}" python3 -m wavealign.jobs.cli sweep sweep=paired_h200 "run_root=/tmp/paired-$run" \
+  timeout "${SWEEP_LIMIT:-240}" python3 -m jobs.cli sweep sweep=paired_h200 "run_root=/tmp/paired-$run" \
     mlflow.enabled=false progress=false "$@" > "$OUT/$run/sweep.log" 2>&1
   echo "$run rc=$?"
   tail -n 25 "$OUT/$run/sweep.log"

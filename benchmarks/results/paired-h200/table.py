@@ -13,8 +13,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from wavealign import metrics
-from wavealign.orchestrator import dataset
+from orchestrator import dataset
+from wavealign import metrics, variants
 
 
 def rows(tar_path: Path) -> list[dict]:
@@ -35,7 +35,7 @@ def main(out: Path) -> None:
           "| reps run 1 / run 2 | verdicts |")
     print("|---|---|---|---|---|---|---|---|---|")
     for (method, variant), cells in sorted(table.items()):
-        if metrics.is_baseline(variant):
+        if variants.get(variant).is_baseline:
             continue
         for mode in ("blocked", "paired"):
             a, b = cells.get((mode, "run1")), cells.get((mode, "run2"))

@@ -10,8 +10,9 @@ import sys
 
 import torch
 
-from wavealign import stage1_cuda
+from wavealign import blockmask
 from wavealign.masks import synthetic
+from wavealign.reorderers.wavealign import stage1_cuda
 
 
 def median_ms(fn, reps: int = 20) -> float:
@@ -34,7 +35,7 @@ packed, packed_t, sums = stage1_cuda.pack(mask)
 z0 = stage1_cuda._start(mb, 0, mask.device).expand(g, mb, 2).contiguous()
 y = torch.empty(g, nb, 2, device="cuda")
 rows = {"pack (rows + transpose)": median_ms(lambda: stage1_cuda.pack(mask)),
-        "row_nnz": median_ms(lambda: stage1_cuda.row_nnz(mask))}
+        "row_nnz": median_ms(lambda: blockmask.row_nnz(mask))}
 for count in (1, 2, 10, 20):
     rows[f"products x{count}"] = median_ms(
         lambda count=count: stage1_cuda._products(packed, packed_t, sums, z0.clone(), y, count))

@@ -12,8 +12,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from wavealign import launch_order
+from wavealign.instruments.timing import synced_clock
 from wavealign.masks import synthetic
-from wavealign.measure.timing import synced_clock
 
 heads, blocks = int(sys.argv[1]) if len(sys.argv) > 1 else 40, 2841
 mask = synthetic.random_mask(heads, blocks, blocks, 0.25, seed=0, device="cuda")

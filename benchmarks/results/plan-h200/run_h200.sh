@@ -6,10 +6,10 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 (cd "$NEW" && PYTHONPATH=$NEW python -m pytest -q -p no:cacheprovider tests/test_kernels_gpu.py \
     -k "plan or stage1 or nnz or temporal" 2>&1 | tail -4) > "$OUT/pytest_gpu.txt"; tail -1 "$OUT/pytest_gpu.txt"
-# the command's module is wavealign.jobs.bench_reorder since the package rename, jobs.bench_reorder before it
+# the command's module is jobs.bench_reorder since the package rename, jobs.bench_reorder before it
 BENCH='import sys
 try:
-    from wavealign.jobs.bench_reorder import main
+    from jobs.bench_reorder import main
 except ImportError:
     from jobs.bench_reorder import main
 sys.exit(main(sys.argv[1:]))'

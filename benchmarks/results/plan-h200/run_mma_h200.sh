@@ -11,7 +11,7 @@ python -c "import torch, triton; print('torch', torch.__version__, 'triton', tri
     -k "plan or stage1 or nnz or temporal or pack" 2>&1 | tail -15) > "$OUT/pytest_gpu_mma.txt"
 tail -3 "$OUT/pytest_gpu_mma.txt"
 bench() {  # tree-dir label heads mask stages
-    (cd "$1" && PYTHONPATH=$1 timeout 120 python -m wavealign.jobs.cli bench-reorder \
+    (cd "$1" && PYTHONPATH=$1 timeout 120 python -m jobs.cli bench-reorder \
         --device cuda --heads "$3" --blocks 2841 --mask "$4" --stages "$5" --repeats 50 \
         --out "$OUT/plan_mma/$2_$3h_$4_$5.json" | tail -1)
 }

@@ -3,7 +3,7 @@
     python benchmarks/results/redesign-h200/same_figures.py BEFORE AFTER [--rounds 2] [--out FILE.json] [--dry-run]
 
 ``BEFORE`` and ``AFTER`` are checkouts (e.g. ``git archive 673208f | tar -x -C /tmp/before`` and this one). Each
-round runs ``python -m wavealign.jobs.cli sweep`` of each checkout in turn, that checkout first on PYTHONPATH (the
+round runs ``python -m jobs.cli sweep`` of each checkout in turn, that checkout first on PYTHONPATH (the
 rest of PYTHONPATH, e.g. the Ray/Hydra/MLflow and FA4 bundles, after it), MLflow off, progress off: one H200 group
 per backend (fa4, triton, flex: original and WaveAlign order, timed) and one simulated group (fa4's launch on the
 H200, original and WaveAlign). A checkout without ``wavealign/measurers`` is spelled the old way (``backend=[sim]``
@@ -35,7 +35,7 @@ COLUMNS = ["backend", "backend_params", "variant", "simulated", "status", "error
            "kernel_ms_iqr", "reorder_ms", "l2_hit_pct", "hbm_read_bytes", "density", "timer"]
 READ = """
 import json, sys
-from wavealign.orchestrator import dataset
+from orchestrator import dataset
 rows = dataset.read(sys.argv[1], columns=json.loads(sys.argv[2])).to_pylist()
 print(json.dumps(rows, default=str))
 """
@@ -47,7 +47,7 @@ def run(checkout: Path, dry_run: bool) -> list[dict]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(checkout), os.environ.get("PYTHONPATH")]))}
     with tempfile.TemporaryDirectory(prefix="same-figures-") as runs:
         overrides = [*COMMON, *SPELLING[spelling], f"run_root={runs}", *(["--dry-run"] if dry_run else [])]
-        done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *overrides], cwd=checkout,
+        done = subprocess.run([sys.executable, "-m", "jobs.cli", "sweep", *overrides], cwd=checkout,
                               env=env, capture_output=True, text=True, timeout=1800)
         print(done.stdout[-2000:], done.stderr[-2000:], sep="\n", file=sys.stderr)
         if done.returncode != 0 or dry_run:

@@ -5,9 +5,10 @@
 ``BEFORE`` and ``AFTER`` are checkouts (``git archive <sha> | tar -x -C DIR``, or this one). Round r runs
 ``wavealign sweep sweep=same_figures`` (``same_figures.yaml``, copied into each checkout's ``conf/sweep/``) with
 BEFORE's code, then with AFTER's, each into a run root of its own (``DIR/<side><r>``), MLflow off, with any
-``OVERRIDE`` (e.g. the timed grid on the CPU: ``grid.hardware=[cpu] grid.backend=[reference]``). A checkout whose
-``wavealign/__init__.py`` still maps the sweep packages at run time is imported from its folder (PYTHONPATH); one
-that declares them in ``pyproject.toml`` is laid out once in ``DIR/<side>-site`` as its wheel installs it.
+``OVERRIDE`` (e.g. the timed grid on the CPU: ``grid.hardware=[cpu] grid.backend=[reference]``). Each checkout is
+imported from its folder (PYTHONPATH): before the redesign its ``wavealign/__init__.py`` mapped the sweep packages
+onto their folders at run time (``python -m wavealign.jobs.cli``), after it they are named as their folders
+(``python -m jobs.cli``).
 
 Then, with AFTER's code:
 - the timed cells: ``wavealign compare`` of each BEFORE run with each AFTER run, and of BEFORE's two rounds (the A/A
@@ -27,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,29 +35,18 @@ SIMULATED = ["l2_hit_pct", "hbm_read_bytes", "kernel_ms_median", "reorder_ms", "
 KEY = ["backend", "hardware", "method", "variant", "seq_k"]
 READ = """
 import json, sys
-from wavealign.orchestrator import dataset
+from orchestrator import dataset
 cols = json.loads(sys.argv[2])
 rows = dataset.read(sys.argv[1]).to_pylist()
 print(json.dumps([{c: r.get(c) for c in cols} for r in rows], default=str))
 """
 
 
-def importable(checkout: Path, site: Path) -> Path:
-    """The folder to put first on PYTHONPATH for ``checkout``'s code: the checkout itself while its package maps
-    the sweep packages at run time, else ``site`` laid out as its wheel installs it (``pyproject.toml``'s
-    ``package-dir``: ``orchestrator/`` as ``wavealign/orchestrator``, ...), copied rather than built, so that no
-    build backend is needed on the GPU host."""
-    if "_SweepPackagesFinder" in (checkout / "wavealign" / "__init__.py").read_text():
-        return checkout
-    if not (site / "wavealign").is_dir():
-        mapping = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
-        shutil.copytree(checkout / "wavealign", site / "wavealign")
-        for name, folder in mapping.items():
-            shutil.copytree(checkout / folder, site / Path(*name.split(".")))
-        # and its pyproject.toml and conf/ beside it, as in a checkout: the CLI reads the extras it checks there
-        shutil.copy(checkout / "pyproject.toml", site)
-        shutil.copytree(checkout / "conf", site / "conf")
-    return site
+def cli(checkout: Path) -> str:
+    """The module that runs ``checkout``'s CLI: ``wavealign.jobs.cli`` while its package maps the sweep packages at
+    run time, else ``jobs.cli``."""
+    return "wavealign.jobs.cli" if "_SweepPackagesFinder" in (checkout / "wavealign" / "__init__.py").read_text() \
+        else "jobs.cli"
 
 
 def code_env(code: Path) -> dict[str, str]:
@@ -75,7 +64,7 @@ def sweep(code: Path, root: Path, dry_run: bool, overrides: list[str]) -> int:
     env = {**code_env(code), "RAY_ADDRESS": "local"}
     args = ["sweep=same_figures", f"run_root={root}", "mlflow.enabled=false", "progress=false",
             *overrides, *(["--dry-run"] if dry_run else [])]
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "sweep", *args], cwd=code, env=env,
+    done = subprocess.run([sys.executable, "-m", cli(code), "sweep", *args], cwd=code, env=env,
                           capture_output=True, text=True, timeout=1800)
     print(f"== {root.name}: exit {done.returncode}\n{done.stdout[-1500:]}{done.stderr[-1500:]}", flush=True)
     return done.returncode
@@ -93,7 +82,7 @@ def compare(code: Path, a: Path, b: Path, out: Path) -> list[dict]:
     """``wavealign compare a b`` with ``code``; its per-cell verdicts (from its compare.csv)."""
     env = code_env(code)
     dest = out / f"compare-{a.name}-{b.name}"
-    done = subprocess.run([sys.executable, "-m", "wavealign.jobs.cli", "compare", str(a), str(b), "--out", str(dest)],
+    done = subprocess.run([sys.executable, "-m", cli(code), "compare", str(a), str(b), "--out", str(dest)],
                           cwd=code, env=env, capture_output=True, text=True)
     (out / f"compare-{a.name}-{b.name}.txt").write_text(done.stdout + done.stderr + f"exit {done.returncode}\n")
     with open(dest / "compare.csv") as f:
@@ -113,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     sides = {"before": args.before.resolve(), "after": args.after.resolve()}
     for checkout in sides.values():
         shutil.copy(HERE / "same_figures.yaml", checkout / "conf" / "sweep" / "same_figures.yaml")
-    code = {side: importable(c, args.out / f"{side}-site") for side, c in sides.items()}
+    code = sides
     roots = {side: [] for side in sides}
     for r in range(args.rounds):
         for side in sides:

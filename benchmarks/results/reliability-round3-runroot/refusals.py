@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))
-WAVEALIGN = [sys.executable, "-m", "wavealign.jobs.cli"]
+WAVEALIGN = [sys.executable, "-m", "jobs.cli"]
 ONE_CELL = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
             "grid.workload=[shape-2h]", "grid.seq_k=[0.5]", "grid.variant=[original]", "grid.reps=1", "grid.warmup=0",
             "progress=false", "ray.num_cpus=1"]
@@ -50,7 +50,7 @@ def _child_until_ready(code: str, ready: str):
 def holding(run_root: Path):
     """Another driver holding ``run_root`` (``lock.hold``) for the block."""
     return _child_until_ready(
-        "from wavealign.orchestrator import lock\nimport time\n"
+        "from orchestrator import lock\nimport time\n"
         f"with lock.hold({str(run_root)!r}, 'wavealign sweep other'):\n    print('held', flush=True)\n"
         "    time.sleep(600)\n", "held")
 
@@ -124,7 +124,7 @@ def commands(out: Path) -> list[dict]:
             rows.append(measured("10: sweep on a 1 MiB file system", [*sweep, f"run_root={small / 'runs'}"], 5))
     root = out / "item10-locked"
     (root / "results").mkdir(parents=True)
-    subprocess.run([sys.executable, "-c", "from wavealign.orchestrator import sqlite_store; from pathlib import Path; "
+    subprocess.run([sys.executable, "-c", "from orchestrator import sqlite_store; from pathlib import Path; "
                     f"sqlite_store.create(Path({str(root / 'mlflow.db')!r}), Path({str(root / 'mlartifacts')!r}))"],
                    check=True, cwd=REPO)
     with store_locked(root / "mlflow.db"):
@@ -156,7 +156,7 @@ def check(name: str, action) -> dict:
 def checks(out: Path, load_root: Path | None) -> list[dict]:
     from test_reliability_stores import _flip_bytes, _rows  # the tests' own crafted rows and damage
 
-    from wavealign.orchestrator import dataset, files, lock, mlflow_server, record, sqlite_store, sweep
+    from orchestrator import dataset, files, lock, mlflow_server, record, run_root, sqlite_store, sweep
 
     rows = []
     root = out / "lock"
@@ -170,7 +170,7 @@ def checks(out: Path, load_root: Path | None) -> list[dict]:
     root.mkdir()
     (root / "results").symlink_to(out)
     rows.append(check("4: files.check_writable, results a link",
-                      lambda: files.check_writable(root, sweep.RUN_ROOT_FOLDERS)))
+                      lambda: files.check_writable(root, run_root.WRITTEN_FOLDERS)))
     root = out / "damaged"
     paths = [p for i in range(3) for p in dataset.write(root, _rows(1, start=i))]
     stat = paths[1].stat()

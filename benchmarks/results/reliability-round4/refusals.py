@@ -1,6 +1,6 @@
 """Time and peak memory of each refusal of issue 48 (round 4), as a user meets it and the check alone.
 
-Commands (``COMMANDS``): each run as ``python -m wavealign.jobs.cli ...`` under ``/usr/bin/time -v`` (wall time and
+Commands (``COMMANDS``): each run as ``python -m jobs.cli ...`` under ``/usr/bin/time -v`` (wall time and
 peak resident memory, most of it the interpreter and its imports), checked to end in one stderr line with exit 2
 and, for the sweep's config, without torch, Ray or MLflow imported (``TORCH_FREE``). Library checks (``CHECKS``):
 the call alone in this process once its imports are loaded (wall time; the peak of Python's allocations,
@@ -23,7 +23,7 @@ import tracemalloc
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-WAVEALIGN = [sys.executable, "-m", "wavealign.jobs.cli"]
+WAVEALIGN = [sys.executable, "-m", "jobs.cli"]
 CPU_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[planted]",
             "grid.workload=[shape-2h]", "grid.seq_k=[1]", "grid.variant=[original,wavealign]"]
 SVG2_GRID = ["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[svg2]",
@@ -52,7 +52,7 @@ def commands(work: Path) -> list[tuple[str, list[str]]]:
 
 def run_command(argv: list[str]) -> dict:
     probe = ("import runpy, sys\nsys.argv = ['wavealign'] + sys.argv[1:]\ntry:\n"
-             "    runpy.run_module('wavealign.jobs.cli', run_name='__main__')\nexcept SystemExit as exc:\n"
+             "    runpy.run_module('jobs.cli', run_name='__main__')\nexcept SystemExit as exc:\n"
              "    print('imported:', *(m for m in ('torch', 'ray', 'mlflow') if m in sys.modules), file=sys.stderr)\n"
              "    raise\n")
     done = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-c", probe, *argv], cwd=REPO,
@@ -93,13 +93,13 @@ def parquet_bomb(work: Path) -> tuple[str, object]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from wavealign.orchestrator import dataset
+    from orchestrator import dataset
     from wavealign.records import Cell, CellResult
 
     root = Path(tempfile.mkdtemp(prefix="bomb-", dir=work))  # a fresh run root each time
     cell = Cell.from_flat(dict(cell_id="c", group_id="g", hardware="cpu", profile_hardware="h100",
                                backend="reference", method="random", variant="original", stages="none",
-                               skip_mode="force", workload="shape", seq_len_tokens=512, num_heads=1, head_dim=16,
+                               skip="force", workload="shape", seq_len_tokens=512, num_heads=1, head_dim=16,
                                block_size=128, wave_size=4, reps=1, warmup=0))
     dataset.write(root, [dataset.make_row(cell, CellResult("c", "g", "done", kernel_ms_median=1.0,
                                                            kernel_ms_reps=[1.0]), sweep_id="a" * 16,

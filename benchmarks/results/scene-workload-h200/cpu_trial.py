@@ -18,12 +18,15 @@ import multiprocessing
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 import yaml
 
 from wavealign import hardware, workloads
-from wavealign.jobs import calibrate_workload as cal
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lab"))  # the lab's studies are scripts, not a package
+import calibrate_workload as cal
 
 FRAMES, LAYER, STEP = 81, 20, 25
 

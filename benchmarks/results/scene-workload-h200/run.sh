@@ -39,7 +39,7 @@ step=${1:-}
 OUT=${OUT:-/tmp/scene-workload-out}
 mkdir -p "$OUT/$step"
 export PYTHONUNBUFFERED=1 WAVEALIGN_GIT_SHA=${WAVEALIGN_GIT_SHA:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-cli=(python3 -m wavealign.jobs.cli)
+cli=(python3 -m jobs.cli)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader \
   > "$OUT/$step/gpu.txt" 2>&1
 VERIFY_AT=20:25,5:10,35:40  # mid, early and late (layer, step): the robustness pairs
@@ -71,20 +71,20 @@ case "$step" in
       exit 2
     fi
     # shellcheck disable=SC2086  # CAL_FLAGS and SEARCH are lists of flags
-    timeout 530 "${cli[@]}" calibrate-workload --generator scene --device cuda --out "$OUT/calibrate" $CAL_FLAGS \
+    timeout 530 python3 lab/calibrate_workload.py --generator scene --device cuda --out "$OUT/calibrate" $CAL_FLAGS \
       ${SEARCH:---search ground_sharpness=0.2,0.4} \
       --sharpness "${SHARPNESS:-0.5,0.7,1,1.4,2,2.8}" --noise "${NOISE:-0.1,0.35}" --replicates "${REPLICATES:-2}" \
       --verify-at "$VERIFY_AT" \
       > "$OUT/$step/$step.log" 2>&1
-    echo "calibrate-workload rc=$?"
+    echo "calibrate_workload rc=$?"
     tail -n 24 "$OUT/$step/$step.log" ;;
   robust)
     need_scene_yaml
     # shellcheck disable=SC2086
-    timeout 530 "${cli[@]}" calibrate-workload --generator scene --device cuda --out "$OUT/robust" \
+    timeout 530 python3 lab/calibrate_workload.py --generator scene --device cuda --out "$OUT/robust" \
       --verify-config wavealign/workloads/scene.yaml --verify-seeds "${SEEDS:-1,2,3,4}" --verify-at "$VERIFY_AT" \
       --density-only > "$OUT/$step/$step.log" 2>&1
-    echo "calibrate-workload rc=$?"
+    echo "calibrate_workload rc=$?"
     tail -n 24 "$OUT/$step/$step.log" ;;
   scene-a|scene-b)
     need_scene_yaml

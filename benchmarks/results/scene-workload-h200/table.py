@@ -15,21 +15,24 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 import pandas as pd
 import torch
 
-from wavealign import sim
-from wavealign.analysis.load import load
-from wavealign.analysis.paper import (
+from analysis.load import load
+from analysis.paper import (
     DENSITY_TOLERANCE_PTS,
     L2_RATIO_TOLERANCE,
     L2_TOLERANCE_PTS,
     TABLE_I_DENSITY,
     TABLE_I_L2_HIT_PCT,
 )
-from wavealign.analysis.tables import distance_to_paper, table1_against_paper
-from wavealign.jobs.calibrate_workload import SIM_PAPER_ROW_JITTER, l2_target_for
+from analysis.tables import distance_to_paper, table1_against_paper
+from wavealign import sim
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "lab"))  # the lab's studies are scripts, not a package
+from calibrate_workload import SIM_PAPER_ROW_JITTER, l2_target_for
 
 HEADS, BLOCKS = 40, 2841  # Wan2.1-14B at 363,600 tokens in blocks of 128
 COLUMNS = {  # table column -> (heading, format)

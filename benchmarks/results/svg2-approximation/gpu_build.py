@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from wavealign import kernels, masks, workloads
+from wavealign.instruments import timing
 from wavealign.kernels import LaunchShape
 from wavealign.masks import svg2
-from wavealign.measure import timing
 
 
 def synced_ms(fn, reps: int = 1) -> tuple[object, list[float]]:

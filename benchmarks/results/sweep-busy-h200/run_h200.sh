@@ -31,7 +31,7 @@ sweep() {  # off|on
   rm -rf "/tmp/busy-$1"  # a fresh run root: nothing resumed, every cell measured in this run
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader \
     > "$OUT/gpu-$1.txt"
-  timeout "${SWEEP_TIMEOUT_S:-540}" python3 -m wavealign.jobs.cli sweep "${GRID[@]}" "ray.prefetch_inputs=$prefetch" \
+  timeout "${SWEEP_TIMEOUT_S:-540}" python3 -m jobs.cli sweep "${GRID[@]}" "ray.prefetch_inputs=$prefetch" \
     "run_root=/tmp/busy-$1" > "$OUT/sweep-$1.log" 2>&1
   echo "sweep prefetch=$prefetch: rc=$?"
   tail -n 6 "$OUT/sweep-$1.log"

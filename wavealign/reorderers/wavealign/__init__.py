@@ -28,4 +28,4 @@ reorderers.register(
     "Stage 1: polar angle in the rank-2 subspace of the column-centered mask (matrix-free subspace iteration)",
     reference="WaveAlign, Alg. 1",
     checks={"iters": partial(check_int, lo=1, hi=MAX_ITERS), "rayleigh_ritz": check_flag},
-    cuda_graph=True, label="WaveAlign S1", color="tab:red")
+    cuda_graph=True, label="WaveAlign S1", staged_label="WaveAlign", color="tab:red")

@@ -1,6 +1,6 @@
 """Compare the L2/HBM simulator with Nsight Compute measurements: L2 hit MAE, DRAM ratio, rankings.
 
-    wavealign validate-sim RESULTS --out DIR [--hardware h200] [--l2-partitions 1|2] [--row-jitter X]
+    python lab/validate_sim.py RESULTS --out DIR [--hardware h200] [--l2-partitions 1|2] [--row-jitter X]
 
 ``RESULTS`` is a sweep's ``run_root`` (its Parquet rows with Nsight Compute counters, ``grid.measure=[ncu]``) or a
 table of one row per measured launch (CSV, JSON list or JSON lines) with the columns ``backend, stages,
@@ -19,7 +19,6 @@ group (a group is one mask and backend, its rows the stages).
 from __future__ import annotations
 
 import csv
-import dataclasses
 import datetime
 import inspect
 import itertools
@@ -28,16 +27,16 @@ import math
 import platform
 import shlex
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wavealign import hardware
-from wavealign.jobs._args import Parser, output_folder
-from wavealign.jobs._records import write_csv
-from wavealign.records import Cell, MeasurerSpec
+from common import argument_parser, run_study, write_csv
 
-EXTRAS = ("sim", "analysis")
+from jobs._args import output_folder
+from wavealign import hardware
+from wavealign.records import Cell
 
 REQUIRED = ("backend", "stages", "mask_kind", "seq_len", "heads", "block_size", "head_dim", "density", "seed",
             "l2_hit_pct", "dram_read_bytes", "kernel_ms")
@@ -138,12 +137,14 @@ def check_table(path: Path) -> None:
 
 
 def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[Measured]:
-    """The measured cells of a legacy NCU table (see the module docstring)."""
-    from wavealign import kernels, launch_order, masks, variants
+    """The measured cells of a legacy NCU table (see the module docstring), in its rows' order: each row's cell is
+    built as a sweep builds it (``config.load`` and ``grid.expand``), one sweep per mask and launch, its variants
+    the forced ones that run the rows' stages."""
+    from wavealign import launch_order, masks, variants
 
     # legacy tables name the stages by the sweep's forced variants' names
     variant_stages = {name: v.stages for name, v in variants.VARIANTS.items() if v.skip == "force"}
-    measured = []
+    launches: dict[tuple, list[tuple[int, str, dict[str, Any]]]] = {}
     for i, row in enumerate(_table_rows(path)):
         missing = [c for c in REQUIRED if row.get(c) in (None, "")]
         if missing:
@@ -168,34 +169,55 @@ def from_table(path: Path, hw: str, mask_density: float | None = None) -> list[M
         else:
             raise ValueError(f"row {i}: mask_kind {kind!r} is none of {sorted(_GENERATOR_COLUMNS)}, so it needs a "
                              "mask_file column (a wavealign.masks.npz .npz)")
-        kernel = row["backend"].split(":")[0]  # a bench-kernels label may carry call options after a colon
-        seq_len, block_size = shape["seq_len"], shape["block_size"]
-        group = f"{method}/{json.dumps(params, sort_keys=True)}/{seq_len}/{row['heads']}/{block_size}"
-        # the row as a recorded cell's flat view (a table row is a measurement made before sweeps recorded cells)
-        cell = Cell.from_flat(dict(
-            cell_id=f"row{i}", group_id=group, hardware=hw, profile_hardware=hw, backend=kernel, method=method,
-            variant=stages, stages=stages, skip_mode="force", workload="table", seq_len_tokens=seq_len,
-            num_heads=shape["heads"], head_dim=shape["head_dim"], block_size=block_size,
-            wave_size=_number(row, "wave_size", int) or kernels.get(kernel).wave_size(hw),
-            seed=_number(row, "plan_seed", int) or 0, method_params=params))
-        measured.append(Measured(cell, kind, _number(row, "l2_hit_pct"), _number(row, "dram_read_bytes"),
-                                 _number(row, "kernel_ms")))
-    return measured
+        launch = (row["backend"].split(":")[0],  # a bench-kernels label may carry call options after a colon
+                  method, json.dumps(params, sort_keys=True), shape["seq_len"], shape["heads"], shape["head_dim"],
+                  shape["block_size"], _number(row, "wave_size", int), _number(row, "plan_seed", int) or 0)
+        launches.setdefault(launch, []).append((i, stages, row))
+    measured: dict[int, Measured] = {}
+    with tempfile.TemporaryDirectory(prefix="wavealign-validate-") as conf:
+        for launch, rows in launches.items():
+            cells = {c.attention.stages: c for c in _sweep_cells(Path(conf), hw, *launch, {s for _, s, _ in rows})}
+            for i, stages, row in rows:
+                measured[i] = Measured(cells[stages], row["mask_kind"], _number(row, "l2_hit_pct"),
+                                       _number(row, "dram_read_bytes"), _number(row, "kernel_ms"))
+    return [measured[i] for i in sorted(measured)]
+
+
+def _sweep_cells(conf: Path, hw: str, backend: str, method: str, params: str, seq_len: int, heads: int,
+                 head_dim: int, block_size: int, wave_size: int | None, seed: int, stages: set[str]) -> list[Cell]:
+    """The cells of a one-launch sweep on ``hw``: the mask ``method`` with ``params`` (JSON) on a bare shape of
+    ``heads`` x ``seq_len`` tokens x ``head_dim`` (a workload written under ``conf``), one forced variant per
+    stage set."""
+    from orchestrator import config, grid
+    from wavealign import variants
+
+    workload = f"table-{heads}h-{head_dim}"
+    (conf / "workload").mkdir(exist_ok=True)
+    (conf / "workload" / f"{workload}.yaml").write_text(
+        f"name: {workload}\nnum_heads: {heads}\nhead_dim: {head_dim}\n")
+    cfg = config.load([
+        "~sweep", f"conf_dirs=[{conf}]", f"grid.hardware=[{hw}]", f"grid.backend=[{backend}]",
+        f"grid.method=[{method}]", f"grid.workload=[{workload}]", f"grid.seq_k=[{seq_len / 1000!r}]",
+        f"grid.block_size={block_size}", f"grid.variant=[{','.join(variants.forced(s) for s in sorted(stages))}]",
+        f"grid.wave_size=[{'null' if wave_size is None else wave_size}]", f"grid.seed=[{seed}]",
+        *(f"+grid.method_params.{method}.{key}={json.dumps(value)}" for key, value in json.loads(params).items())])
+    return grid.expand(cfg).cells
 
 
 def from_run_root(run_root: Path) -> list[Measured]:
     """The measured cells of a sweep: done GPU rows with Nsight Compute counters, newest per cell."""
-    from wavealign.analysis.load import load
+    from analysis.load import load
+    from wavealign import variants
 
     frame = load(run_root)
     measured = []
     for _, row in frame.iterrows():
         if row["status"] != "done" or row["simulated"] or math.isnan(row["ncu_l2_hit_pct"] or math.nan):
             continue
-        config = json.loads(row["cell_json"])
-        cell = Cell.from_flat(config)
-        cell = dataclasses.replace(cell, attention=dataclasses.replace(cell.attention, stages=row["stages_applied"],
-                                                                       skip_mode="force"))
+        # the recorded cell, its variant the forced one that runs the stages it applied (an adaptive cell's verdict)
+        applied = row["stages_applied"]
+        cell = Cell.from_flat(json.loads(row["cell_json"])).replaced(
+            variant=variants.forced(applied), stages=applied, skip="force")
         measured.append(Measured(cell, cell.inputs.method, float(row["ncu_l2_hit_pct"]),
                                  float(row["ncu_dram_read_bytes"]), float(row["ncu_kernel_ms"])))
     if not measured:
@@ -207,7 +229,7 @@ def from_run_root(run_root: Path) -> list[Measured]:
 def as_simulated(m: Measured, l2_partitions: int | None, row_jitter: float) -> Cell:
     """The measured cell, measured ``simulated``: the launch of the backend that ran it, predicted."""
     options = {"l2_partitions": l2_partitions, "row_jitter": row_jitter}
-    return dataclasses.replace(m.cell, measurer=MeasurerSpec("simulated", options, reps=1, warmup=0))
+    return m.cell.replaced(measure="simulated", measure_params=options, reps=1, warmup=0)
 
 
 def validate(measured: list[Measured], l2_partitions: int | None = None,
@@ -302,7 +324,7 @@ def write_report(rows: list[ValidationRow], summary: dict, out: Path, command: s
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("validate-sim", __doc__)
+    parser = argument_parser("validate_sim", __doc__)
     parser.add_argument("measurements", type=Path,
                         help="a sweep's run_root (Parquet with NCU counters), or an NCU table: .csv, .json or .jsonl")
     parser.add_argument("--out", type=Path, required=True, help="directory for validation.csv/.md")
@@ -328,10 +350,10 @@ def main(argv: list[str]) -> int:
     summary = summarize(rows, args.rank_tol_pts)
     partitions = args.l2_partitions or hardware.get(args.hardware).l2_partitions
     settings = f"hardware={args.hardware} l2_partitions={partitions} row_jitter={args.row_jitter}"
-    write_report(rows, summary, args.out, "wavealign validate-sim " + shlex.join(argv), settings)
+    write_report(rows, summary, args.out, "python lab/validate_sim.py " + shlex.join(argv), settings)
     print(json.dumps({k: v for k, v in summary.items() if k != "groups"}, indent=1))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_study("validate_sim", main))

@@ -1,6 +1,6 @@
 """Check the simulator against the paper: H100 L2 hit of the Wan2.1-14B 364K cell, original vs WaveAlign.
 
-``wavealign sim-paper --out benchmarks/results/sim-paper`` simulates FA4 on the H100 profile over synthetic
+``python lab/sim_paper.py --out benchmarks/results/sim-paper`` simulates FA4 on the H100 profile over synthetic
 (40 heads, 2840 x 2840 blocks of 128 = 363,520 tokens) masks: dense, uniform random (row NNZ +-10%, and
 equal NNZ as a lock-step control) and planted (rows from a few prototype K/V sets, a stand-in for the
 structured methods), at the paper's 25% density, in the
@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wavealign.analysis.paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
-from wavealign.jobs._args import Parser, output_folder
-from wavealign.jobs._records import write_csv
+from common import argument_parser, run_study, write_csv
+
+from analysis.paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
+from jobs._args import output_folder
 
 if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
     import torch
 
-EXTRAS = ("sim",)
 
 PAPER_REORDERED_L2_HIT_PCT = (79.0, 89.0)  # Fig. 11, O+S1+S2 across the four methods
 WAN14B_364K_BLOCKS = 2840  # 363,520 tokens / 128
@@ -131,7 +131,7 @@ def write(rows: list[SimPaperRow], extra: dict, out: Path, command: str) -> None
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("sim-paper", __doc__)
+    parser = argument_parser("sim_paper", __doc__)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--heads", type=int, default=WAN14B_HEADS)
     parser.add_argument("--blocks", type=int, default=WAN14B_364K_BLOCKS)
@@ -148,9 +148,9 @@ def main(argv: list[str]) -> int:
     check_fits(f"--heads {args.heads} --blocks {args.blocks}: four masks of {args.heads} x {args.blocks}^2 blocks",
                (1 + len(MASK_KINDS)) * args.heads * args.blocks**2)
     rows, extra = run(args.heads, args.blocks, args.density, args.seed, args.calibration_steps)
-    write(rows, extra, args.out, "wavealign sim-paper " + shlex.join(argv))
+    write(rows, extra, args.out, "python lab/sim_paper.py " + shlex.join(argv))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_study("sim_paper", main))

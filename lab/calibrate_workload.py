@@ -35,10 +35,10 @@ Table I's 46.5% (``benchmarks/results/sim-paper``); lock-step rows (0) over-rewa
 share blocks.
 
 GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 363,600 tokens, 40 heads):
-    wavealign calibrate-workload --out benchmarks/results/calibration --device cuda --install
-    wavealign calibrate-workload --generator scene --search ground_sharpness=0.4,0.7,1 --out DIR --device cuda
+    python lab/calibrate_workload.py --out benchmarks/results/calibration --device cuda --install
+    python lab/calibrate_workload.py --generator scene --search ground_sharpness=0.4,0.7,1 --out DIR --device cuda
 CPU, a reduced run:
-    wavealign calibrate-workload --out /tmp/cal --model wan2.1-1.3b --frames 9 --resolution 480p \\
+    python lab/calibrate_workload.py --out /tmp/cal --model wan2.1-1.3b --frames 9 --resolution 480p \\
         --sharpness 0.7,1.4 --noise 0.1 --replicates 1 --layers 0 --steps 0 --verify-at 0:0 --block-size 64
 """
 
@@ -61,16 +61,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wavealign.analysis.paper import (
+from common import argument_parser, run_study, write_csv
+
+from analysis.paper import (
     DENSITY_TOLERANCE_PTS,
     L2_RATIO_TOLERANCE,
     L2_TOLERANCE_PTS,
     TABLE_I_DENSITY,
     TABLE_I_L2_HIT_PCT,
 )
-from wavealign.analysis.paper import TABLE_I_METHODS as METHODS
-from wavealign.jobs._args import Parser, add_workload_arguments, output_folder
-from wavealign.jobs._records import write_csv
+from analysis.paper import TABLE_I_METHODS as METHODS
+from jobs._args import add_workload_arguments, output_folder
 
 if TYPE_CHECKING:  # numpy, torch and the library: each function imports what it runs, once arguments parse
     import numpy as np
@@ -79,7 +80,6 @@ if TYPE_CHECKING:  # numpy, torch and the library: each function imports what it
     from wavealign import workloads
     from wavealign.workloads import HeadProfile, HeadTypesConfig
 
-EXTRAS = ("sim",)
 
 L2_TARGETS = ("absolute", "relative")
 # sim-paper's row_jitter for two L2 partitions: dense FA4 on the H100 then predicts Table I's 46.5%
@@ -300,7 +300,8 @@ def sample(wl: workloads.Workload, base: HeadTypesConfig, settings: list[dict[st
            log=print) -> list[SampleRow]:
     """Phase 1: every method's density and simulated L2 counts on sampled heads of every (setting, type,
     candidate), and the iid control's at the same densities."""
-    from wavealign.jobs._head_masks import head_masks
+    from common import head_masks
+
     from wavealign.workloads import HEAD_TYPES
 
     rng = random.Random(seed)
@@ -434,8 +435,7 @@ def verify(wl: workloads.Workload, cfg: HeadTypesConfig, at: list[tuple[int, int
     one launch, beside the iid control at the same densities; and Table I's random control. ``sim_settings`` None:
     densities alone, the L2 figures NaN (a robustness check over many scenes, minutes of simulation spared)."""
     import numpy as np
-
-    from wavealign.jobs._head_masks import head_masks
+    from common import head_masks
 
     nb = wl.num_blocks(block_size)
     table_random = None if sim_settings is None else \
@@ -589,7 +589,7 @@ def _verified_config(path: str, generator: str) -> HeadTypesConfig:
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("calibrate-workload", __doc__)
+    parser = argument_parser("calibrate_workload", __doc__)
     parser.add_argument("--out", default="wavealign-runs/calibration", help="output folder")
     add_workload_arguments(parser)
     parser.add_argument("--sharpness", default="0.5,0.7,1,1.4,2,2.8", help="candidate sharpness multipliers")
@@ -620,9 +620,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import torch
     import yaml
+    from common import device_for
 
     from wavealign import hardware, kernels, workloads
-    from wavealign.jobs._head_masks import device_for
     from wavealign.workloads import GENERATORS, HEAD_TYPES
 
     args.generator = workloads.generator_name(args.generator)
@@ -650,7 +650,7 @@ def main(argv: list[str]) -> int:
     sim_settings = SimSettings(args.hardware, args.kernel, wl.head_dim, args.block_size, args.row_jitter)
     at = [(s, layer, step) for s in seeds for layer, step in pairs]
     out = output_folder("--out", args.out)
-    command = "wavealign calibrate-workload " + shlex.join(argv)
+    command = "python lab/calibrate_workload.py " + shlex.join(argv)
     workers = args.workers or min(16, multiprocessing.cpu_count())
     sampled = 0 if args.verify_config else len(settings) * len(HEAD_TYPES) * len(sharpness) * len(noise) * \
         args.replicates
@@ -694,7 +694,7 @@ def main(argv: list[str]) -> int:
         provenance["fit_loss"] = round(fitted.loss, 4)
         (out / "fit.json").write_text(json.dumps({**asdict(fitted), "provenance": provenance}, indent=1))
         document = {"provenance": provenance, "generator": cfg.to_dict()}
-        text = f"# The {args.generator} workload generator fitted by `wavealign calibrate-workload` (provenance " \
+        text = f"# The {args.generator} workload generator fitted by `python lab/calibrate_workload.py` (provenance " \
                "below).\n" + yaml.safe_dump(document, sort_keys=False, width=120)
         (out / generator.CALIBRATED_PATH.name).write_text(text)
         if args.install:
@@ -710,4 +710,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_study("calibrate_workload", main))

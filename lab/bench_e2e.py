@@ -33,6 +33,7 @@ import functools
 import json
 import platform
 import statistics
+import sys
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -40,13 +41,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wavealign.jobs._args import Parser, check_at_least, check_device, choices_list
+from common import argument_parser, run_study
+
+from jobs._args import check_at_least, check_device, choices_list
 from wavealign.records import InputSpec
 
 if TYPE_CHECKING:  # torch, the library and diffusers: each function imports what it runs, once arguments parse
     import torch
 
-EXTRAS = ("diffusers",)
 
 VARIANTS = ("dense", "never", "always", "adaptive", "auto")
 ESTIMATORS = ("live", "none")
@@ -307,7 +309,7 @@ def _dense_backend(cuda: bool, variant: str):
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("bench-e2e", __doc__)
+    parser = argument_parser("bench_e2e", __doc__)
     parser.add_argument("--config", default="14b", choices=sorted(CONFIGS))
     parser.add_argument("--frames", type=int, default=81)
     parser.add_argument("--resolution", default="720p", help="a resolution of the model's workload preset")
@@ -458,3 +460,7 @@ def main(argv: list[str]) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2))
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_study("bench_e2e", main))

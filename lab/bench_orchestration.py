@@ -1,6 +1,6 @@
 """Measure the sweep's orchestration overhead: time per cell spent outside the cell's own work.
 
-    wavealign bench-orchestration [--cells 500] [--no-mlflow] [--run-root DIR]
+    python lab/bench_orchestration.py [--cells 500] [--no-mlflow] [--run-root DIR]
 
 Runs ``--cells`` trivial cells (the reference kernel on one 128-token block, one repetition) through the
 real sweep path (grid -> Ray CPU workers -> Parquet + MLflow sqlite) and reports
@@ -13,20 +13,17 @@ import sys
 import tempfile
 import time
 
+from common import argument_parser, run_study
 from rich.console import Console
-
-from wavealign.jobs._args import Parser
-
-EXTRAS = ("sweep",)
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("bench-orchestration", __doc__)
+    parser = argument_parser("bench_orchestration", __doc__)
     parser.add_argument("--cells", type=int, default=500)
     parser.add_argument("--no-mlflow", action="store_true", help="record to Parquet only")
     parser.add_argument("--run-root", default=None, help="default: a fresh temporary folder")
     args = parser.parse_args(argv)
-    from wavealign.orchestrator import config, sweep
+    from orchestrator import config, sweep
 
     root = args.run_root or tempfile.mkdtemp(prefix="wavealign-bench-")
     cfg = config.load(["~sweep", "grid.hardware=[cpu]", "grid.backend=[reference]", "grid.method=[random]",
@@ -49,4 +46,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_study("bench_orchestration", main))

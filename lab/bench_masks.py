@@ -20,13 +20,15 @@ from __future__ import annotations
 import csv
 import json
 import platform
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wavealign.jobs._args import (
-    Parser,
+from common import argument_parser, run_study
+
+from jobs._args import (
     add_generator_argument,
     check_at_least,
     check_device,
@@ -133,7 +135,7 @@ def table(rows: list[MaskBuildTiming]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("bench-masks", __doc__)
+    parser = argument_parser("bench_masks", __doc__)
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {METHODS}")
     parser.add_argument("--frames", default=",".join(map(str, FRAMES)),
                         help="comma-separated Wan2.1-14B 720p video lengths in frames (81 = 75,600 tokens)")
@@ -199,3 +201,7 @@ def main(argv: list[str]) -> int:
             writer.writerows(asdict(r) for r in rows)
         (out / "bench_masks.md").write_text(table(rows) + "\n")
     return 0 if all(r.same_mask_every_build for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(run_study("bench_masks", main))

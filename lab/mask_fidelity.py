@@ -8,9 +8,9 @@ Jaccard per (head, method), draws one head's mask per method (full and zoomed), 
 summary.json under --out and prints a markdown table. ``--set METHOD.KEY=VALUE`` overrides a method's param.
 
 GPU, the paper's case (Wan2.1-14B, 401 frames at 720p = 101 latent frames = 363600 tokens):
-    wavealign mask-fidelity --out docs/mask_fidelity --heads 8          # on a GPU machine: masks built there
+    python lab/mask_fidelity.py --out docs/mask_fidelity --heads 8          # on a GPU machine: masks built there
 CPU, a small smoke run:
-    wavealign mask-fidelity --out /tmp/mf --model wan2.1-1.3b --frames 9 --resolution 480p --heads 2
+    python lab/mask_fidelity.py --out /tmp/mf --model wan2.1-1.3b --frames 9 --resolution 480p --heads 2
 
 Before any mask it prints an estimate of the builds' time; one past ten minutes (the paper's case on a CPU: hours)
 runs only with --yes.
@@ -28,11 +28,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common import argument_parser, run_study, write_csv
+
+from analysis.paper import TABLE_I_DENSITY as PAPER_DENSITY
+from analysis.paper import TABLE_I_METHODS as METHODS
+from jobs._args import UsageError, add_workload_arguments, output_folder
 from wavealign import hardware
-from wavealign.analysis.paper import TABLE_I_DENSITY as PAPER_DENSITY
-from wavealign.analysis.paper import TABLE_I_METHODS as METHODS
-from wavealign.jobs._args import Parser, UsageError, add_workload_arguments, output_folder
-from wavealign.jobs._records import write_csv
 from wavealign.records import InputSpec
 
 if TYPE_CHECKING:  # the library's masks and workloads import torch: main imports them once its arguments parse
@@ -40,7 +41,6 @@ if TYPE_CHECKING:  # the library's masks and workloads import torch: main import
 
     from wavealign import workloads
 
-EXTRAS = ("sim", "analysis")
 # an estimate past this asks for --yes: a run of tens of minutes is chosen, never met by accident
 CONFIRM_ABOVE_S = 600.0
 
@@ -181,7 +181,7 @@ def _duration(seconds: float) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = Parser("mask-fidelity", __doc__)
+    parser = argument_parser("mask_fidelity", __doc__)
     parser.add_argument("--out", default="wavealign-runs/mask-fidelity", help="output folder")
     add_workload_arguments(parser, device=False)
     parser.add_argument("--heads", default="8", help="a count (spread evenly) or a comma list of heads")
@@ -229,7 +229,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(f"{said} (estimate: their dense query-key products at this machine's measured rate); "
                          f"to run it, add --yes; for a smoke run, a smaller scale: --model wan2.1-1.3b --frames 9 "
                          f"--resolution 480p --heads 2")
-    command = "wavealign mask-fidelity " + shlex.join(argv)
+    command = "python lab/mask_fidelity.py " + shlex.join(argv)
     print(f"{scale}; {args.kernel} on {args.hardware} simulated; {said}", flush=True)
 
     rows: list[FidelityRow] = []
@@ -265,4 +265,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_study("mask_fidelity", main))

@@ -1,0 +1,5 @@
+"""Deprecated alias of ``jobs`` (``wavealign._renamed``); to be removed in 0.2."""
+
+from wavealign._renamed import alias
+
+alias(__name__, "jobs")
