@@ -133,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             equal = len({json.dumps(v) for v in by_run.values()}) == 1
             unequal += not equal
             writer.writerow([*key, len(by_run), equal, *next(iter(by_run.values()))])
-    between = [v for v in verdicts if v["pair"].startswith("before") and "after" in v["pair"]]
+    timed = [v for v in verdicts if v["measure"] != "simulated"]
+    between = [v for v in timed if v["pair"].startswith("before") and "after" in v["pair"]]
     counts = tally(between)
-    control = [v for v in verdicts if "after" not in v["pair"]]
+    control = [v for v in timed if "after" not in v["pair"]]
     print(f"\ntimed cells, before vs after ({len(between)} verdicts over {args.rounds}x{args.rounds} pairs): {counts}")
     print(f"A/A control, before vs before: {tally(control)}")
     print(f"simulated cells: {len(sim)}, bit-equal in every run: {len(sim) - unequal}")
