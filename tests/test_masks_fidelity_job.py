@@ -89,8 +89,9 @@ def test_mask_fidelity_at_the_papers_scale_on_a_cpu_states_its_estimate_and_asks
     assert lab_studies.run("mask_fidelity", []) == 2
     out, error = capsys.readouterr()
     assert out == "" and "32 masks of 363,600 tokens on the CPU: about" in error and "add --yes" in error
-    hours = float(re.search(r"about ([\d.]+) h", error).group(1))
-    assert hours * 3600 > mask_fidelity.CONFIRM_ABOVE_S
+    # the estimate is this machine's: hours on a loaded CI runner, tens of minutes on a quiet one
+    value, unit = re.search(r"about ([\d.]+) (h|min|s)\b", error).groups()
+    assert float(value) * {"h": 3600, "min": 60, "s": 1}[unit] > mask_fidelity.CONFIRM_ABOVE_S
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # nothing began (--out is checked, and made, first)
 
 
