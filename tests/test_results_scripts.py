@@ -19,6 +19,8 @@ import pytest
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 INDEX = RESULTS / "README.md"
 # one row of the index's table: | `folder/script.py` | runs | ... or | `folder/script.py` | record of <sha> | ...
+# the project's own packages: the library and the sweep's, each named as its folder
+OURS = ("wavealign", "orchestrator", "jobs", "analysis")
 ROW = re.compile(r"^\| `(?P<script>[^`]+\.py)` \| (?P<status>runs|record of [0-9a-f]{7,40}) \|", re.MULTILINE)
 
 
@@ -50,8 +52,8 @@ def _resolve(module: types.ModuleType, name: str):
 
 
 class _LibraryNames(ast.NodeVisitor):
-    """What a script takes from ``wavealign`` that does not exist: modules, names, attributes of modules and of
-    classes, and keyword or positional parameters of the functions and classes it calls."""
+    """What a script takes from the project's packages (``OURS``) that does not exist: modules, names, attributes of
+    modules and of classes, and keyword or positional parameters of the functions and classes it calls."""
 
     def __init__(self) -> None:
         self.bound: dict[str, object] = {}  # a name the script binds by an import -> the library object
@@ -59,17 +61,18 @@ class _LibraryNames(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if alias.name.split(".")[0] != "wavealign":
+            if alias.name.split(".")[0] not in OURS:
                 continue
             try:
                 module = importlib.import_module(alias.name)
             except ImportError as exc:
                 self.missing.append(f"line {node.lineno}: import {alias.name}: {exc}")
                 continue
-            self.bound[alias.asname or "wavealign"] = module if alias.asname else sys.modules["wavealign"]
+            top = alias.name.split(".")[0]
+            self.bound[alias.asname or top] = module if alias.asname else sys.modules[top]
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.level or not node.module or node.module.split(".")[0] != "wavealign":
+        if node.level or not node.module or node.module.split(".")[0] not in OURS:
             return
         try:
             module = importlib.import_module(node.module)
