@@ -1,6 +1,7 @@
 """The report from a real (small) sweep, and figure functions that degrade to notes instead of raising."""
 
 import base64
+import inspect
 import re
 
 import matplotlib.pyplot as plt
@@ -165,6 +166,13 @@ def test_figure_on_a_sweep_without_finished_cells_shows_a_note(run_root, name):
     fig = figures.FIGURES[name](frame)
     assert "no finished cells" in _texts(fig)
     plt.close(fig)
+
+
+@pytest.mark.parametrize("name", list(figures.FIGURES))
+def test_figure_rows_take_the_results_frame_as_frame(name):
+    rows = figures.FIGURES[name].rows
+    assert next(iter(inspect.signature(rows).parameters)) == "frame"
+    assert "lack column" in rows(frame=pd.DataFrame({"hardware": ["h100"]}))[figures.NOTE][0]
 
 
 def test_panel_without_a_dense_baseline_says_how_to_get_one(run_root):

@@ -1,13 +1,17 @@
 """What every figure of the package shares: a figure as its rows and their drawing (``PaperFigure``), the
-columns a drawn point carries, the cells a figure reads, the launch orders' labels in one order, and the layout
-helpers (log axes that read, legends clear of bars, a footnote under the figure)."""
+columns a drawn point carries, the cells a figure reads and the note it gives without them (``figure_rows``), the
+launch orders' labels in one order, and the layout helpers (log axes that read, legends clear of bars, a footnote
+under the figure)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Concatenate, ParamSpec
 
 import numpy as np
 import pandas as pd
@@ -18,10 +22,13 @@ from matplotlib.transforms import Bbox
 
 from analysis.load import with_derived_columns
 from analysis.plotting import (
+    NO_CELLS,
     NOTE_COLOR,
     VERDICT_MARK_GID,
     done_cells,
     is_simulated,
+    missing_columns,
+    missing_note,
     note_figure,
     verdict_key,
 )
@@ -89,6 +96,34 @@ def figure_cells(frame: pd.DataFrame) -> pd.DataFrame:
         return cells
     reorderer = cells["reorderer"] if "reorderer" in cells else pd.Series(None, index=cells.index, dtype=object)
     return cells.assign(launch_order=[order_name(str(v), r) for v, r in zip(cells["variant"], reorderer, strict=True)])
+
+
+Args = ParamSpec("Args")
+Rows = Callable[Concatenate[pd.DataFrame, Args], pd.DataFrame]  # of a frame (or its cells) and other arguments
+
+
+def figure_rows(*need: str) -> Callable[[Rows[Args]], Rows[Args]]:
+    """Make a figure's rows of its cells (``figure_cells``) its rows of the results frame, keeping the function's
+    name, docstring and parameters (the first named ``frame``): where the frame lacks a column of ``need`` or has no
+    finished cell, its rows are instead the ``NOTE`` saying so. Every figure starts there; said once here, every
+    figure's note reads alike."""
+
+    def of_frame(rows_of_cells: Rows[Args]) -> Rows[Args]:
+        @functools.wraps(rows_of_cells)
+        def rows(frame: pd.DataFrame, *args: Args.args, **kwargs: Args.kwargs) -> pd.DataFrame:
+            if missing := missing_columns(frame, need):
+                return note_rows(missing_note(missing))
+            cells = figure_cells(frame)
+            if cells.empty:
+                return note_rows(NO_CELLS)
+            return rows_of_cells(cells, *args, **kwargs)
+
+        signature = inspect.signature(rows_of_cells)
+        cells_parameter, *others = signature.parameters.values()
+        rows.__signature__ = signature.replace(parameters=[cells_parameter.replace(name="frame"), *others])
+        return rows
+
+    return of_frame
 
 
 def kernel_reps(value: object) -> list[float]:

@@ -11,7 +11,7 @@ from analysis.figures.common import (
     DENSE,
     FOOTNOTE,
     OVER_DENSE,
-    figure_cells,
+    figure_rows,
     footnote,
     identity_columns,
     kernel_reps,
@@ -21,15 +21,12 @@ from analysis.figures.common import (
     speedup_columns,
 )
 from analysis.plotting import (
-    NO_CELLS,
     badge_simulated,
     draw_intervals,
     is_baseline,
     label,
     line_style,
     mark_verdicts,
-    missing_columns,
-    missing_note,
     panel_grid,
     whisker_tops,
 )
@@ -51,17 +48,12 @@ def _over_dense(dense_ms: float, ms: float, dense_reps: object, reps: object, si
 FIG2_TITLE = "Upper bound 1/ρ vs actual speedup over dense (Fig. 2)"
 
 
-def speedup_vs_bound_rows(frame: pd.DataFrame) -> pd.DataFrame:
+@figure_rows("hardware", "backend", "method", "variant", "seq_len_tokens", "density", "kernel_ms_median")
+def speedup_vs_bound_rows(cells: pd.DataFrame) -> pd.DataFrame:
     """Fig. 2's rows: per method (panel), hardware/backend (series) and length, the compute-proportional bound 1/rho
     and the kernel's speedup over the dense cell of the same hardware, backend, workload and length, both in the
     original row order (each sparse cell against its dense cell: ``_over_dense``; over several cells,
     ``metrics.AGGREGATE_RULE``)."""
-    need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "density", "kernel_ms_median")
-    if missing := missing_columns(frame, need):
-        return note_rows(missing_note(missing))
-    cells = figure_cells(frame)
-    if cells.empty:
-        return note_rows(NO_CELLS)
     if "kernel_ms_reps" not in cells:
         cells = cells.assign(kernel_ms_reps=None)
     originals = cells[is_baseline(cells)]

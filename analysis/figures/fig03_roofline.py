@@ -11,7 +11,7 @@ from matplotlib.figure import Figure
 from analysis.figures.common import (
     BYTES_HINT,
     IDENTITY,
-    figure_cells,
+    figure_rows,
     identity_columns,
     log_scale,
     note_rows,
@@ -21,11 +21,8 @@ from analysis.figures.common import (
     variant_marker,
 )
 from analysis.plotting import (
-    NO_CELLS,
     badge_simulated,
     label,
-    missing_columns,
-    missing_note,
     note,
     panel_grid,
 )
@@ -43,16 +40,11 @@ ROOFLINE_TITLE = "Roofline (Fig. 3 / 15)"
 PANELS = "panels"  # rows.attrs key: the panels a figure draws, those without rows holding a note
 
 
-def roofline_rows(frame: pd.DataFrame) -> pd.DataFrame:
+@figure_rows("hardware", "method", "seq_len_tokens", "head_dim", "num_heads", "density", "kernel_ms_median")
+def roofline_rows(cells: pd.DataFrame) -> pd.DataFrame:
     """Fig. 3/15's rows: one per cell on a described GPU, its achieved TFLOP/s and operational intensity (FLOPs per
     DRAM byte, from Nsight Compute or the simulator), with its method and launch order's label; ``attrs[PANELS]``
     the GPUs drawn (one panel each, under their roofs)."""
-    need = ("hardware", "method", "seq_len_tokens", "head_dim", "num_heads", "density", "kernel_ms_median")
-    if missing := missing_columns(frame, need):
-        return note_rows(missing_note(missing))
-    cells = figure_cells(frame)
-    if cells.empty:
-        return note_rows(NO_CELLS)
     gpus = [hw for hw in sorted(cells["hardware"].unique()) if hw in hardware_registry.names()]
     if not gpus:
         return note_rows("no cells on (or simulated for) a described GPU; hardware=cpu cells have no roofs")

@@ -10,13 +10,12 @@ from matplotlib.figure import Figure
 
 from analysis.figures.common import (
     OVER_ORIGINAL,
-    figure_cells,
+    figure_rows,
     footnote,
     identity_columns,
     kernel_reps,
     legend_in_corner,
     legends_clear_of_bars,
-    note_rows,
     noted_figure,
     ordered_labels,
     seq_ticks,
@@ -24,14 +23,11 @@ from analysis.figures.common import (
     variant_labels,
 )
 from analysis.plotting import (
-    NO_CELLS,
     badge_simulated,
     bar_style,
     draw_intervals,
     label,
     mark_verdicts,
-    missing_columns,
-    missing_note,
     panel_grid,
     variant_color,
     whisker_tops,
@@ -64,17 +60,12 @@ def median_interval(values: list[float], level: float = metrics.LEVEL) -> tuple[
     return median, ordered[k - 1], ordered[n - k]
 
 
-def kernel_latency_rows(frame: pd.DataFrame) -> pd.DataFrame:
+@figure_rows("hardware", "backend", "method", "variant", "seq_len_tokens", "kernel_ms_median")
+def kernel_latency_rows(cells: pd.DataFrame) -> pd.DataFrame:
     """Fig. 9/10's rows: one per bar, per hardware/backend/source/workload (a panel row), method (a panel), launch
     order's label and length: the median kernel ms of the cells' reps with its 95 % interval (``median_interval``;
     without reps, a prediction, the cells' median and no interval), their median reorder ms, and the speedup over the
     original with its interval and verdict (``tables.shown``: the summary's rule)."""
-    need = ("hardware", "backend", "method", "variant", "seq_len_tokens", "kernel_ms_median")
-    if missing := missing_columns(frame, need):
-        return note_rows(missing_note(missing))
-    cells = figure_cells(frame)
-    if cells.empty:
-        return note_rows(NO_CELLS)
     cells = with_speedups(cells.assign(**{c: cells.get(c, default) for c, default in (
         ("workload", ""), ("reorder_ms", 0.0), ("kernel_ms_reps", None))}))  # older results: kernel time alone
     rows = []

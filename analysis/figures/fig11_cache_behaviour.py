@@ -13,7 +13,7 @@ from analysis.figures.common import (
     FOOTNOTE,
     OVER_ORIGINAL,
     SPEEDUP_COLUMNS,
-    figure_cells,
+    figure_rows,
     footnote,
     identity_columns,
     legend_in_corner,
@@ -23,7 +23,6 @@ from analysis.figures.common import (
     speedup_columns,
 )
 from analysis.plotting import (
-    NO_CELLS,
     STAGE_LABELS,
     badge_simulated,
     bar_style,
@@ -33,8 +32,6 @@ from analysis.plotting import (
     l2_hit_column,
     label,
     mark_verdicts,
-    missing_columns,
-    missing_note,
     panel_grid,
     relative_to_original,
     row_variants,
@@ -65,17 +62,12 @@ def _own_orders(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[cells["reorderer"].isna() | cells["reorderer"].isin([DEFAULT_REORDERER, NO_REORDERER])]
 
 
-def cache_rows(frame: pd.DataFrame, stages: list[str], with_time: bool) -> pd.DataFrame:
+@figure_rows("hardware", "method", "stages", "group_id")
+def cache_rows(cells: pd.DataFrame, stages: list[str], with_time: bool) -> pd.DataFrame:
     """The rows of Fig. 11/12: per GPU (a panel row), figure (a panel: the kernel's speedup over the original with
     ``with_time``, L2 hit %, HBM read over the original's), method and reorder stage set with source (a bar): the bar's
     value (the speedup by ``tables.shown`` with its interval and verdict; the mean L2 hit; the geometric mean of the
     HBM reads' ratios); ``attrs[FOOTNOTE]`` the panels left out for want of figures."""
-    need = ("hardware", "method", "stages", "group_id")
-    if missing := missing_columns(frame, need):
-        return note_rows(missing_note(missing))
-    cells = figure_cells(frame)
-    if cells.empty:
-        return note_rows(NO_CELLS)
     if "skip" in cells:
         cells = cells[row_variants(cells).map(lambda v: v.skip == "force").astype(bool)]
     cells = _own_orders(cells[cells["stages"].isin(stages)])

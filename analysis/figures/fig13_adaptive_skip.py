@@ -7,7 +7,7 @@ from matplotlib.figure import Figure
 
 from analysis.figures.common import (
     OVER_ORIGINAL_NET,
-    figure_cells,
+    figure_rows,
     footnote,
     identity_columns,
     log_scale,
@@ -16,13 +16,10 @@ from analysis.figures.common import (
     speedup_columns,
 )
 from analysis.plotting import (
-    NO_CELLS,
     badge_simulated,
     draw_intervals,
     label,
     mark_verdicts,
-    missing_columns,
-    missing_note,
     panel_grid,
     row_variants,
     variant_color,
@@ -40,7 +37,8 @@ ALWAYS, ADAPTIVE = "no skip (always reorder)", "adaptive skip"
 SERIES_VARIANTS = {ALWAYS: "wavealign", ADAPTIVE: "adaptive"}  # what each series stands for in rows naming no variant
 
 
-def adaptive_skip_rows(frame: pd.DataFrame) -> pd.DataFrame:
+@figure_rows("hardware", "group_id", "stages", "skip", "seq_len_tokens", "density", "kernel_ms_median", "total_ms")
+def adaptive_skip_rows(cells: pd.DataFrame) -> pd.DataFrame:
     """Fig. 13's rows: one per drawn point, a reordered cell always reordering (``ALWAYS``) or under the skip policy
     (``ADAPTIVE``): its latency (reorder + kernel) over the original's, 1 / its net speedup (the record's, by
     ``tables.shown``; from its total over the original's in rows from before speedups were recorded) with the
@@ -48,13 +46,6 @@ def adaptive_skip_rows(frame: pd.DataFrame) -> pd.DataFrame:
     have), and the skip profiles that decided for its GPU. A ``cpu`` cell that always reordered gets no "would skip":
     the profiles are fitted to GPUs' kernels (a cpu cell's is its ``cpu_profile`` GPU's), and their rule says
     nothing about a CPU's timings; a cpu cell under the policy shows what it did."""
-    need = ("hardware", "group_id", "stages", "skip", "seq_len_tokens", "density", "kernel_ms_median",
-            "total_ms")
-    if missing := missing_columns(frame, need):
-        return note_rows(missing_note(missing))
-    cells = figure_cells(frame)
-    if cells.empty:
-        return note_rows(NO_CELLS)
     cells = with_speedups(cells)
     launch = row_variants(cells)
     always = cells[launch.map(lambda v: v.reorders and v.skip == "force").astype(bool)]

@@ -9,16 +9,13 @@ from matplotlib.figure import Figure
 
 from analysis.figures.common import (
     DENSE,
-    figure_cells,
+    figure_rows,
     identity_columns,
     note_rows,
     noted_figure,
 )
 from analysis.plotting import (
-    NO_CELLS,
     STAGE_LABELS,
-    missing_columns,
-    missing_note,
     note_figure,
     panel_grid,
     row_variants,
@@ -33,17 +30,12 @@ from wavealign.records import DEFAULT_REORDERER, NO_REORDERER
 MASK_TITLE = "Mask before and after reordering, one head (Fig. 14)"
 
 
-def mask_pictures_rows(frame: pd.DataFrame, cell_id: str | None = None,
+@figure_rows("cell_id", "cell_json", "stages", "seq_len_tokens", "method")
+def mask_pictures_rows(cells: pd.DataFrame, cell_id: str | None = None,
                        max_seq_len_tokens: int = 65_536) -> pd.DataFrame:
     """Fig. 14's row: the one cell whose mask it redraws (``cell_id``; without it, the longest reordered cell up to
     ``max_seq_len_tokens``, building a mask from Q/K on the CPU costs time, preferring Q/K-free synthetic masks, full
     WaveAlign and a density near 25 %), with its ``cell_json``."""
-    need = ("cell_id", "cell_json", "stages", "seq_len_tokens", "method")
-    if missing := missing_columns(frame, need):
-        return note_rows(missing_note(missing))
-    cells = figure_cells(frame)
-    if cells.empty:
-        return note_rows(NO_CELLS)
     if cell_id is not None:
         chosen = cells[cells["cell_id"] == cell_id]
         if chosen.empty:
