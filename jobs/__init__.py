@@ -1,1 +1,2 @@
-"""Runnable entry points; each module is one ``wavealign <command>`` (see ``jobs/cli.py``)."""
+"""Runnable entry points: each module is one ``wavealign <command>`` (see ``jobs/cli.py``), but ``cli`` itself and
+``arguments`` (the argument convention the commands and the ``lab/`` studies share)."""

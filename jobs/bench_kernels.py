@@ -19,7 +19,7 @@ import sys
 
 from rich.console import Console
 
-from jobs._args import Parser
+from jobs.arguments import Parser
 from jobs.sweep import check_before_loading, refusals
 from orchestrator.run_root import RunRoot
 

@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jobs._args import Parser, RegistryChoices, check_at_least, check_device, output_file
+from jobs.arguments import Parser, RegistryChoices, check_at_least, check_device, output_file
 
 if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
     import torch

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from jobs._args import Parser, output_folder
+from jobs.arguments import Parser, output_folder
 
 EXTRAS = ("diffusers",)
 

@@ -5,7 +5,7 @@ A command is any module of this package with a ``main(argv) -> int``; dashes in 
 become underscores. Adding a command is adding one module. A module may declare ``EXTRAS``, the extras of
 ``pyproject.toml`` it needs: they are checked before it is imported, so a missing one stops it before any work.
 
-Every command has one error path, here: bad input (a ``ValueError``, among them ``_args.UsageError`` and the sweep
+Every command has one error path, here: bad input (a ``ValueError``, among them ``arguments.UsageError`` and the sweep
 config's ``ConfigError``, or one of the module's ``refusals()``) and a missing extra are one line on stderr and
 exit 2; ``WAVEALIGN_TRACEBACK=1`` raises them instead, to show where.
 """

@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobs._args import Parser, UsageError, output_folder
+from jobs.arguments import Parser, UsageError, output_folder
 
 EXTRAS = ("analysis",)  # --mlflow needs MLflow too ([sweep])
 EXIT_SLOWER = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jobs._args import Parser
+from jobs.arguments import Parser
 
 if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
     import torch

@@ -49,7 +49,7 @@ def parser():
     """Its flags, beside the sweep config's overrides that say where the results are."""
     import argparse
 
-    from jobs._args import Parser
+    from jobs.arguments import Parser
     from orchestrator.config_compose import override_keys
 
     def names(value: str) -> list[str]:

@@ -17,7 +17,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from jobs._args import Parser, UsageError, output_folder
+from jobs.arguments import Parser, UsageError, output_folder
 
 EXTRAS = ("analysis",)  # logging to MLflow too where it is installed ([sweep])
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from jobs._args import Parser, UsageError, makeable_folder
+from jobs.arguments import Parser, UsageError, makeable_folder
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from jobs._args import Parser, UsageError
+from jobs.arguments import Parser, UsageError
 
 EXTRAS = ("sweep",)
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from common import argument_parser, run_study
 
-from jobs._args import check_at_least, check_device, choices_list
+from jobs.arguments import check_at_least, check_device, choices_list
 from wavealign.records import InputSpec
 
 if TYPE_CHECKING:  # torch, the library and diffusers: each function imports what it runs, once arguments parse

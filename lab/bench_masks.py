@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from common import argument_parser, run_study
 
-from jobs._args import (
+from jobs.arguments import (
     add_generator_argument,
     check_at_least,
     check_device,

@@ -71,7 +71,7 @@ from analysis.paper import (
     TABLE_I_L2_HIT_PCT,
 )
 from analysis.paper import TABLE_I_METHODS as METHODS
-from jobs._args import add_workload_arguments, output_folder
+from jobs.arguments import add_workload_arguments, output_folder
 
 if TYPE_CHECKING:  # numpy, torch and the library: each function imports what it runs, once arguments parse
     import numpy as np

@@ -1,8 +1,8 @@
 """What the lab's studies share: their entry point (``run_study``: a study's mistake is one stderr line and exit 2, as a
-``wavealign`` command's is), their argument parser (``parser``: the command line's convention, ``jobs._args``,
-under the script's own name), their CSV records (``write_csv``), and calibrate-workload's head-by-head masks under
-candidate generator configs (``head_masks``: configs no sweep cell can name, built by ``masks.build_for_heads`` as a
-sweep cell builds them)."""
+``wavealign`` command's is), their argument parser (``argument_parser``: the command line's convention,
+``jobs.arguments``, under the script's own name), their CSV records (``write_csv``), and calibrate-workload's
+head-by-head masks under candidate generator configs (``head_masks``: configs no sweep cell can name, built by
+``masks.build_for_heads`` as a sweep cell builds them)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs._args import Parser
+from jobs.arguments import Parser
 
 if TYPE_CHECKING:  # torch loads where a mask is built: a study's --help and its mistakes answer without it
     import torch

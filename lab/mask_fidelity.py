@@ -32,7 +32,7 @@ from common import argument_parser, run_study, write_csv
 
 from analysis.paper import TABLE_I_DENSITY as PAPER_DENSITY
 from analysis.paper import TABLE_I_METHODS as METHODS
-from jobs._args import UsageError, add_workload_arguments, output_folder
+from jobs.arguments import UsageError, add_workload_arguments, output_folder
 from wavealign import hardware
 from wavealign.records import InputSpec
 

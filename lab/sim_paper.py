@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from common import argument_parser, run_study, write_csv
 
 from analysis.paper import TABLE_I_L2_HIT_PCT as PAPER_ORIGINAL_L2_HIT_PCT
-from jobs._args import output_folder
+from jobs.arguments import output_folder
 
 if TYPE_CHECKING:  # the library imports torch: main imports it once its arguments parse
     import torch

@@ -34,7 +34,7 @@ from typing import Any
 
 from common import argument_parser, run_study, write_csv
 
-from jobs._args import output_folder
+from jobs.arguments import output_folder
 from wavealign import hardware
 from wavealign.records import Cell
 

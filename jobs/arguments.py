@@ -1,6 +1,6 @@
 """The command line's one convention for mistakes: a bad argument is a ``UsageError`` (or another ``ValueError``)
 whose message names the argument, the value and what was expected; ``jobs.cli`` prints it as one line on
-stderr and exits 2, before any work.
+stderr and exits 2, before any work. Public: the commands of ``jobs`` and the studies of ``lab/`` share it.
 
 One convention for arguments: every command's own options are flags (``--run-root DIR``, ``--dry-run``). The
 commands that compose a sweep config (``sweep``, ``sync-mlflow``, ``refresh-profiles``, ``bench-kernels``) also take
