@@ -6,10 +6,13 @@ every head (``sample_heads=None``) for FA4 on the B200 (SM100: 256-row units of 
 scheduler) and the H100 (SM90, streaming), with one and with two L2 partitions; each candidate's kernel time is then
 re-derived over the borrowed exposed-HBM share 0.1-0.4 from its compute and memory times. Then the same at 147,600
 tokens for triton-static and FA4 on the H200, whose predictions the measured sweep rows are checked against.
-Every figure written is SIMULATED. Where the kernel pairs blocks into units (the B200), each row also carries the
-OR-inflation of the kernel's own pairing (token adjacency) beside the chooser's, so what pairing removes is read off.
+Every figure written is SIMULATED. The masks are built on the GPU (``--device cuda``, as the sweep builds them) or,
+where no GPU is lent, on the CPU from the same seeded specs (``--device cpu``: the same generators, other random
+draws); each row names where (``mask_device``). Where the kernel pairs blocks into units (the B200), each row also
+carries the OR-inflation of the kernel's own pairing (token adjacency) beside the chooser's, so what pairing removes
+is read off.
 
-    python benchmarks/results/orders-h200/bands.py OUT [--methods M,M] [--lengths 364,148]
+    python benchmarks/results/orders-h200/bands.py OUT [--methods M,M] [--lengths 364,148] [--device cpu]
         # -> OUT/bands.csv (364), OUT/h200_predictions.csv (148)
 """
 
@@ -24,18 +27,18 @@ from pathlib import Path
 import torch
 
 from orchestrator import config, grid
-from wavealign import inputs, pipeline, sim
+from wavealign import inputs, sim
 from wavealign.launch_order import chooser, pairing
 
 EXPOSED = (0.1, 0.21, 0.4)  # the borrowed band, and the H200's fitted share (kernels/fa4.py)
 FIELDS = ("hardware", "backend", "method", "seq_k", "l2_partitions", "candidate", "exposed", "kernel_ms",
           "compute_ms", "memory_ms", "limit_ms", "speedup", "limit_speedup", "or_inflation", "or_inflation_adjacent",
-          "chosen")
+          "chosen", "mask_device")
 
 
-def masks(seq_k: int, methods: set[str] | None):
+def masks(seq_k: int, methods: set[str] | None, device: torch.device):
     """(method, mask, latent) of each family (of ``methods``, None: all) at ``seq_k`` thousand tokens, from the
-    sweep's own cells."""
+    sweep's own cells, built on ``device``."""
     cfg = config.load(["sweep=orders_h200", f"grid.seq_k=[{seq_k}]", "grid.variant=[original]"])
     cache = inputs.InputCache()
     for cell in grid.expand(cfg).cells:
@@ -43,11 +46,12 @@ def masks(seq_k: int, methods: set[str] | None):
             "fa4", "original", "wan14b-720p")
         if not the_original or (methods is not None and cell.inputs.method not in methods):
             continue
-        mask, _, _, _ = cache.take(pipeline.input_request(cell))
+        request = inputs.InputRequest(cell.inputs, cell.attention.geometry.block_size, device, with_qkv=False)
+        mask, _, _, _ = cache.take(request)
         yield cell.inputs.method, mask.cpu(), inputs.latent(cell.inputs), cell
 
 
-def rows(method: str, mask, latent, cell, hardware: str, backend: str, seq_k: int, partitions: int):
+def rows(method: str, mask, latent, cell, hardware: str, backend: str, seq_k: int, partitions: int, device: str):
     start = time.perf_counter()
     choice = chooser.rank(mask, backend=backend, hardware=hardware, block_size=128, latent=latent,
                           token_ordered=cell.inputs.method in ("vsa", "svg2"), sample_heads=None,
@@ -75,7 +79,7 @@ def rows(method: str, mask, latent, cell, hardware: str, backend: str, seq_k: in
                        speedup=round(original / kernel, 4), limit_speedup=round(original / limit, 4),
                        or_inflation=round(choice.or_inflation, 4) if facts.q_stage > 1 else "",
                        or_inflation_adjacent=adjacent,
-                       chosen=s.candidate == choice.candidate)
+                       chosen=s.candidate == choice.candidate, mask_device=device)
 
 
 def main(argv: list[str]) -> int:
@@ -83,6 +87,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--methods", help="comma-separated families (default: all seven)")
     parser.add_argument("--lengths", default="364,148", help="thousands of tokens, of 364 and 148")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="where the masks are built (default: the GPU if there is one)")
     args = parser.parse_args(argv)
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -98,9 +104,10 @@ def main(argv: list[str]) -> int:
         with (out / name).open("w", newline="") as f:
             writer = csv.DictWriter(f, FIELDS)
             writer.writeheader()
-            for method, mask, latent, cell in masks(seq_k, methods):
+            for method, mask, latent, cell in masks(seq_k, methods, torch.device(args.device)):
                 for hardware, backend, partitions in runs:
-                    writer.writerows(rows(method, mask, latent, cell, hardware, backend, seq_k, partitions))
+                    writer.writerows(rows(method, mask, latent, cell, hardware, backend, seq_k, partitions,
+                                          args.device))
                     f.flush()
     return 0
 
