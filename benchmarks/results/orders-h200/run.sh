@@ -9,7 +9,8 @@
 #   t364     the timed cells at 363,600 tokens x 40 heads: FA4 and triton-static, every candidate and auto
 #   t148     the same at 147,600 tokens, then Nsight Compute on four heads of every triton-static candidate
 #   f148     FA4's cells alone at 147,600 tokens, timed to the sweep's own stopping rule (5 rounds at least, then until
-#            each interval is within +-0.5 % or 3 s per cell are spent): t148's 3 rounds left five picks unresolved
+#            each interval is within +-0.5 % or 3 s per cell are spent), on the five families whose picks t148's 3
+#            rounds left unresolved (VSA and SVG2 were resolved)
 #   bands    the simulator at 40 heads: B200 (FA4 SM100) and H100 (FA4 SM90) at 363,600 tokens, every candidate, one
 #            or two L2 partitions, exposed-HBM share 0.1-0.4; and the H200 triton-static predictions at 147,600
 #   pairing  FA4 with 256-row sparse Q blocks on SM90: the kernel's adjacent pairing and the chooser's, against
@@ -71,7 +72,9 @@ case "$step" in
   t148)
     sweep "${SWEEP_LIMIT:-570}" $(lengths 148) "${timed[@]}" "${extra[@]}" ;;
   f148)
+    unresolved='[xattention,spargeattn,minference,flexprefill,radial]'
     sweep "${SWEEP_LIMIT:-570}" 'grid.seq_k=[148]' 'extra_grids.orders.seq_k=[148]' '~extra_grids.static' \
+      "grid.method=$unresolved" "extra_grids.orders.method=$unresolved" \
       '~extra_grids.static_orders' '~extra_grids.ncu_static' '~extra_grids.ncu_static_orders' \
       '+grid.measure_params.timed.budget_s=3' '+extra_grids.orders.measure_params.timed.budget_s=3' "${extra[@]}" ;;
   bands)
