@@ -6,16 +6,13 @@ imported as a library)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from checkout_imports import import_reader
 
 import wavealign
 
 PACKAGE = Path(wavealign.__file__).resolve().parent
-_SPEC = importlib.util.spec_from_file_location(
-    "import_reader", Path(__file__).resolve().parents[1] / "docs" / "structure" / "import_reader.py")
-import_reader = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(import_reader)
 
 
 def _registry_entries(package: str, known: dict[str, Path]) -> set[str]:

@@ -1,6 +1,7 @@
 """A checkout's import graph read from its source, and the circles in it: the one reader and cycle finder behind
-``import_graph.py`` (the counts ``docs/layout.md`` gives) and ``tests/test_package_layout.py`` (the library has no
-import cycle), so the two cannot come to read imports differently.
+``import_graph.py`` (the counts ``docs/layout.md`` gives), ``tests/test_package_layout.py`` (the library has no
+import cycle) and ``tests/test_import_contract.py`` (the library imports no sweep package), so they cannot come to
+read imports differently.
 
 Each module is named by its path (``orchestrator/config.py`` is ``orchestrator.config``, a package by its
 ``__init__``); each import statement (at any depth, relative ones resolved) is an arrow to the module whose path its
@@ -11,7 +12,8 @@ lands on ``wavealign/__init__.py``). Imports made through ``importlib`` are not 
 It lives here, beside the script, and in no package: it is a tool for the checkout, not part of the library (inside
 ``wavealign/`` or ``lab/`` it would be one more module of the graph it counts, and in ``wavealign/`` ship in the
 wheel); here the script imports it as a sibling with no path set up, where in ``tests/`` a docs script would reach
-into the tests. The test loads it by its file, as ``tests/test_results_scripts.py`` loads the results' scripts."""
+into the tests. The tests load it by its file (``tests/checkout_imports.py``), as ``tests/test_results_scripts.py``
+loads the results' scripts."""
 
 from __future__ import annotations
 
@@ -44,21 +46,29 @@ def _nodes(tree: ast.AST, main_blocks: bool) -> Iterator[ast.AST]:
             yield from _nodes(child, main_blocks)
 
 
-def imported(path: Path, name: str, *, main_blocks: bool = True) -> list[str]:
-    """The names ``path`` (module ``name``) imports: ``a.b`` for ``import a.b``, ``a.b.c`` for ``from a.b import c``,
-    relative ones resolved; those of its ``__main__`` blocks only if ``main_blocks``."""
-    package = name if path.stem == "__init__" else name.rpartition(".")[0]
-    names = []
-    for node in _nodes(ast.parse(path.read_text(), filename=str(path)), main_blocks):
+def imports(source: str, package: str, *, main_blocks: bool = True,
+            filename: str = "<source>") -> list[tuple[int, str]]:
+    """Each name ``source`` imports, with its line: ``a.b`` for ``import a.b``, ``a.b.c`` for ``from a.b import c``,
+    relative ones resolved against ``package`` (the package the module of ``source`` is in, or is); those of its
+    ``__main__`` blocks only if ``main_blocks``."""
+    found = []
+    for node in _nodes(ast.parse(source, filename=filename), main_blocks):
         if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
+            found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parent = package.split(".")[:len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, *([base] if base else [])])
-            names += [f"{base}.{alias.name}" for alias in node.names]
-    return names
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+def imported(path: Path, name: str, *, main_blocks: bool = True) -> list[str]:
+    """The names ``path`` (module ``name``) imports (``imports``)."""
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    return [target for _, target in imports(path.read_text(), package, main_blocks=main_blocks,
+                                            filename=str(path))]
 
 
 def resolve(name: str, known: dict[str, Path]) -> str | None:
