@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import re
 import sys
+import tomllib
 import types
 from pathlib import Path
 
@@ -19,8 +20,9 @@ import pytest
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 INDEX = RESULTS / "README.md"
 # one row of the index's table: | `folder/script.py` | runs | ... or | `folder/script.py` | record of <sha> | ...
-# the project's own packages: the library and the sweep's, each named as its folder
-OURS = ("wavealign", "orchestrator", "jobs", "analysis")
+# the project's own packages (the library and the sweep's, each named as its folder), as pyproject.toml lists them
+OURS = tuple(sorted({name.split(".")[0] for name in tomllib.loads(
+    (RESULTS.parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]}))
 ROW = re.compile(r"^\| `(?P<script>[^`]+\.py)` \| (?P<status>runs|record of [0-9a-f]{7,40}) \|", re.MULTILINE)
 
 
