@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -28,7 +29,9 @@ import torch
 
 from orchestrator import config, grid
 from wavealign import inputs, sim
+from wavealign import masks as wavealign_masks
 from wavealign.launch_order import chooser, pairing
+from wavealign.records import InputSpec
 
 EXPOSED = (0.1, 0.21, 0.4)  # the borrowed band, and the H200's fitted share (kernels/fa4.py)
 FIELDS = ("hardware", "backend", "method", "seq_k", "l2_partitions", "candidate", "exposed", "kernel_ms",
@@ -46,9 +49,22 @@ def masks(seq_k: int, methods: set[str] | None, device: torch.device):
             "fa4", "original", "wan14b-720p")
         if not the_original or (methods is not None and cell.inputs.method not in methods):
             continue
-        request = inputs.InputRequest(cell.inputs, cell.attention.geometry.block_size, device, with_qkv=False)
-        mask, _, _, _ = cache.take(request)
+        block_size = cell.attention.geometry.block_size
+        if device.type == "cpu" and wavealign_masks.get(cell.inputs.method).needs_qk:
+            mask = head_by_head(cell.inputs, block_size)
+        else:
+            mask, _, _, _ = cache.take(inputs.InputRequest(cell.inputs, block_size, device, with_qkv=False))
         yield cell.inputs.method, mask.cpu(), inputs.latent(cell.inputs), cell
+
+
+def head_by_head(spec: InputSpec, block_size: int) -> torch.Tensor:
+    """The (H, MB, NB) mask of a family built from the model's Q/K (VSA, SVG2), one head at a time on the CPU: all
+    40 heads' float32 Q/K/V at 363,600 tokens (22 GB) do not fit a 23 GiB host; one head's do. The generator draws
+    each head's Q/K/V from its own seed, so VSA's mask is the all-heads one; SVG2's k-means start is drawn by a
+    head's place in the batch, so each head here starts as head 0 would (another draw, as ``--device cpu`` is)."""
+    heads = list(spec.heads) or list(range(spec.num_heads))
+    return torch.cat([inputs.build(inputs.InputRequest(dataclasses.replace(spec, heads=[h]), block_size,
+                                                       torch.device("cpu"), with_qkv=False))[0] for h in heads])
 
 
 def rows(method: str, mask, latent, cell, hardware: str, backend: str, seq_k: int, partitions: int, device: str):
