@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
     with args.out.open("w", newline="") as f:
         writer = csv.DictWriter(f, fields)
         writer.writeheader()
-        for method, mask, _, cell in masks(args.seq_k, methods):
+        for method, mask, _, cell in masks(args.seq_k, methods, torch.device("cuda")):
             mask = mask.to(device)
             heads, mb, _ = mask.shape
             tokens = cell.inputs.seq_len_tokens
