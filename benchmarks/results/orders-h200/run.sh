@@ -80,8 +80,8 @@ case "$step" in
       '~extra_grids.static_orders' '~extra_grids.ncu_static' '~extra_grids.ncu_static_orders' \
       '+grid.measure_params.timed.budget_s=3' '+extra_grids.orders.measure_params.timed.budget_s=3' "${extra[@]}" ;;
   h100)
-    sweep "${SWEEP_LIMIT:-570}" 'grid.hardware=[h100]' 'extra_grids.orders.hardware=[h100]' 'grid.seq_k=[364]' \
-      'extra_grids.orders.seq_k=[364]' '~extra_grids.static' '~extra_grids.static_orders' '~extra_grids.ncu_static' \
+    sweep "${SWEEP_LIMIT:-570}" 'grid.hardware=[h100]' 'extra_grids.orders.hardware=[h100]' "grid.seq_k=[${SEQ_K:-364}]" \
+      "extra_grids.orders.seq_k=[${SEQ_K:-364}]" '~extra_grids.static' '~extra_grids.static_orders' '~extra_grids.ncu_static' \
       '~extra_grids.ncu_static_orders' grid.reps=3 extra_grids.orders.reps=3 '+grid.measure_params.timed.budget_s=0.5' \
       '+extra_grids.orders.measure_params.timed.budget_s=0.5' "${extra[@]}" ;;
   bands)

@@ -4,8 +4,8 @@
 
 Each RUN_ROOT is an unpacked ``t364.tar`` / ``t148.tar`` (results/ and sweeps/). Writes into OUT_DIR:
 ``orders_h200.csv`` (every timed row), ``chooser.csv`` (per group: auto's pick against the measured best, a paired
-interval of their ratio), ``static_ncu.csv`` (the static path: Nsight Compute against the simulator), ``bands.csv``
-(copied) and ``orders_h200.md`` with the short tables.
+interval of their ratio), ``static_ncu.csv`` (the static path: Nsight Compute against the simulator, where the
+runs have it), ``bands.csv`` (copied) and ``orders_h200.md`` with the short tables.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def main() -> int:
     chosen = chooser_rows(df)
     chosen.to_csv(args.out / "chooser.csv", index=False, float_format="%.4f")
     ncu = static_ncu(args.roots, args.sim_static)
-    ncu.to_csv(args.out / "static_ncu.csv", index=False, float_format="%.4f")
+    if not ncu.empty:  # a run with Nsight Compute cells (t148's ncu_static grid)
+        ncu.to_csv(args.out / "static_ncu.csv", index=False, float_format="%.4f")
     if args.bands is not None and args.bands.resolve() != (args.out / "bands.csv").resolve():
         shutil.copy(args.bands, args.out / "bands.csv")
     parts = []
