@@ -13,11 +13,11 @@ import re
 import sys
 import tomllib
 import types
-from pathlib import Path
 
 import pytest
+import results_script
+from results_script import RESULTS
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 INDEX = RESULTS / "README.md"
 # one row of the index's table: | `folder/script.py` | runs | ... or | `folder/script.py` | record of <sha> | ...
 # the project's own packages (the library and the sweep's, each named as its folder), as pyproject.toml lists them
@@ -152,10 +152,4 @@ def test_a_running_script_takes_only_what_the_library_has(script):
 @pytest.mark.parametrize("script", [s for s in _running() if _has_main_guard(ast.parse((RESULTS / s).read_text()))])
 def test_a_running_script_imports(script, monkeypatch):
     """Imported as its own command would be (its folder first on the path), its ``main`` not run."""
-    path = RESULTS / script
-    monkeypatch.syspath_prepend(str(path.parent))
-    name = "results_script_" + re.sub(r"\W", "_", script.removesuffix(".py"))
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, name, module)  # dataclasses look their module up while it runs
-    spec.loader.exec_module(module)
+    results_script.load(script, monkeypatch)
