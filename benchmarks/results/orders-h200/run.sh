@@ -11,8 +11,8 @@
 #   f148     FA4's cells alone at 147,600 tokens, timed to the sweep's own stopping rule (5 rounds at least, then until
 #            each interval is within +-0.5 % or 3 s per cell are spent), on the five families whose picks t148's 3
 #            rounds left unresolved (VSA and SVG2 were resolved)
-#   h100     where an H100 is lent instead: FA4's cells at 363,600 tokens on it (every candidate and auto, timed as
-#            t364), the measured check of the H100 bands
+#   h100     where an H100 is lent instead: FA4's cells on it at 363,600 tokens (SEQ_K=148: 147,600), every candidate
+#            and auto, timed as t364: the measured check of the H100 bands
 #   bands    the simulator at 40 heads: B200 (FA4 SM100) and H100 (FA4 SM90) at 363,600 tokens, every candidate, one
 #            or two L2 partitions, exposed-HBM share 0.1-0.4; and the H200 triton-static predictions at 147,600
 #   pairing  FA4 with 256-row sparse Q blocks on SM90: the kernel's adjacent pairing and the chooser's, against
@@ -80,10 +80,11 @@ case "$step" in
       '~extra_grids.static_orders' '~extra_grids.ncu_static' '~extra_grids.ncu_static_orders' \
       '+grid.measure_params.timed.budget_s=3' '+extra_grids.orders.measure_params.timed.budget_s=3' "${extra[@]}" ;;
   h100)
-    sweep "${SWEEP_LIMIT:-570}" 'grid.hardware=[h100]' 'extra_grids.orders.hardware=[h100]' "grid.seq_k=[${SEQ_K:-364}]" \
-      "extra_grids.orders.seq_k=[${SEQ_K:-364}]" '~extra_grids.static' '~extra_grids.static_orders' '~extra_grids.ncu_static' \
-      '~extra_grids.ncu_static_orders' grid.reps=3 extra_grids.orders.reps=3 '+grid.measure_params.timed.budget_s=0.5' \
-      '+extra_grids.orders.measure_params.timed.budget_s=0.5' "${extra[@]}" ;;
+    sweep "${SWEEP_LIMIT:-570}" 'grid.hardware=[h100]' 'extra_grids.orders.hardware=[h100]' \
+      "grid.seq_k=[${SEQ_K:-364}]" "extra_grids.orders.seq_k=[${SEQ_K:-364}]" \
+      '~extra_grids.static' '~extra_grids.static_orders' '~extra_grids.ncu_static' '~extra_grids.ncu_static_orders' \
+      grid.reps=3 extra_grids.orders.reps=3 \
+      '+grid.measure_params.timed.budget_s=0.5' '+extra_grids.orders.measure_params.timed.budget_s=0.5' "${extra[@]}" ;;
   bands)
     timeout "${BANDS_LIMIT:-570}" python3 benchmarks/results/orders-h200/bands.py "$OUT" "${extra[@]}" > "$OUT/bands.log" 2>&1
     echo "bands rc=$?"
