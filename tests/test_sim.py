@@ -227,3 +227,17 @@ def test_gpus_with_a_split_l2_default_to_two_partitions():
     assert sim.simulate(mask, hardware="h100").l2_partitions == 2
     assert sim.simulate(mask, hardware="a40").l2_partitions == 1
     assert sim.simulate(mask, hardware="h100", l2_partitions=1).l2_partitions == 1
+
+
+def test_launch_rows_made_once_predict_and_bound_what_the_mask_itself_gives_and_a_wrong_stage_is_refused():
+    """The order chooser hands every candidate's prediction one host copy of the mask (``sim.launch_rows``)."""
+    mask = fixed_nnz_mask(3, 20, 20, 0.3, nnz_spread=0.8, seed=4)
+    order = launch_order.plan(mask, wave_size=6, stages="both")
+    target = {"hardware": "h200", "backend": "fa4", "wave_size": 6, "sample_heads": 2}
+    assert sim.predict(sim.launch_rows(mask), order, **target) == sim.predict(mask, order, **target)
+    bound = {k: v for k, v in target.items() if k != "sample_heads"}
+    assert sim.order_limit(sim.launch_rows(mask), **bound) == sim.order_limit(mask, **bound)
+    units = sim.launch_rows(mask, 2)
+    assert units.mask.shape == (3, 10, 20) and units.nnz.tolist() == units.mask.sum(-1).tolist()
+    with pytest.raises(ValueError, match=r"sim.LaunchRows of q_stage 2; this needs q_stage 1"):
+        sim.predict(units, None, **target)

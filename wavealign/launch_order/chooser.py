@@ -154,6 +154,7 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
         inflation = pairing_mod.or_inflation(rows, pair_perm, facts.q_stage)
     units = sim.coarsen_rows(paired, facts.q_stage)
     heads, unit_rows, kv_blocks = units.shape
+    launched = sim.launch_rows(paired, facts.q_stage)  # on the host once, for every candidate's prediction
     options = dict(backend=backend, hardware=hw, head_dim=head_dim, wave_size=wave, block_size=block_size)
     weighed = eligible(backend, hw, latent=latent, token_ordered=token_ordered, names=candidates)
     if not weighed:
@@ -167,7 +168,7 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
         if "block_size" in declared:
             params["block_size"] = block_size * facts.q_stage
         order = launch_order.plan(units, wave_size=wave, stages=c.stages, seed=seed, reorderer=c.reorderer, **params)
-        predicted = sim.predict(paired, order, sample_heads=sample_heads, l2_partitions=l2_partitions, **options)
+        predicted = sim.predict(launched, order, sample_heads=sample_heads, l2_partitions=l2_partitions, **options)
         plan = plan_cost.candidate_plan_ms(c, heads, unit_rows, kv_blocks, hw).ms
         return Scored(c.name, order, predicted.kernel_time_s * 1e3 * math.exp(fit.bias.get(c.name, 0.0)), plan,
                       predicted)
@@ -183,7 +184,7 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
         chosen = original
         reason = (f"original: {best.candidate} predicted only {gain_pct:.2f} % faster net, under the profile's "
                   f"{fit.margin_pct:.2f} % margin")
-    limit = sim.order_limit(paired, **options)
+    limit = sim.order_limit(launched if facts.q_stage == 1 else paired, **options)
     perm = chosen.order.perm.clone()  # a copy: the caller may write into it, never into a plan cache
     if dense.dim() == 4 and dense.shape[0] > 1:
         perm = perm.reshape(dense.shape[0], -1, unit_rows)

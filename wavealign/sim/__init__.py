@@ -39,8 +39,8 @@ from wavealign.blockmask import MaskLike, as_dense, check_int, check_seed
 from wavealign.kernels import ExecutionFacts
 from wavealign.sim.tiling import coarsen_rows
 
-__all__ = ["ExecutionFacts", "HeadResult", "Prediction", "SimResult", "coarsen_rows", "execution_facts",
-           "fit_row_jitter", "order_limit", "predict", "simulate"]
+__all__ = ["ExecutionFacts", "HeadResult", "LaunchRows", "Prediction", "SimResult", "coarsen_rows", "execution_facts",
+           "fit_row_jitter", "launch_rows", "order_limit", "predict", "simulate"]
 
 # a kernel launch and its tail, outside the per-block roofline (typical CUDA launch latency)
 LAUNCH_OVERHEAD_S = 5e-6
@@ -49,6 +49,18 @@ MAX_WAVE_SLOTS = 2**20
 # a stall of up to the row's own reads at one sigma: calibrated jitters are below 0.04 (fit_row_jitter's range),
 # and every unit of it adds the rows' reads again to the steps the replay walks
 MAX_ROW_JITTER = 1.0
+
+
+@dataclass(frozen=True)
+class LaunchRows:
+    """A mask as a kernel whose query tile spans ``q_stage`` mask blocks launches it, on the host: ``mask`` bool
+    (H, rows, NB), batches flattened into heads, and each launch row's K/V block count ``nnz`` int64 (H, rows).
+    ``launch_rows`` makes it; passed in place of the mask, it spares several predictions of one mask (the order
+    chooser's candidates) the device-to-host copy and the row sums each would repeat."""
+
+    mask: np.ndarray
+    nnz: np.ndarray
+    q_stage: int
 
 
 @dataclass(frozen=True)
@@ -94,7 +106,7 @@ class SimResult:
         return 100.0 * self.l2_hit_ratio
 
 
-def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware = "h100",
+def simulate(mask: MaskLike | LaunchRows, order=None, hardware: str | hardware_mod.Hardware = "h100",
              backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, wave_size: int | None = None,
              block_size: int | None = None, l2_partitions: int | None = None, row_jitter: float = 0.0,
              seed: int = 0) -> SimResult:
@@ -137,8 +149,8 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     seed = check_seed("seed", seed)
     if not 0.0 <= row_jitter <= MAX_ROW_JITTER:
         raise ValueError(f"row_jitter must be >= 0 and <= {MAX_ROW_JITTER}, got {row_jitter}")
-    mask_np = _launch_rows(mask, ex.q_stage)
-    heads, rows, _ = mask_np.shape
+    launched = _launch_rows(mask, ex.q_stage)
+    heads, rows, _ = launched.mask.shape
     perm = _launch_order(order, heads, rows, ex.q_stage)
 
     kv_bytes = ex.kv_block_bytes(head_dim)
@@ -147,10 +159,11 @@ def simulate(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware =
     extra = None
     if row_jitter > 0.0:
         z = np.abs(np.random.default_rng(seed).standard_normal((heads, rows)))
-        extra = np.rint(mask_np.sum(axis=-1) * row_jitter * z).astype(np.int64)
-    trace = _engine().replay(mask_np, perm, slots=wave, capacity_blocks=capacity, reverse=ex.kv_walk == "reverse",
-                   parallel_heads=ex.head_order == "parallel", partitions=l2_partitions,
-                   row_extra_steps=extra, static=ex.scheduler == "static-persistent")
+        extra = np.rint(launched.nnz * row_jitter * z).astype(np.int64)
+    trace = _engine().replay(launched.mask, perm, slots=wave, capacity_blocks=capacity,
+                             reverse=ex.kv_walk == "reverse", parallel_heads=ex.head_order == "parallel",
+                             partitions=l2_partitions, row_extra_steps=extra,
+                             static=ex.scheduler == "static-persistent", row_nnz=launched.nnz)
 
     q_reads = heads * rows
     lookup_bytes = float(trace.lookups.sum()) * kv_bytes + q_reads * q_bytes
@@ -188,7 +201,7 @@ class Prediction:
     heads_replayed: int
 
 
-def predict(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware = "h100",
+def predict(mask: MaskLike | LaunchRows, order=None, hardware: str | hardware_mod.Hardware = "h100",
             backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, sample_heads: int | None = None,
             wave_size: int | None = None, block_size: int | None = None,
             l2_partitions: int | None = None) -> Prediction:
@@ -199,21 +212,21 @@ def predict(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware = 
     the launch would have it; what is lost is the traffic where two heads' rows overlap in time."""
     hw, _, ex, wave, l2_partitions = _resolve(hardware, backend, wave_size, block_size, l2_partitions)
     head_dim = _check_head_dim(head_dim, hw, ex)
-    mask_np = _launch_rows(mask, ex.q_stage)
-    heads, rows, _ = mask_np.shape
+    launched = _launch_rows(mask, ex.q_stage)
+    heads, rows, _ = launched.mask.shape
     perm = _launch_order(order, heads, rows, ex.q_stage)
     engine = _engine()
     launch_head, launch_row = engine.launch_queue(perm, parallel_heads=ex.head_order == "parallel")
-    steps = engine.makespan(mask_np.sum(axis=-1)[launch_head, launch_row], slots=wave,
+    steps = engine.makespan(launched.nnz[launch_head, launch_row], slots=wave,
                             static=ex.scheduler == "static-persistent")
     sample = (np.arange(heads) if sample_heads is None or sample_heads >= heads
               else np.unique(np.linspace(0, heads - 1, check_int("sample_heads", sample_heads, lo=1)).round()
                              .astype(np.int64)))
     kv_bytes, q_bytes = ex.kv_block_bytes(head_dim), ex.q_block_bytes(head_dim)
-    trace = engine.replay(np.ascontiguousarray(mask_np[sample]), np.ascontiguousarray(perm[sample]), slots=wave,
-                          capacity_blocks=hw.l2_bytes // kv_bytes, reverse=ex.kv_walk == "reverse",
+    trace = engine.replay(np.ascontiguousarray(launched.mask[sample]), np.ascontiguousarray(perm[sample]),
+                          slots=wave, capacity_blocks=hw.l2_bytes // kv_bytes, reverse=ex.kv_walk == "reverse",
                           parallel_heads=ex.head_order == "parallel", partitions=l2_partitions,
-                          static=ex.scheduler == "static-persistent")
+                          static=ex.scheduler == "static-persistent", row_nnz=launched.nnz[sample])
     q_bytes_all = heads * rows * q_bytes  # Q read once per launch row, O written the same
     hbm_read = float(trace.hbm_blocks.sum()) * kv_bytes * heads / len(sample) + q_bytes_all
     compute_s, memory_s, kernel_s = _kernel_time(hw, ex, wave, head_dim, steps, hbm_read + q_bytes_all)
@@ -222,7 +235,7 @@ def predict(mask: MaskLike, order=None, hardware: str | hardware_mod.Hardware = 
     return Prediction(kernel_s, compute_s, memory_s, steps, hbm_read, hit, len(sample))
 
 
-def order_limit(mask: MaskLike, hardware: str | hardware_mod.Hardware = "h100",
+def order_limit(mask: MaskLike | LaunchRows, hardware: str | hardware_mod.Hardware = "h100",
                 backend: str | ExecutionFacts = "flex", head_dim: int = 128, *, wave_size: int | None = None,
                 block_size: int | None = None) -> Prediction:
     """A lower bound on the kernel time any exact launch order of ``mask`` reaches on ``hardware`` with ``backend``,
@@ -233,9 +246,9 @@ def order_limit(mask: MaskLike, hardware: str | hardware_mod.Hardware = "h100",
     ``metrics.headroom_captured``."""
     hw, _, ex, wave, _ = _resolve(hardware, backend, wave_size, block_size, None)
     head_dim = _check_head_dim(head_dim, hw, ex)
-    dense = _launch_rows(mask, 1)
+    launched = _launch_rows(mask, 1)
+    dense, nnz = launched.mask, launched.nnz
     heads, mb, _ = dense.shape
-    nnz = dense.sum(axis=-1)
     work = -(-int(nnz.sum()) // ex.q_stage)  # unit-steps: one unit's step serves q_stage blocks at once
     steps = max(-(-work // wave), int(nnz.max(initial=0)))  # no row is split: the longest holds its slot throughout
     kv_bytes = ex.kv_block_bytes(head_dim)
@@ -277,13 +290,25 @@ def _check_head_dim(head_dim: int, hw: hardware_mod.Hardware, ex: ExecutionFacts
     return head_dim
 
 
-def _launch_rows(mask: MaskLike, q_stage: int) -> np.ndarray:
-    """``mask`` as the kernel launches it: bool (H, rows, NB) on the host, batches flattened into heads, query blocks
-    grouped ``q_stage`` at a time (``coarsen_rows``)."""
+def launch_rows(mask: MaskLike, q_stage: int = 1) -> LaunchRows:
+    """``mask`` as a kernel launches it whose query tile spans ``q_stage`` mask blocks (``LaunchRows``): on the host,
+    batches flattened into heads, query blocks grouped ``q_stage`` at a time (``coarsen_rows``)."""
     dense = as_dense(mask)
     if dense.dim() == 4:
         dense = dense.reshape(-1, *dense.shape[-2:])
-    return coarsen_rows(dense, q_stage).detach().to("cpu").contiguous().numpy()
+    host = coarsen_rows(dense, check_int("q_stage", q_stage, lo=1)).detach().to("cpu").contiguous().numpy()
+    return LaunchRows(host, host.sum(axis=-1, dtype=np.int64), q_stage)
+
+
+def _launch_rows(mask: MaskLike | LaunchRows, q_stage: int) -> LaunchRows:
+    """``mask``'s launch rows for a kernel of ``q_stage``, made (``launch_rows``) or given: an order-limit bound is
+    counted on the mask's own blocks (``q_stage`` 1), so given rows must be of the stage asked for."""
+    if not isinstance(mask, LaunchRows):
+        return launch_rows(mask, q_stage)
+    if mask.q_stage != q_stage:
+        raise ValueError(f"mask is sim.LaunchRows of q_stage {mask.q_stage}; this needs q_stage {q_stage}: pass "
+                         f"sim.launch_rows(mask, {q_stage}) or the mask itself")
+    return mask
 
 
 def _kernel_time(hw: hardware_mod.Hardware, ex: ExecutionFacts, wave: int, head_dim: int, makespan_steps: int,

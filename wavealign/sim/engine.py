@@ -56,10 +56,13 @@ def _push_front(prev, nxt, lru_head, lru_tail, p, a):
     lru_head[p] = a
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _lookup(present, prev, nxt, lru_head, lru_tail, size, capacity, p, a):
-    """LRU lookup of block ``a`` in partition ``p``; inserts it on a miss. Returns True on a hit."""
+    """LRU lookup of block ``a`` in partition ``p``; inserts it on a miss. Returns True on a hit. Inlined into the
+    replay's step loop (a call passing nine arrays costs more than the lookup)."""
     if present[p, a]:
+        if lru_head[p] == a:  # already the most recent (slots in lock-step read one block in turn): nothing moves
+            return True
         _unlink(prev, nxt, lru_head, lru_tail, p, a)
         _push_front(prev, nxt, lru_head, lru_tail, p, a)
         return True
@@ -217,13 +220,13 @@ def makespan(lengths: np.ndarray, *, slots: int, static: bool) -> int:
 
 def replay(mask: np.ndarray, perm: np.ndarray, *, slots: int, capacity_blocks: int, reverse: bool,
            parallel_heads: bool, partitions: int = 1, row_extra_steps: np.ndarray | None = None,
-           static: bool = False) -> Trace:
+           static: bool = False, row_nnz: np.ndarray | None = None) -> Trace:
     """Replay the K/V reads of ``mask`` (H, MB, NB) bool, launched in ``perm`` (H, MB) order per head.
 
     ``static`` selects the static-persistent scheduler (slot s runs queue entries s, s + slots, ...), else the
     streaming one. ``capacity_blocks`` is the L2 size in K/V blocks, split evenly over ``partitions``;
     ``row_extra_steps`` (H, MB), by original query block, holds a row's slot that many steps after its
-    last read.
+    last read. ``row_nnz`` (H, MB) is the mask's row sums where the caller has them.
     """
     heads, mb, _ = mask.shape
     launch_head, launch_row = launch_queue(perm, parallel_heads=parallel_heads)
@@ -233,7 +236,8 @@ def replay(mask: np.ndarray, perm: np.ndarray, *, slots: int, capacity_blocks: i
     row_start = np.zeros((heads, mb), dtype=np.int64)
     row_finish = np.zeros((heads, mb), dtype=np.int64)
     row_slot = np.zeros((heads, mb), dtype=np.int64)
-    row_nnz = mask.sum(axis=-1, dtype=np.int64)
+    row_nnz = (mask.sum(axis=-1, dtype=np.int64) if row_nnz is None
+               else np.ascontiguousarray(row_nnz, dtype=np.int64))
     row_extra = (np.zeros_like(row_nnz) if row_extra_steps is None
                  else np.ascontiguousarray(row_extra_steps, dtype=np.int64))
     makespan = _replay(np.ascontiguousarray(mask), row_nnz, row_extra,
