@@ -162,12 +162,14 @@ class AttentionStep:
                             token_ordered=self.token_ordered, seed=self.seed, fit=fit)
 
     def prepare(self, mask: torch.Tensor, *, features: skip.SkipFeatures | None = None,
-                timer: PlanTimer = time_once, head_dim: int = 128, keep: str | None = None) -> Prepared:
+                timer: PlanTimer = time_once, head_dim: int = 128, keep: str | None = None,
+                choice: Any = None) -> Prepared:
         """Decide and plan the order of ``mask`` (H, MB, NB); ``timer`` times the plan (a live call's one plan, or
         a sweep's median of several). A variant that chooses its order asks the chooser (``head_dim``: the
-        attention's), or plans ``keep``, a candidate it chose for this layer and shape before."""
+        attention's), or plans ``keep``, a candidate it chose for this layer and shape before, or the pick of
+        ``choice``, the chooser's answer (``choose``) made for this layer and shape on another thread."""
         if self.variant.skip == "choose":
-            return self._prepare_chosen(mask, timer, head_dim, keep)
+            return self._prepare_chosen(mask, timer, head_dim, keep, choice)
         decision = self.decide(features)
         if not decision.reordered:
             return Prepared(mask, decision, None, 0.0)
@@ -176,12 +178,12 @@ class AttentionStep:
         order, ms = timer(lambda: self.plan_order(mask, decision.stages), mask.device, warmup)
         return Prepared(mask, decision, order, ms, order.candidate)
 
-    def _prepare_chosen(self, mask: torch.Tensor, timer: PlanTimer, head_dim: int, keep: str | None) -> Prepared:
+    def _prepare_chosen(self, mask: torch.Tensor, timer: PlanTimer, head_dim: int, keep: str | None,
+                        choice: Any) -> Prepared:
         """``prepare`` for a choosing variant: the chooser's candidate (or ``keep``), planned and timed alone, as a
         later call that keeps the choice pays it."""
-        choice = None
         if keep is None:
-            choice = self.choose(mask, head_dim)
+            choice = self.choose(mask, head_dim) if choice is None else choice
             keep = choice.candidate
             original = next(s for s in choice.scored if s.candidate == launch_order.candidates.ORIGINAL)
             chosen = next(s for s in choice.scored if s.candidate == keep)

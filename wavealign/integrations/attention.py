@@ -15,6 +15,13 @@ method (``radial``, any ``from_shape`` method) has one mask per shape: its mask,
 on the first call of a (shape, latent) and reused by every later call, every layer and every denoising step
 (``reuse_static_plans``; ``CallRecord.plan_reused``).
 
+With ``reorder="auto"`` the order chooser picks each layer's exact order once per shape (``launch_order.choose``),
+and the pick is kept across the denoising steps. It runs on a host thread of its own (``background_choice``, on by
+default), on a bit-packed host copy of the layer's mask (an eighth of its bool bytes), one layer after another: a
+layer runs the original order until its pick lands, so the GPU never waits for the chooser (a layer of a long video
+can take seconds to choose) and the output is bitwise the same whichever order ran. ``unchosen()`` counts the layers
+still waiting for their pick; ``wait_for_choices()`` waits for those being made.
+
 Every argument is checked when the object is made, before any GPU work (where it can run: ``wavealign.placement``).
 A method tuned per head (SpargeAttn, MInference) is tuned on a head's first call and its config kept, keyed by
 (``model``, ``layer``, head), in ``tuned_configs`` (in memory; also in the JSON file ``method_params["tuned_config"]``
@@ -23,15 +30,17 @@ names, when given): later calls pay the method's prediction only, as upstream's 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import torch
 
 from wavealign import hardware as hardware_registry
 from wavealign import kernels, launch_order, masks, placement, reorderers, skip, variants
-from wavealign.attention import AttentionStep, Prepared, time_once
+from wavealign.attention import AttentionStep, LaunchDecision, Prepared, time_once
 from wavealign.blockmask import check_int
 from wavealign.kernels import Launch, LaunchShape
 from wavealign.records import DEFAULT_REORDERER
@@ -82,7 +91,9 @@ class BlockSparseAttention:
     wave on it. ``reorderer`` picks the spatial step (``wavealign.reorderers``), followed by Stage 2. ``model`` names
     the model in the keys of tuned per-head configs (``tuned_configs``). ``latent`` is the latent video (T, H, W) in
     tokens of every call that does not pass its own; ``reuse_static_plans`` keeps a static method's plan per (shape,
-    latent) (off: every call builds and plans, as a live dynamic method would)."""
+    latent) (off: every call builds and plans, as a live dynamic method would). ``background_choice`` (reorder="auto")
+    makes each layer's choice on the chooser's own thread, the original order running until it lands; off, the
+    layer's first call of a shape waits for it."""
 
     method: str = "xattention"
     backend: str = "fa4"
@@ -95,12 +106,15 @@ class BlockSparseAttention:
     model: str = ""
     latent: tuple[int, int, int] | None = None
     reuse_static_plans: bool = True
+    background_choice: bool = True
     calls: list[CallRecord] = field(default_factory=list, repr=False)
     tuned_configs: masks.TunedConfigs | None = field(init=False, default=None, repr=False)
     step: AttentionStep = field(init=False, repr=False)
     _static_plans: dict[tuple, _Plan] = field(init=False, default_factory=dict, repr=False)
-    # reorder="auto": the candidate chosen per (layer, launch shape), kept across the denoising steps
-    _choices: dict[tuple, str] = field(init=False, default_factory=dict, repr=False)
+    # reorder="auto", per (layer, launch shape), or per plan key for a static method: the candidate applied and kept
+    # across the denoising steps, the chooser's answer (landed, applied at the next call), or its pending future
+    _choices: dict[tuple, str | Any] = field(init=False, default_factory=dict, repr=False)
+    _chooser: ThreadPoolExecutor | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.method_params, Mapping):
@@ -111,8 +125,9 @@ class BlockSparseAttention:
         if not isinstance(self.model, str):
             raise ValueError(f"model must be a string naming the model (keys of tuned configs), got {self.model!r}")
         self.latent = masks.check_latent("latent", self.latent)
-        if not isinstance(self.reuse_static_plans, bool):
-            raise ValueError(f"reuse_static_plans must be a bool, got {self.reuse_static_plans!r}")
+        for name in ("reuse_static_plans", "background_choice"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
         if method.tuned:
             self.tuned_configs = masks.TunedConfigs(self.method, self.method_params.get("tuned_config"))
         backend = kernels.get(self.backend)
@@ -185,18 +200,60 @@ class BlockSparseAttention:
         step = self.step if latent == self.step.latent else replace(self.step, latent=latent)
         # the policy's features only where it may veto: a forced variant pays nothing for them
         features = step.features(mask, q.shape[-1]) if step.variant.skip == "policy" else None
-        chosen = (layer, shape)  # reorder="auto": one choice per layer and shape, kept across steps
-        prepared = step.prepare(mask, features=features, head_dim=q.shape[-1], keep=self._choices.get(chosen))
+        # reorder="auto": one choice per layer and shape; a static method's, like its mask, per plan key
+        chosen = key if static else (layer, shape)
         if step.variant.skip == "choose":
-            self._choices[chosen] = prepared.candidate
+            prepared = self._prepare_chosen(step, mask, chosen, q.shape[-1])
+        else:
+            prepared = step.prepare(mask, features=features, head_dim=q.shape[-1])
         plan = _Plan(float(mask.float().mean()), prepared, step.launch(mask, prepared.order, shape))
-        if static:
-            self._static_plans[key] = plan
+        if static and (step.variant.skip != "choose" or isinstance(self._choices.get(chosen), str)):
+            self._static_plans[key] = plan  # never the original order run while the pick is being made
         out = plan.launch.run(built.q, built.k, built.v)
         tuned = 0 if self.tuned_configs is None else self.tuned_configs.tuned - tuned_before
         self._record(layer, q, plan, mask_ms=mask_ms, tuned=tuned, reused=False)
         # a method's own token order: the output back in the original one (bitwise copies)
         return built.restore(out)
+
+    def unchosen(self) -> int:
+        """How many (layer, shape) pairs seen with reorder="auto" still run the original order: their pick is being
+        made on the chooser's thread, or has landed and is applied from the layer's next call."""
+        return sum(not isinstance(kept, str) for kept in self._choices.values())
+
+    def wait_for_choices(self) -> None:
+        """Block until every choice handed to the chooser's thread has landed (a failed one raises its error)."""
+        for key, kept in list(self._choices.items()):
+            if isinstance(kept, Future):
+                self._choices[key] = kept.result()
+
+    def _prepare_chosen(self, step: AttentionStep, mask: torch.Tensor, key: tuple, head_dim: int) -> Prepared:
+        """reorder="auto": the pick kept for this layer and shape (``key``); its choice made on this call (without
+        ``background_choice``) or applied now that it has landed; else the original order, the choice of this layer
+        handed to the chooser's thread if that is free."""
+        kept = self._choices.get(key)
+        if isinstance(kept, Future) and kept.done():
+            kept = kept.result()  # a failed choice raises its error here
+        if isinstance(kept, str):
+            return step.prepare(mask, head_dim=head_dim, keep=kept)
+        if kept is None and not self.background_choice:
+            prepared = step.prepare(mask, head_dim=head_dim)
+            self._choices[key] = prepared.candidate
+            return prepared
+        if kept is not None and not isinstance(kept, Future):  # the answer landed: applied from this call on
+            self._choices[key] = kept.candidate
+            return step.prepare(mask, head_dim=head_dim, choice=kept)
+        if kept is None:
+            self._choices[key] = self._choose_later(step, mask, head_dim)
+        original = launch_order.candidates.ORIGINAL
+        return Prepared(mask, LaunchDecision("none", None, f"{original}: the order chooser is choosing this layer's "
+                                                           "order on its thread"), None, 0.0, original)
+
+    def _choose_later(self, step: AttentionStep, mask: torch.Tensor, head_dim: int) -> Future:
+        """``step.choose`` of ``mask`` on the chooser's thread, queued behind the layers before it."""
+        if self._chooser is None:
+            self._chooser = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wavealign-chooser")
+        take = host_copy(mask)
+        return self._chooser.submit(lambda: step.choose(take(), head_dim))
 
     def _record(self, layer: int, q: torch.Tensor, plan: _Plan, *, mask_ms: float, tuned: int, reused: bool) -> None:
         decision = plan.prepared.decision
@@ -206,3 +263,30 @@ class BlockSparseAttention:
                                      reorder_ms=0.0 if reused else plan.prepared.reorder_ms, tuned_heads=tuned,
                                      plan_reused=reused, candidate=plan.prepared.candidate,
                                      choose_ms=0.0 if reused else plan.prepared.choose_ms))
+
+
+def host_copy(mask: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """A host copy of the bool ``mask`` (..., NB) for another thread, made without stopping this one: bit-packed along
+    NB (``np.packbits``' order: an eighth of its bytes) and, on CUDA, copied into pinned memory on the current stream.
+    Returns the function that other thread calls for the bool mask (waiting for the copy, then unpacking it)."""
+    nb = mask.shape[-1]
+    as_bytes = mask.view(torch.uint8)
+    packed = torch.zeros(*mask.shape[:-1], -(-nb // 8), dtype=torch.uint8, device=mask.device)
+    for bit in range(8):  # column j is bit 7 - j % 8 of byte j // 8; a slice at a time keeps the GPU's extra small
+        column = as_bytes[..., bit::8]
+        packed[..., :column.shape[-1]] |= column << (7 - bit)
+    copied = None
+    if mask.is_cuda:
+        host = torch.empty(packed.shape, dtype=torch.uint8, pin_memory=True)
+        host.copy_(packed, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+    else:
+        host = packed
+
+    def take() -> torch.Tensor:
+        if copied is not None:
+            copied.synchronize()
+        return torch.from_numpy(np.unpackbits(host.numpy(), axis=-1, count=nb).view(np.bool_))
+
+    return take
