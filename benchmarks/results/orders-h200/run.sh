@@ -4,8 +4,9 @@
 #
 #   OUT=<folder> bash benchmarks/results/orders-h200/run.sh STEP [KEY=VALUE ...]
 #
-#   stage    copy whatever this call carried (.stage/p0|p1|p2 FA4 wheel parts, .stage/small wheels, .devsite) into
-#            /tmp/stage; once all are there, install FA4 into /tmp/fa4 and unpack ray/hydra/mlflow into /tmp/site
+#   stage    copy whatever this call carried (.stage/p0|p1|p2 FA4 wheel parts, .stage/small wheels, .devsite,
+#            .stage/dif's diffusers wheel) into /tmp/stage; once all are there, install FA4 into /tmp/fa4, unpack
+#            ray/hydra/mlflow into /tmp/site and install diffusers there
 #   t364     the timed cells at 363,600 tokens x 40 heads: FA4 and triton-static, every candidate and auto
 #   t148     the same at 147,600 tokens, then Nsight Compute on four heads of every triton-static candidate
 #   f148     FA4's cells alone at 147,600 tokens, timed to the sweep's own stopping rule (5 rounds at least, then until
@@ -67,6 +68,9 @@ case "$step" in
       python3 -m pip install -q --no-deps --no-index --no-compile --target /tmp/fa4 /tmp/stage/*.whl \
         && touch /tmp/fa4/.installed
     fi
+    if ls /tmp/stage/diffusers-*.whl >/dev/null 2>&1 && [ ! -d /tmp/site/diffusers ]; then  # for e2e (.stage/dif)
+      python3 -m pip install -q --no-deps --no-index --no-compile --target /tmp/site /tmp/stage/diffusers-*.whl
+    fi
     python3 -c "import flash_attn.cute, ray, hydra, mlflow; print('staged: fa4, ray, hydra, mlflow')" 2>&1 | tail -1 ;;
   t364)
     sweep "${SWEEP_LIMIT:-570}" $(lengths 364) '~extra_grids.ncu_static' '~extra_grids.ncu_static_orders' \
@@ -95,14 +99,16 @@ case "$step" in
     echo "pairing rc=$?"
     tail -n 10 "$OUT/pairing.log" ;;
   e2e)
-    timeout "${E2E_LIMIT:-570}" python3 lab/bench_e2e.py --frames 401 --method "${METHOD:-radial}" \
+    # an H100's 80 GB holds the 14B model and a 364K layer only with the allocator's segments expandable
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout "${E2E_LIMIT:-570}" python3 lab/bench_e2e.py --frames 401 --method "${METHOD:-radial}" \
       --variants "${VARIANTS:-never,auto}" --forwards 1 --out "$OUT/e2e_${METHOD:-radial}_363600.json" \
       > "$OUT/e2e_${METHOD:-radial}.log" 2>&1
     echo "e2e rc=$?"
     tail -n 12 "$OUT/e2e_${METHOD:-radial}.log" ;;
   tests)
     timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gpu.py tests/test_order_chooser.py \
-      tests/test_kernels_triton.py tests/test_reorder.py tests/test_integrations_diffusers.py > "$OUT/pytest_gpu.txt" 2>&1
+      tests/test_kernels_triton.py tests/test_reorder.py tests/test_integrations_diffusers.py \
+      tests/test_background_choice.py tests/test_sim.py > "$OUT/pytest_gpu.txt" 2>&1
     echo "pytest rc=$?"
     tail -n 15 "$OUT/pytest_gpu.txt" ;;
   *)
