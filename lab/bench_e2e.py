@@ -19,8 +19,9 @@ unless ``--config 1.3b``, with random bf16 weights: no download.
 ``auto`` (``reorder="auto"``) runs the order chooser once per layer and shape and keeps its pick across the
 denoising steps, as a pipeline would: its warm-up is a forward of the whole model, whose layers run the original order
 while the chooser makes every layer's choice on its own thread; the bench then waits for the last pick to land (how
-long after the warm-up forward: ``choices_landed_ms``, 0 where all landed during it), the timed forwards run the kept
-picks, and what choosing cost the host is reported beside them (``choose_ms``), paid once per video shape.
+long after the warm-up forward: ``choices_landed_ms``, 0 where all landed during it), a second untimed forward applies
+them (their first plans), the timed forwards run the kept picks, and what choosing cost the host is reported beside
+them (``choose_ms``), paid once per video shape.
 
 Beside the forwards, the backend's kernel alone is timed on the replayed mask in the original order, WaveAlign's and
 the chooser's pick; with the kernel's share of the original-order forward a, and an order's kernel speedup s, Amdahl's
@@ -77,7 +78,8 @@ class StepTiming:
     planned_layers: int  # calls that built and planned their mask (a static method: the first of its shape only)
     forwards: int
     choose_ms: float = 0.0  # auto: the order chooser on its thread, summed over layers, once per shape
-    warmup_forward_ms: float = float("nan")  # auto: the warm-up forward, the original order running while it chose
+    # auto: the warm-up forward, each layer in the original order until its pick landed
+    warmup_forward_ms: float = float("nan")
     choices_landed_ms: float = 0.0  # auto: how long after the warm-up forward the last pick landed (0: during it)
     candidates: dict[str, int] = field(default_factory=dict)  # the orders the timed forward ran: layers each
 
@@ -239,7 +241,9 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
                 with installed_variant(warmup, variant, kernel_mask, backend, block_size, estimator):
                     warmup(**inputs, return_dict=False)
             with installed_variant(model, variant, kernel_mask, backend, block_size, estimator) as installed:
-                for i in range(forwards + (warmup is None)):
+                # untimed: the model's own warm-up where no copy ran one; auto's second, which applies the picks
+                untimed = (warmup is None) + (variant == "auto")
+                for i in range(untimed + forwards):
                     spans.clear()
                     if estimator is not None:
                         estimator.calls_ms.clear()
@@ -251,12 +255,12 @@ def time_forwards(model: torch.nn.Module, inputs: dict[str, torch.Tensor], varia
                     if cuda:
                         end.record()
                         torch.cuda.synchronize()
-                    if cuda and (i or warmup is not None):
+                    if cuda and i >= untimed:
                         forward_ms.append(start.elapsed_time(end))
                         attention_ms.append(sum(a.elapsed_time(b) for a, b in spans))
-                    elif cuda:
+                    elif cuda and i == 0:
                         warmup_ms = start.elapsed_time(end)
-                    if installed is not None and warmup is None and i == 0:  # the picks still being made
+                    if variant == "auto" and i == 0:  # the picks still being made on the chooser's thread
                         waited = time.perf_counter()
                         installed.attention.wait_for_choices()
                         landed_ms = (time.perf_counter() - waited) * 1e3
@@ -443,8 +447,8 @@ def main(argv: list[str]) -> int:
             if r.variant == "auto":
                 print(f"  {'':9s} the chooser's picks {r.candidates}, chosen once per layer and shape on its thread "
                       f"in {r.choose_ms / 1e3:.1f} s (host) during the warm-up forward ({r.warmup_forward_ms:.1f} ms, "
-                      f"original order), the last {r.choices_landed_ms / 1e3:.1f} s after it; kept across the timed "
-                      "forwards", flush=True)
+                      f"each layer original until its pick landed), the last {r.choices_landed_ms / 1e3:.1f} s after "
+                      "it; kept across the timed forwards", flush=True)
         kernel = time_kernel(mask.to(args.device), tokens, model.config.attention_head_dim, args.backend,
                              args.block_size, args.device) if cuda else None
     bounds = {}

@@ -38,8 +38,9 @@ def test_every_variant_runs_the_replayed_mask_in_every_layer(tmp_path, capsys):
 
 
 def test_auto_chooses_once_per_layer_in_its_warm_up_and_keeps_the_pick_in_the_timed_forwards(tmp_path, capsys):
-    """``auto``: the warm-up forward of the model itself makes each layer's choice (its cost recorded once), and
-    the timed forwards run the kept picks, choosing nothing again."""
+    """``auto``: the warm-up forward of the model itself hands each layer's choice to the chooser's thread (its cost
+    recorded once), the bench waits for the last pick, and the timed forwards run the kept picks, choosing nothing
+    again."""
     mask = synthetic.random_mask(2, 2, 2, 0.5, seed=0)
     mask[:, :, 0] = True
     npz.save(tmp_path / "mask.npz", mask)
