@@ -4,10 +4,12 @@ original order until its pick lands and then the pick, the output bitwise the sa
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 import torch
 
+from wavealign.attention import AttentionStep
 from wavealign.integrations.attention import BlockSparseAttention, host_copy
 
 pytest.importorskip("numba")
@@ -53,7 +55,21 @@ def test_each_layer_is_chosen_once_and_the_thread_queues_them():
     assert sum(c.choose_ms > 0 for c in attend.calls) == 2
 
 
-def test_a_static_method_keeps_no_plan_of_the_original_while_its_pick_is_made_then_every_layer_reuses_the_pick():
+@pytest.fixture
+def gate(monkeypatch) -> threading.Event:
+    """Holds the chooser's thread until set: what the layers do while a choice is being made, without a race."""
+    opened = threading.Event()
+    choose = AttentionStep.choose
+
+    def held(self, *args, **kwargs):
+        assert opened.wait(timeout=60), "the test never opened the gate"
+        return choose(self, *args, **kwargs)
+
+    monkeypatch.setattr(AttentionStep, "choose", held)
+    return opened
+
+
+def test_a_static_method_keeps_no_plan_of_the_original_while_its_pick_is_made_then_every_layer_reuses_the_pick(gate):
     latent = (3, 4, 7)  # 84 tokens: 6 blocks of 16, the last ragged
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(1, 2, 84, 16, generator=g) for _ in range(3))
@@ -61,6 +77,7 @@ def test_a_static_method_keeps_no_plan_of_the_original_while_its_pick_is_made_th
     outs = [attend(q, k, v, layer=layer) for layer in (0, 1)]
     assert [c.plan_reused for c in attend.calls] == [False, False]  # nothing kept of the original order's plan
     assert attend.unchosen() == 1  # one mask for every layer: one choice
+    gate.set()
     attend.wait_for_choices()
     outs += [attend(q, k, v, layer=layer) for layer in (1, 0)]
     applied, reused = attend.calls[-2:]
