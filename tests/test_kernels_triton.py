@@ -184,3 +184,31 @@ def test_order_of_the_wrong_shape_raises():
 
 def test_a_batch_one_mask_serves_every_batch_element(interpreted):
     assert interpreted["batch1_mask"]["bitwise"]
+
+
+def test_a_timeline_is_recorded_by_the_persistent_launch_only():
+    from wavealign.kernels import LaunchShape
+
+    q, k, v = _qkv()
+    launch = triton_blocksparse.plan(_mask(), None, LaunchShape.of(q, k, 32, v=v))
+    with pytest.raises(ValueError, match="persistent launch only"):
+        launch.timeline(q, k, v)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_timeline_launch_computes_the_launch_and_times_every_tile_on_one_of_its_sms():
+    from wavealign import kernels
+    from wavealign.kernels import LaunchShape
+    from wavealign.masks import synthetic
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(1, 3, 1000, 128, generator=g, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    mask = synthetic.fixed_nnz_mask(3, 8, 8, 0.4, nnz_spread=0.8, seed=1).cuda()
+    launch = kernels.get("triton-static").plan(mask, None, LaunchShape.of(q, k, 128, v=v), grid=5)
+    out, record = launch.timeline(q, k, v)
+    assert torch.equal(out, launch.run(q, k, v))
+    start, end, sm = record.cpu().unbind(-1)
+    assert record.shape == (24, 3) and bool((start > 0).all()) and bool((end >= start).all())
+    assert bool((sm < torch.cuda.get_device_properties(0).multi_processor_count).all())
+    # a program runs its tiles one after another: tile t + 5 starts after tile t ends
+    assert bool((start[5:] >= end[:-5]).all())

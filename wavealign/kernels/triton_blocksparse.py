@@ -96,8 +96,19 @@ if triton is not None:
         return acc, l_i, m_new
 
     @triton.jit
+    def _globaltimer():
+        """The GPU's global nanosecond timer (PTX ``%globaltimer``)."""
+        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                         pack=1)
+
+    @triton.jit
+    def _smid():
+        """The SM this program runs on (PTX ``%smid``)."""
+        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=True, pack=1)
+
+    @triton.jit
     def _block_sparse_attn_fwd(
-        Q, K, V, O, KV_NUM, KV_IDX, PERM,
+        Q, K, V, O, KV_NUM, KV_IDX, PERM, TIMELINE,
         q_desc, k_desc, v_desc, o_desc,
         stride_qb, stride_qh, stride_qn,
         stride_kb, stride_kh, stride_kn,
@@ -110,14 +121,17 @@ if triton is not None:
         HEAD_DIM: tl.constexpr, BLOCK_SIZE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
         HAS_PERM: tl.constexpr, HEADS_FASTEST: tl.constexpr, USE_TMA: tl.constexpr,
         WARP_SPECIALIZE: tl.constexpr, FLAT_LOADS: tl.constexpr, KV_EVICTION: tl.constexpr,
-        PERSISTENT: tl.constexpr,
+        PERSISTENT: tl.constexpr, RECORD_TIMELINE: tl.constexpr,
     ):
         """One program per tile (a streaming grid: SMs take the next tile as they free), or, ``PERSISTENT``, one
         program per SM running tiles p, p + G, p + 2G, ... of the queue numbered slot fastest, then (batch, head):
-        FA4's SM100 ``StaticPersistentTileScheduler``. Either way a tile computes the same rows the same way."""
+        FA4's SM100 ``StaticPersistentTileScheduler``. Either way a tile computes the same rows the same way.
+        ``RECORD_TIMELINE`` (persistent only) writes each tile's start and end (ns) and SM into ``TIMELINE``."""
         if PERSISTENT:
             # the tile loop itself is not pipelined (its K/V loop is): one tile's buffers in shared memory at a time
             for tile in tl.range(tl.program_id(0), NUM_TILES, tl.num_programs(0), num_stages=1):
+                if RECORD_TIMELINE:
+                    started = _globaltimer()
                 _attend_tile(
                     tile % TILES_PER_HEAD, tile // TILES_PER_HEAD,
                     Q, K, V, O, KV_NUM, KV_IDX, PERM, q_desc, k_desc, v_desc, o_desc,
@@ -126,6 +140,10 @@ if triton is not None:
                     stride_pb, stride_ph, H, N_Q, N_KV, NB, qk_scale,
                     HEAD_DIM, BLOCK_SIZE, BLOCK_M, BLOCK_N, HAS_PERM, USE_TMA, WARP_SPECIALIZE, FLAT_LOADS,
                     KV_EVICTION)
+                if RECORD_TIMELINE:
+                    tl.store(TIMELINE + tile * 3, started)
+                    tl.store(TIMELINE + tile * 3 + 1, _globaltimer())
+                    tl.store(TIMELINE + tile * 3 + 2, _smid().to(tl.int64))
         else:
             if HEADS_FASTEST:
                 bh = tl.program_id(0)
@@ -327,6 +345,20 @@ class TritonLaunch:
     persistent_grid: int | None = None
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self._launch(q, k, v, None)
+
+    def timeline(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A persistent launch (``triton-static``) that also records, per tile of the queue (slot fastest, then
+        head), its start and end on the GPU's global timer (ns) and the SM that ran it: (output, int64 (tiles, 3)).
+        What the simulator's static-scheduler replay assumes of the programs' drift, measured."""
+        if self.persistent_grid is None:
+            raise ValueError("a timeline is recorded by the persistent launch only (backend 'triton-static')")
+        tiles = self.shape.q_blocks * (self.shape.block_size // self.config.block_m) * self.shape.batch * \
+            self.shape.heads
+        record = torch.zeros(tiles, 3, dtype=torch.int64, device=q.device)
+        return self._launch(q, k, v, record), record
+
+    def _launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, record: torch.Tensor | None) -> torch.Tensor:
         self.shape.check_qkv(q, k, v)
         _check_qkv(q, k, v)
         cfg, shape = self.config, self.shape
@@ -341,26 +373,26 @@ class TritonLaunch:
         descs = _descriptors(q, k, v, out, cfg) if use_tma else (None,) * 4
         perm = self.kv_num if self.perm is None else self.perm  # any tensor: unread when HAS_PERM is False
         _block_sparse_attn_fwd[grid](
-            q, k, v, out, self.kv_num, self.kv_idx, perm, *descs,
+            q, k, v, out, self.kv_num, self.kv_idx, perm, record, *descs,
             *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
             *_lead_strides(self.kv_num, 2), *_lead_strides(self.kv_idx, 3), *_lead_strides(perm, 2),
             shape.heads, shape.q_len, shape.kv_len, shape.kv_blocks,
             (1.0 / math.sqrt(shape.head_dim)) * 1.4426950408889634, slots, slots * bh,
             **kernel_constants(shape, cfg, self.head_order, has_perm=self.perm is not None, use_tma=use_tma,
-                               persistent=self.persistent_grid is not None),
+                               persistent=self.persistent_grid is not None, timeline=record is not None),
         )
         return out
 
 
 def kernel_constants(shape: LaunchShape, cfg: KernelConfig, head_order: str, *, has_perm: bool,
-                     use_tma: bool, persistent: bool = False) -> dict[str, object]:
+                     use_tma: bool, persistent: bool = False, timeline: bool = False) -> dict[str, object]:
     """The kernel's compile-time parameters and launch options for a launch of ``shape`` under ``cfg``: what
     ``TritonLaunch.run`` passes, and what an offline compile (benchmarks/results/kernels-h200/sass_sm90.py)
     must pass to build the same kernel."""
     return dict(HEAD_DIM=shape.head_dim, BLOCK_SIZE=shape.block_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 HAS_PERM=has_perm, HEADS_FASTEST=head_order == "parallel", USE_TMA=use_tma,
                 WARP_SPECIALIZE=cfg.warp_specialize, FLAT_LOADS=cfg.flat_loads, KV_EVICTION=cfg.kv_eviction,
-                PERSISTENT=persistent, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                PERSISTENT=persistent, RECORD_TIMELINE=timeline, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 def plan(mask, order, shape: LaunchShape, *, head_order: str = "sequential", config: KernelConfig | None = None,

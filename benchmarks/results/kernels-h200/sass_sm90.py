@@ -79,6 +79,8 @@ def compile_sm90(shape: LaunchShape, cfg: tb.KernelConfig, head_order: str = "se
     ints |= {"stride_cb": 0, "stride_ch": shape.q_blocks, "stride_ib": 0, "stride_ih": shape.q_blocks * shape.kv_blocks,
              "stride_im": shape.kv_blocks, "stride_pb": 0, "stride_ph": shape.q_blocks, "H": shape.heads,
              "N_Q": shape.q_len, "N_KV": shape.kv_len, "NB": shape.kv_blocks}
+    tiles_per_head = shape.q_blocks * (shape.block_size // cfg.block_m)
+    ints |= {"TILES_PER_HEAD": tiles_per_head, "NUM_TILES": tiles_per_head * shape.batch * shape.heads}
     signature, attrs = {}, {}
     for index, name in enumerate(fn.arg_names):
         if name in consts:
@@ -88,6 +90,8 @@ def compile_sm90(shape: LaunchShape, cfg: tb.KernelConfig, head_order: str = "se
             signature[name] = f"tensordesc<bf16[{', '.join(map(str, block))}]>" if use_tma else "constexpr"
             if not use_tma:
                 consts[name] = None
+        elif name == "TIMELINE":  # unread without RECORD_TIMELINE: passed as None, a constant
+            signature[name], consts[name] = "constexpr", None
         elif name in ("Q", "K", "V", "O"):
             signature[name], attrs[(index,)] = "*bf16", [["tt.divisibility", 16]]
         elif name in ("KV_NUM", "KV_IDX"):
