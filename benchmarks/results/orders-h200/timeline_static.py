@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
                         "sim_start_step", "sim_finish_step"])
         for cell in sorted(cells, key=lambda c: (c.inputs.method, c.attention.variant)):
             block = cell.attention.geometry.block_size
-            mask, q, k, v = inputs.InputCache().take(inputs.InputRequest(cell.inputs, block, device, with_qkv=True))
+            mask, (q, k, v), _, _ = inputs.InputCache().take(inputs.InputRequest(cell.inputs, block, device,
+                                                                                 with_qkv=True))
             step = AttentionStep.of(cell.attention, cell.inputs)
             order = None if cell.attention.stages == "none" else step.plan_order(mask, cell.attention.stages)
             shape = LaunchShape.of(q, k, block, v=v)
@@ -67,6 +68,7 @@ def main(argv: list[str]) -> int:
             out, record = launch.timeline(q, k, v)
             assert torch.equal(out, launch.run(q, k, v)), "the timeline launch must compute what the launch does"
             record = record.cpu().numpy()
+            record[:, :2] -= record[:, 0].min()  # ns from the launch's first tile (the timer's epoch overflows floats)
             heads, mb = mask.shape[-3], mask.shape[-2]
             rows_per_tile = block // launch.config.block_m  # tiles of one mask row (a launch slot is block_m rows)
             perm = (np.arange(mb)[None].repeat(heads, 0) if order is None else order.perm.reshape(heads, mb).cpu()
