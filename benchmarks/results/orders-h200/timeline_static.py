@@ -1,13 +1,15 @@
 """Do the static scheduler's programs drift apart on the GPU as the simulator's replay says? (issue 47, item 3)
 
 The ``ncu_static`` cells of ``sweep=orders_h200`` (triton-static, four heads of Wan2.1-14B at 147,600 tokens) of
-``--methods`` in the original order and Stage 2 alone: the kernel's own per-tile timeline (``TritonLaunch.timeline``:
-each tile's start and end on the GPU's global timer and its SM), after a warm-up, against the simulator's replay of the
-same mask and order (``sim.simulate``: each row's start step). A tile of round k is queue entry k*G + p of program p
-(G programs). Per round, the drift is the spread of its tiles' start times; it is expressed in rounds (divided by the
-median round's length) both measured and predicted, so the two need no common clock.
+``--methods`` in each of ``--orders`` (by the planned order's ``RowOrder.candidate``): the kernel's own per-tile
+timeline (``TritonLaunch.timeline``: each tile's start and end on the GPU's global timer and its SM), after a warm-up,
+against the simulator's replay of the same mask and order (``sim.simulate``: each row's start step). A tile of round
+k is queue entry k*G + p of program p (G programs). Per round, the drift is the spread of its tiles' start times; it
+is expressed in rounds (divided by the median tile's length) both measured and predicted, so the two need no common
+clock.
 
     python benchmarks/results/orders-h200/timeline_static.py OUT [--methods minference,radial]
+        [--orders original,temporal]
         # -> OUT/timeline_tiles.csv (every tile), OUT/timeline_drift.csv (per method and order)
 """
 
@@ -41,11 +43,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--methods", default="minference,radial")
+    parser.add_argument("--orders", default="original,temporal",
+                        help="orders by candidate name (original, temporal, balanced, rounds, ...)")
     args = parser.parse_args(argv)
-    methods = args.methods.split(",")
+    methods, orders = args.methods.split(","), args.orders.split(",")
     cfg = config.load(["sweep=orders_h200"])
     cells = [c for c in grid.expand(cfg).cells if c.measurer.measure == "ncu" and c.inputs.method in methods
-             and c.attention.variant in ("original", "temporal") and c.attention.backend == "triton-static"]
+             and c.attention.backend == "triton-static"]
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.device("cuda")
     gpu, gpu_id = torch.cuda.get_device_name(), hardware.detect().name  # the simulator models the GPU it runs on
@@ -60,6 +64,9 @@ def main(argv: list[str]) -> int:
                                                                                  with_qkv=True))
             step = AttentionStep.of(cell.attention, cell.inputs)
             order = None if cell.attention.stages == "none" else step.plan_order(mask, cell.attention.stages)
+            name = "original" if order is None else order.candidate
+            if name not in orders:
+                continue
             shape = LaunchShape.of(q, k, block, v=v)
             launch = kernels.get("triton-static").plan(mask, order, shape)
             programs = launch.persistent_grid
@@ -75,7 +82,6 @@ def main(argv: list[str]) -> int:
                     .numpy())
             r = sim.simulate(mask, order, hardware=gpu_id, backend="triton-static",
                              head_dim=cell.inputs.head_dim, wave_size=programs)
-            name = "original" if order is None else order.candidate
             sim_start, sim_finish = [], []
             for tile in range(len(record)):
                 head, slot = divmod(tile, mb * rows_per_tile)
