@@ -99,6 +99,26 @@ def test_the_adaptive_mode_records_the_skip_policy_s_verdict_and_follows_it():
     assert all(c.reason.startswith("skip: sequence 192 tokens < 150000") for c in calls), {c.reason for c in calls}
 
 
+def test_auto_runs_the_original_order_while_each_layer_s_pick_is_made_unless_told_to_wait_for_it():
+    """``reorder="auto"``: the first forward's layers run the original order while the chooser's thread picks, the
+    next forward their picks; with ``background_choice=False`` the first forward waits for the picks and runs them.
+    Every forward gives the same output."""
+    outputs, calls = {}, {}
+    for background in (True, False):
+        model = tiny_wan()
+        with wa.apply(model, method="xattention", reorder="auto", threshold=0.5, stride=4,
+                      background_choice=background, **CPU) as installed:
+            first = forward(model)
+            installed.attention.wait_for_choices()
+            outputs[background] = (first, forward(model))
+        calls[background] = installed.attention.calls
+    waited, pending = calls[False], calls[True]
+    assert all("on its thread" in c.reason for c in pending[:2]) and sum(c.choose_ms > 0 for c in pending) == 2
+    assert all(c.choose_ms > 0 for c in waited[:2]) and not any("on its thread" in c.reason for c in waited)
+    assert [c.candidate for c in pending[2:]] == [c.candidate for c in waited[2:]]
+    assert all(torch.equal(out, outputs[False][0]) for pair in outputs.values() for out in pair)
+
+
 @pytest.mark.parametrize(("kwargs", "needle"), [
     ({"method": "xattenton"}, "unknown mask method 'xattenton'"),
     ({"method": "xattention", "treshold": 0.9}, "treshold"),

@@ -139,13 +139,15 @@ class Installed(_Removable):
 def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", reorder: str = "adaptive", *,
           block_size: int = 128, hardware: str | None = None, wave_size: int | None = None,
           reorderer: str = "wavealign", latent: tuple[int, int, int] | None = None, reuse_static_plans: bool = True,
-          **method_params: Any) -> Installed:
+          background_choice: bool = True, **method_params: Any) -> Installed:
     """Install WaveAlign on every self-attention layer (``attn1``) of a diffusers Wan ``transformer``.
 
     ``method`` and ``method_params`` pick the mask (``wavealign.masks``), ``backend`` the kernel
     (``wavealign.kernels``), ``reorder`` "always", "never", "adaptive" (the skip profile of ``hardware`` decides
-    per call) or "auto" (the order chooser picks each layer's exact order for the backend and ``hardware`` on its
-    first call, kept for that layer and shape across the steps: ``launch_order.choose``). A method tuned per head
+    per call) or "auto" (the order chooser picks each layer's exact order for the backend and ``hardware`` from its
+    first call, kept for that layer and shape across the steps: ``launch_order.choose``; on a host thread of its own,
+    the layer running the original order until its pick lands, unless ``background_choice`` is off, when the first
+    call waits for it). A method tuned per head
     (SpargeAttn, MInference) tunes each (layer, head) on its first call and reuses
     the config after (``installed.attention.tuned_configs``; ``tuned_config=FILE`` also keeps them in a file).
     ``latent`` (T, H, W) in tokens fixes the latent video; by default each forward's is read from its
@@ -155,7 +157,8 @@ def apply(transformer: Any, method: str = "xattention", backend: str = "fa4", re
     attention = BlockSparseAttention(method=method, backend=backend, reorder=reorder, block_size=block_size,
                                      hardware=hardware, wave_size=wave_size, reorderer=reorderer,
                                      method_params=dict(method_params), model=type(transformer).__name__,
-                                     latent=latent, reuse_static_plans=reuse_static_plans)
+                                     latent=latent, reuse_static_plans=reuse_static_plans,
+                                     background_choice=background_choice)
     make = processor_class()
     # one processor per layer, each telling the attention which layer calls it (tuned configs are per layer)
     _install(transformer, original, layers,
