@@ -228,8 +228,8 @@ class BlockSparseAttention:
 
     def _prepare_chosen(self, step: AttentionStep, mask: torch.Tensor, key: tuple, head_dim: int) -> Prepared:
         """reorder="auto": the pick kept for this layer and shape (``key``); its choice made on this call (without
-        ``background_choice``) or applied now that it has landed; else the original order, the choice of this layer
-        handed to the chooser's thread if that is free."""
+        ``background_choice``) or applied now that it has landed; else the original order, this layer's choice queued
+        on the chooser's thread at its first call."""
         kept = self._choices.get(key)
         if isinstance(kept, Future) and kept.done():
             kept = kept.result()  # a failed choice raises its error here
