@@ -30,7 +30,7 @@ from wavealign.kernels import LaunchShape
 
 
 def drift_rounds(start: np.ndarray, finish: np.ndarray, programs: int) -> tuple[float, float]:
-    """(the largest and the median spread of a round's start times, in median round lengths) of tiles in queue order
+    """(the largest and the median spread of a round's start times, in median tile lengths) of tiles in queue order
     with ``start``/``finish`` times on one clock: round k holds entries k*programs .. (k+1)*programs - 1."""
     rounds = len(start) // programs
     starts = start[:rounds * programs].reshape(rounds, programs)
