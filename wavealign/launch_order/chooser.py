@@ -161,13 +161,8 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
         raise ValueError(f"no launch-order candidate applies to backend {backend!r} on {hw!r} among {candidates}")
 
     def score(c: registry.Candidate) -> Scored:
-        params = dict(c.params)
-        declared = reorderers.get(c.reorderer).params
-        if "latent" in declared:
-            params["latent"] = latent
-        if "block_size" in declared:
-            params["block_size"] = block_size * facts.q_stage
-        order = launch_order.plan(units, wave_size=wave, stages=c.stages, seed=seed, reorderer=c.reorderer, **params)
+        order = plan_candidate(units, c, wave_size=wave, seed=seed, latent=latent,
+                               block_size=block_size * facts.q_stage)
         predicted = sim.predict(launched, order, sample_heads=sample_heads, l2_partitions=l2_partitions, **options)
         plan = plan_cost.candidate_plan_ms(c, heads, unit_rows, kv_blocks, hw).ms
         return Scored(c.name, order, predicted.kernel_time_s * 1e3 * math.exp(fit.bias.get(c.name, 0.0)), plan,
@@ -190,6 +185,23 @@ def rank(mask: MaskLike, *, backend: str, hardware: str, head_dim: int = 128, bl
         perm = perm.reshape(dense.shape[0], -1, unit_rows)
     order = launch_order.RowOrder._of(perm, wave, chosen.order.stages, chosen.order.reorderer, chosen.candidate)
     return Choice(order, tuple(scored), limit, reason, (time.perf_counter() - start) * 1e3, pair_perm, inflation)
+
+
+def plan_candidate(units: torch.Tensor, candidate: registry.Candidate, *, wave_size: int, seed: int = 0,
+                   latent: tuple[int, int, int] | None = None, block_size: int = 128) -> Any:
+    """``candidate``'s launch order of ``units`` (the launch rows, (H, rows, NB) bool) as ``rank`` plans it: its
+    stages and reorderer, the reorderer given the latent video and the tokens of a row (``block_size``) where it
+    declares them."""
+    from wavealign import launch_order
+
+    params = dict(candidate.params)
+    declared = reorderers.get(candidate.reorderer).params
+    if "latent" in declared:
+        params["latent"] = latent
+    if "block_size" in declared:
+        params["block_size"] = block_size
+    return launch_order.plan(units, wave_size=wave_size, stages=candidate.stages, seed=seed,
+                             reorderer=candidate.reorderer, **params)
 
 
 def choose(mask: MaskLike, *, backend: str, hardware: str, **options: Any) -> Any:

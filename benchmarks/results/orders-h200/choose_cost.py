@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from bands import masks
 
-from wavealign import hardware, kernels, launch_order, reorderers, sim
+from wavealign import hardware, kernels, sim
 from wavealign.launch_order import chooser
 
 
@@ -48,12 +48,8 @@ def main(argv: list[str]) -> int:
     launched, s = seconds(lambda: sim.launch_rows(mask.to(device)))
     rows.append(dict(step="launch_rows", candidate="", where=device.type, seconds=round(s, 3)))
     for c in chooser.eligible("fa4", gpu, latent=latent):
-        params = dict(c.params)
-        declared = reorderers.get(c.reorderer).params
-        params.update({k: v for k, v in (("latent", latent), ("block_size", 128)) if k in declared})
         for where, m in ((device.type, mask.to(device)), ("host", host)):
-            order, s = seconds(lambda m=m, c=c, params=params: launch_order.plan(
-                m, wave_size=wave, stages=c.stages, reorderer=c.reorderer, **params))
+            order, s = seconds(lambda m=m, c=c: chooser.plan_candidate(m, c, wave_size=wave, latent=latent))
             rows.append(dict(step="plan", candidate=c.name, where=where, seconds=round(s, 3)))
         _, s = seconds(lambda order=order: sim.predict(launched, order, hardware=gpu, backend="fa4", wave_size=wave,
                                                        sample_heads=chooser.DEFAULT_SAMPLE_HEADS))
