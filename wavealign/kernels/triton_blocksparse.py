@@ -353,18 +353,20 @@ class TritonLaunch:
         What the simulator's static-scheduler replay assumes of the programs' drift, measured."""
         if self.persistent_grid is None:
             raise ValueError("a timeline is recorded by the persistent launch only (backend 'triton-static')")
-        tiles = self.shape.q_blocks * (self.shape.block_size // self.config.block_m) * self.shape.batch * \
-            self.shape.heads
-        record = torch.zeros(tiles, 3, dtype=torch.int64, device=q.device)
+        record = torch.zeros(self.slots * self.shape.batch * self.shape.heads, 3, dtype=torch.int64, device=q.device)
         return self._launch(q, k, v, record), record
+
+    @property
+    def slots(self) -> int:
+        """Launch slots (tiles of ``block_m`` query rows) per (batch, head)."""
+        return self.shape.q_blocks * (self.shape.block_size // self.config.block_m)
 
     def _launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, record: torch.Tensor | None) -> torch.Tensor:
         self.shape.check_qkv(q, k, v)
         _check_qkv(q, k, v)
         cfg, shape = self.config, self.shape
         out = torch.empty_like(q)
-        slots = shape.q_blocks * (shape.block_size // cfg.block_m)
-        bh = shape.batch * shape.heads
+        slots, bh = self.slots, shape.batch * shape.heads
         if self.persistent_grid is not None:
             grid = (min(self.persistent_grid, slots * bh),)
         else:
