@@ -235,15 +235,15 @@ class BlockSparseAttention:
             kept = kept.result()  # a failed choice raises its error here
         if isinstance(kept, str):
             return step.prepare(mask, head_dim=head_dim, keep=kept)
-        if kept is None and not self.background_choice:
-            prepared = step.prepare(mask, head_dim=head_dim)
-            self._choices[key] = prepared.candidate
-            return prepared
-        if kept is not None and not isinstance(kept, Future):  # the answer landed: applied from this call on
+        if kept is None:
+            if not self.background_choice:
+                prepared = step.prepare(mask, head_dim=head_dim)
+                self._choices[key] = prepared.candidate
+                return prepared
+            self._choices[key] = self._choose_later(step, mask, head_dim)
+        elif not isinstance(kept, Future):  # the answer landed: applied from this call on
             self._choices[key] = kept.candidate
             return step.prepare(mask, head_dim=head_dim, choice=kept)
-        if kept is None:
-            self._choices[key] = self._choose_later(step, mask, head_dim)
         original = launch_order.candidates.ORIGINAL
         return Prepared(mask, LaunchDecision("none", None, f"{original}: the order chooser is choosing this layer's "
                                                            "order on its thread"), None, 0.0, original)
